@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up pgsweep on a Debian/Ubuntu machine: PostgreSQL server packages (through apt,
+# when missing and we are root), then a Python virtual environment from the lockfile.
+# Usage: scripts/setup.sh [--dev]     (--dev adds the test and lint tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+lock=requirements.lock
+[ "${1:-}" = "--dev" ] && lock=requirements-dev.lock
+
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
+ls /usr/lib/postgresql/*/lib/pg_prewarm.so >/dev/null 2>&1 || need+=(postgresql-contrib)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "error: missing packages: ${need[*]}" >&2
+        echo "  fix: run as root, or: sudo apt-get install -y ${need[*]}" >&2
+        exit 2
+    fi
+    echo "setup: installing ${need[*]} with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Debian's postgresql package starts a cluster of its own; pgsweep never touches it.
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r "$lock"
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>/dev/null \
+    || .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+echo "setup: ready (.venv/bin/pgsweep)" >&2

@@ -1,0 +1,120 @@
+"""The command line: parses arguments, calls the modules, prints. Errors are caught once,
+here: a PgsweepError prints its message and exits with its code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from . import __version__, runner, show, spec, workarea
+from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
+from .plan import estimate_seconds
+from .progress import ConsoleReporter
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pgsweep",
+        description="Does this change make PostgreSQL "
+        "faster, slower, or no different, and by how much?",
+    )
+    p.add_argument("--version", action="version", version=f"pgsweep {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("plan", help="validate an experiment file and print its plan")
+    sp.add_argument("file", type=Path)
+    sr = sub.add_parser("run", help="run an experiment")
+    sr.add_argument("file", type=Path)
+    sr.add_argument("--results", type=Path, help="results folder (default results/NAME-TIME)")
+    sr.add_argument("--resume", action="store_true", help="run only the missing trials")
+    ss = sub.add_parser("show", help="summarise a results folder")
+    ss.add_argument("results", type=Path)
+    sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
+    return p
+
+
+def _console() -> Console:
+    return Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+
+
+def cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    exp = spec.load(args.file)
+    plan = runner.plan_for(exp)
+    notes = (
+        []
+        if exp.seed_given
+        else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
+    )
+    show.render_plan(plan, estimate_seconds(plan, runner.trial_costs(exp, plan)), console, notes)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if args.resume and args.results is None:
+        raise PgsweepError(
+            "--resume needs --results naming the run to continue",
+            fix="pgsweep run FILE --results DIR --resume",
+        )
+    exp = spec.load(args.file)
+    results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    outcome = runner.run(exp, results, args.resume, ConsoleReporter(console))
+    if outcome.interrupted:
+        console.print(
+            f"interrupted: every finished trial is saved in {results}; the server "
+            f"was stopped and its files removed.\nresume with: pgsweep run "
+            f"{args.file} --results {results} --resume",
+            markup=False,
+        )
+        return EXIT_INTERRUPTED
+    store = show.open_store(results)
+    show.render_summary(store, console)
+    store.close()
+    if outcome.failed:
+        console.print(f"{outcome.failed} of {outcome.total} trials failed (exit code 3)")
+        return EXIT_FAILED_TRIALS
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    store = show.open_store(args.results)
+    show.render_summary(store, console)
+    store.close()
+    return EXIT_OK
+
+
+def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
+    done = workarea.cleanup_stale()
+    for line in done:
+        console.print(line, markup=False)
+    console.print("nothing left to clean up" if not done else f"{len(done)} items cleaned up")
+    return EXIT_OK
+
+
+COMMANDS = {"plan": cmd_plan, "run": cmd_run, "show": cmd_show, "cleanup": cmd_cleanup}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = _console()
+    try:
+        return COMMANDS[args.command](args, console)
+    except PgsweepError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: say so plainly, with the traceback for the report
+        import traceback
+
+        traceback.print_exc()
+        print(f"error: pgsweep itself failed: {exc!r} (please report this)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The layer interface. Every layer (build, storage, cluster, os, server, replication,
+workload) validates its keys up front, says what changing a key costs, applies the values
+of a configuration to a trial, and undoes what it did. The planner only sees costs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PgsweepError
+from ..tomlpos import key_line
+
+if TYPE_CHECKING:
+    from ..postgres.binaries import Binaries, ValueChecker
+    from ..proc import RunAs
+    from ..trialenv import TrialEnv
+
+Value = str | int | float | bool
+
+
+class Cost(IntEnum):
+    """What changing a key between two trials costs, cheapest first. The planner groups
+    configurations by every key whose cost is CLUSTER or more (a split-plot design)."""
+
+    NOTHING = 0  # e.g. pgbench client count
+    RELOAD = 1  # SIGHUP
+    RESTART = 2  # server restart
+    CLUSTER = 3  # a new cluster: initdb + load
+
+
+@dataclass
+class Source:
+    """The experiment file, for messages that name the file, key and line."""
+
+    path: Path
+    text: str
+
+    def where(self, *path: str) -> str:
+        line = key_line(self.text, tuple(path))
+        key = ".".join(f'"{p}"' if "." in p else p for p in path)
+        return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
+
+    def error(self, path: tuple[str, ...], what: str, **kw: Any) -> PgsweepError:
+        return PgsweepError(what, where=self.where(*path), **kw)
+
+
+@dataclass
+class ValidationContext:
+    source: Source
+    binaries: Binaries
+    checker: ValueChecker
+    user: RunAs | None
+    notes: list[str] = field(default_factory=list)
+
+
+class Layer(ABC):
+    """One layer of the stack. `values` always maps every key of the layer (base values
+    with the configuration's levels laid over them) to its validated value."""
+
+    name: str
+
+    @abstractmethod
+    def validate(
+        self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
+    ) -> dict[str, Value]:
+        """Check base values and every factor level; return the full, normalised base.
+        Must raise PgsweepError naming the key. Must not change the machine."""
+
+    @abstractmethod
+    def cost(self, key: str) -> Cost:
+        """What changing `key` between two consecutive trials costs."""
+
+    def normalise_level(self, key: str, level: Any, ctx: ValidationContext) -> Value:
+        """A factor level as stored in the plan (validated in `validate`)."""
+        return level  # type: ignore[no-any-return]
+
+    @abstractmethod
+    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
+        """Bring the trial environment to `values`, as cheaply as the cost allows."""
+
+    def undo(self, env: TrialEnv) -> None:  # noqa: B027 - optional for layers with no state
+        """Remove whatever `apply` created. Called on every path, Ctrl-C included."""
+
+
+def _describe_pydantic(err: dict[str, Any]) -> str:
+    msg = str(err.get("msg", "invalid value"))
+    if err.get("type") == "extra_forbidden":
+        return "unknown key"
+    return msg.removeprefix("Value error, ")
+
+
+def check_table(
+    model: type[Any],
+    layer: str,
+    base: dict[str, Any],
+    factors: dict[str, list[Any]],
+    source: Source,
+) -> Any:
+    """Validate a layer's fixed-schema table (a pydantic model) and every factor level.
+
+    Returns the model instance for the base values. Errors name `[layer] key` or
+    `factors.layer.key`, with the line, and list the keys the layer knows."""
+    from pydantic import ValidationError
+
+    known = ", ".join(model.model_fields)
+
+    def fail(path: tuple[str, ...], err: dict[str, Any], value: Any) -> PgsweepError:
+        what = _describe_pydantic(err)
+        if what == "unknown key":
+            return source.error(
+                path,
+                f"unknown key in [{layer}]",
+                expected=f"one of {known}",
+                fix="check the spelling; see the README's experiment file reference",
+            )
+        return source.error(
+            path,
+            f"{what} (got {value!r})",
+            fix="see the README's experiment file reference for this key",
+        )
+
+    try:
+        instance = model.model_validate(base)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        raise fail((layer, key), dict(err), base.get(key)) from None
+    for key, levels in factors.items():
+        if key not in model.model_fields:
+            raise source.error(
+                ("factors", layer, key),
+                f"no layer owns {layer}.{key}",
+                expected=f"one of {known}",
+                fix="check the key's spelling",
+            )
+        for level in levels:
+            try:
+                model.model_validate({**base, key: level})
+            except ValidationError as exc:
+                raise fail(("factors", layer, key), dict(exc.errors()[0]), level) from None
+    return instance

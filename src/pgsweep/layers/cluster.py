@@ -1,0 +1,104 @@
+"""The `cluster` layer: initdb options and data size. A change means a new cluster:
+initdb, load with `pgbench -i`, snapshot of the loaded data directory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .. import proc
+from ..postgres.cluster import Cluster, ServerError
+from ..trialenv import TrialEnv, TrialFailure
+from .base import Cost, Layer, ValidationContext, Value, check_table
+
+
+class ClusterTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    scale: int = Field(10, ge=1, le=100_000, description="pgbench -i -s")
+    data_checksums: bool = Field(False, description="initdb --data-checksums")
+    wal_segsize: int | None = Field(None, description="initdb --wal-segsize, in MB")
+
+    @field_validator("wal_segsize")
+    @classmethod
+    def _power_of_two(cls, v: int | None) -> int | None:
+        if v is not None and (v < 1 or v > 1024 or v & (v - 1)):
+            raise ValueError("a power of two between 1 and 1024 (MB)")
+        return v
+
+
+def initdb_options(values: dict[str, Value]) -> list[str]:
+    opts = ["--data-checksums"] if values.get("data_checksums") else []
+    if values.get("wal_segsize") is not None:
+        opts += ["--wal-segsize", str(values["wal_segsize"])]
+    return opts
+
+
+class ClusterLayer(Layer):
+    name = "cluster"
+
+    def validate(
+        self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
+    ) -> dict[str, Value]:
+        table = check_table(ClusterTable, self.name, base, factors, ctx.source)
+        return dict(table.model_dump())
+
+    def cost(self, key: str) -> Cost:
+        return Cost.CLUSTER
+
+    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
+        key = json.dumps(values, sort_keys=True)
+        if key in env.cluster_failures:
+            raise TrialFailure(f"this cluster could not be built: {env.cluster_failures[key]}")
+        if env.cluster_key == key and env.cluster is not None:
+            if env.data_dirty:
+                env.cluster.restore_snapshot()
+                env.server_settings = None
+                env.data_dirty = False
+                env.events.append("restore")
+            return
+        self.undo(env)
+        number = len(list(env.workdir.glob("cluster-*"))) + 1
+        cluster = Cluster(
+            env.binaries,
+            env.user,
+            env.workdir / f"cluster-{number}",
+            env.socket_root / f"c{number}",
+        )
+        env.cluster, env.cluster_key = cluster, key
+        try:
+            cluster.create(initdb_options(values))
+            cluster.start()
+            _load(cluster, int(values["scale"]))
+            cluster.take_snapshot()
+        except ServerError as exc:
+            env.cluster_failures[key] = str(exc)
+            self.undo(env)
+            raise TrialFailure(str(exc), cluster.log_tail()) from exc
+        env.server_settings = None
+        env.data_dirty = False
+        env.events.append("new-cluster")
+
+    def undo(self, env: TrialEnv) -> None:
+        if env.cluster is not None:
+            env.cluster.destroy()
+        env.cluster, env.cluster_key, env.server_settings = None, None, None
+
+
+def _load(cluster: Cluster, scale: int) -> None:
+    """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint."""
+    argv = [cluster.binaries.path("pgbench"), *cluster.pgbench_conn_args()]
+    argv += ["-i", "-q", "-s", str(scale), "postgres"]
+    # ~2 s per 10 scale units here; allow slow disks a wide margin.
+    res = proc.run(argv, out=cluster.root / "load.out", timeout=120 + scale * 5, user=cluster.user)
+    if not res.ok:
+        raise ServerError(f"loading the data failed: {res.describe_failure()}")
+    with cluster.connect() as conn:
+        has_prewarm = conn.execute(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
+        ).fetchone()
+        if has_prewarm and has_prewarm[0]:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("CHECKPOINT")

@@ -1,0 +1,167 @@
+"""The `server` layer: any postgresql.conf setting, checked against the server binary's own
+catalog and parser, written to a file pgsweep owns, applied by reload or restart as the
+setting's context requires, and read back from pg_settings before the trial may run."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from typing import Any
+
+from ..errors import PgsweepError
+from ..postgres.cluster import ServerError
+from ..trialenv import TrialEnv, TrialFailure
+from .base import Cost, Layer, ValidationContext, Value
+
+# pgsweep sets these itself: the private socket, and the log file it reads.
+MANAGED = {
+    "listen_addresses",
+    "port",
+    "unix_socket_directories",
+    "unix_socket_permissions",
+    "unix_socket_group",
+    "data_directory",
+    "config_file",
+    "hba_file",
+    "ident_file",
+    "external_pid_file",
+    "logging_collector",
+}
+RESTART_CONTEXTS = {"postmaster", "internal"}
+
+
+def as_pg_value(value: Value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+class ServerLayer(Layer):
+    name = "server"
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, str] = {}
+
+    def validate(
+        self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
+    ) -> dict[str, Value]:
+        catalog = ctx.binaries.settings
+        self._contexts = {name: s.context for name, s in catalog.items()}
+        checks: list[tuple[tuple[str, ...], str, list[Any]]]
+        checks = [(("server", k), k, [v]) for k, v in base.items()]
+        checks += [(("factors", "server", k), k, levels) for k, levels in factors.items()]
+        for path, name, values in checks:
+            self._check_name(path, name, ctx)
+            for value in values:
+                self._check_value(path, name, value, ctx)
+        return {k: base[k] for k in base}
+
+    def _check_name(self, path: tuple[str, ...], name: str, ctx: ValidationContext) -> None:
+        catalog = ctx.binaries.settings
+        if name in MANAGED:
+            raise ctx.source.error(
+                path,
+                f"pgsweep manages {name} itself (a private Unix socket and its own log)",
+                fix=f"remove {name} from the experiment file",
+            )
+        if name in catalog or "." in name:  # dotted names are extension settings
+            return
+        close = difflib.get_close_matches(name, list(catalog), n=3)
+        hint = (
+            f"did you mean {' or '.join(close)}?" if close else "see `postgres --describe-config`"
+        )
+        raise ctx.source.error(
+            path,
+            f"PostgreSQL {ctx.binaries.version} has no setting named {name!r}",
+            expected="a setting from the server's own catalog",
+            fix=hint,
+        )
+
+    def _check_value(
+        self, path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext
+    ) -> None:
+        if not isinstance(value, str | int | float | bool):
+            raise ctx.source.error(
+                path, f"{name} must be a string, number or boolean, not {type(value).__name__}"
+            )
+        text = as_pg_value(value)
+        try:
+            ctx.checker.canonical(name, text)
+        except PgsweepError as exc:
+            setting = ctx.binaries.settings.get(name)
+            expected = None
+            if setting and setting.vartype in ("INTEGER", "REAL"):
+                kind = setting.vartype.lower()
+                expected = f"{kind} between {setting.min} and {setting.max} (base units)"
+            raise ctx.source.error(
+                path,
+                f"PostgreSQL rejects {name} = {text!r}: {exc.what}",
+                expected=expected,
+                fix="use a value the server accepts, e.g. its unit suffixes kB, MB, GB, ms, s, min",
+            ) from None
+
+    def cost(self, key: str) -> Cost:
+        return (
+            Cost.RESTART
+            if self._contexts.get(key, "postmaster") in RESTART_CONTEXTS
+            else Cost.RELOAD
+        )
+
+    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
+        cluster = env.require_cluster()
+        wanted = {k: as_pg_value(v) for k, v in values.items()}
+        try:
+            if env.server_settings is None or cluster.postmaster_pid() is None:
+                cluster.write_settings(wanted)
+                cluster.start()
+                env.events.append("start")
+            elif wanted != env.server_settings:
+                changed = set(wanted.items()) ^ set(env.server_settings.items())
+                cluster.write_settings(wanted)
+                if any(self.cost(k) is Cost.RESTART for k, _ in changed):
+                    cluster.stop()
+                    cluster.start()
+                    env.events.append("restart")
+                else:
+                    _reload_and_wait(env)
+                    env.events.append("reload")
+        except ServerError as exc:
+            env.server_settings = None
+            raise TrialFailure(str(exc).splitlines()[0], cluster.log_tail()) from exc
+        env.server_settings = wanted
+        self._verify(wanted, env)
+
+    def _verify(self, wanted: dict[str, str], env: TrialEnv) -> None:
+        """Refuse the trial unless the server runs with exactly the configuration's levels."""
+        cluster = env.require_cluster()
+        with cluster.connect() as conn:
+            start = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+            env.server_started_at = start[0] if start else None
+            env.effective = {}
+            for name, text in wanted.items():
+                row = conn.execute(
+                    "SELECT setting, pending_restart FROM pg_settings WHERE name = %s", (name,)
+                ).fetchone()
+                shown = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+                env.effective[name] = shown[0] if shown else ""
+                expected = env.canonical.get(name, {}).get(text)
+                if row is None or (expected is not None and row[0] != expected) or row[1]:
+                    actual = row[0] if row else "(unknown)"
+                    raise TrialFailure(
+                        f"server.{name}: the level {text!r} means {expected!r} but the server "
+                        f"runs with {actual!r}{' (restart pending)' if row and row[1] else ''}",
+                        cluster.log_tail(),
+                    )
+
+
+def _reload_and_wait(env: TrialEnv) -> None:
+    cluster = env.require_cluster()
+    with cluster.connect() as conn:
+        before = conn.execute("SELECT pg_conf_load_time()").fetchone()
+        cluster.reload()
+        for _ in range(100):
+            after = conn.execute("SELECT pg_conf_load_time()").fetchone()
+            if after != before:
+                return
+            time.sleep(0.05)
+    raise ServerError("the server did not re-read its configuration within 5 s of SIGHUP")

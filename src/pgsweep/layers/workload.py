@@ -1,0 +1,147 @@
+"""The `workload` layer: which pgbench script, how many clients, for how long. Changing it
+costs nothing; it decides the pgbench command line of the trial."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..postgres import pgbench
+from ..trialenv import TrialEnv, TrialFailure
+from ..units import parse_duration
+from .base import Cost, Layer, ValidationContext, Value, check_table
+
+PGBENCH_TABLES = (
+    "pgbench_accounts",
+    "pgbench_branches",
+    "pgbench_tellers",
+    "pgbench_history",
+    "pgbench_accounts_pkey",
+    "pgbench_branches_pkey",
+    "pgbench_tellers_pkey",
+)
+
+
+class WorkloadTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    script: str = Field("tpcb-like", description="tpcb-like | simple-update | select-only | path")
+    clients: int = Field(1, ge=1, le=10_000)
+    jobs: int = Field(1, ge=1, le=1_000)
+    duration: int | float | str = Field("30s")
+    warmup: int | float | str = Field("10s")
+    rate: int | float | None = Field(None, gt=0, description="pgbench -R, transactions/s")
+    latency_limit: int | float | str | None = Field(None, description="pgbench -L")
+    protocol: str = Field("simple", pattern="^(simple|extended|prepared)$")
+    prewarm: bool = Field(False, description="pg_prewarm the pgbench relations after each start")
+
+    @field_validator("duration")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if parse_duration(v) < 1:
+            raise ValueError("a duration of at least 1 s")
+        return v
+
+    @field_validator("warmup")
+    @classmethod
+    def _warmup(cls, v: Any) -> Any:
+        parse_duration(v)
+        return v
+
+    @field_validator("latency_limit")
+    @classmethod
+    def _latency(cls, v: Any) -> Any:
+        if v is not None and parse_duration(v, default_unit="ms") <= 0:
+            raise ValueError('a latency limit above 0, e.g. "50ms"')
+        return v
+
+
+def seconds(value: Value) -> int:
+    return round(parse_duration(value))
+
+
+class WorkloadLayer(Layer):
+    name = "workload"
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, Path] = {}  # as written -> resolved path of a custom script
+
+    def validate(
+        self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
+    ) -> dict[str, Value]:
+        table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
+        scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
+        scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
+        for path, script in scripts:
+            if script in pgbench.BUILTIN_SCRIPTS:
+                continue
+            resolved = (ctx.source.path.parent / script).resolve()
+            if not resolved.is_file():
+                raise ctx.source.error(
+                    path,
+                    f"the custom script {script!r} does not exist (looked at {resolved})",
+                    expected=f"one of {', '.join(pgbench.BUILTIN_SCRIPTS)} or a path to a .sql "
+                    "file, relative to the experiment file",
+                    fix="fix the path or use a builtin script",
+                )
+            self.scripts[script] = resolved
+        return dict(table.model_dump())
+
+    def cost(self, key: str) -> Cost:
+        return Cost.NOTHING
+
+    def freeze_scripts(self, into: Path) -> None:
+        """Copy custom scripts next to the results, so the run and the record use one text."""
+        into.mkdir(parents=True, exist_ok=True)
+        for i, src in enumerate(self.scripts.values()):
+            shutil.copyfile(src, into / f"{i}-{src.name}")
+
+    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
+        script = str(values["script"])
+        custom_sql = None
+        if script not in pgbench.BUILTIN_SCRIPTS:
+            src = self.scripts[script]
+            frozen = env.workdir / "scripts" / src.name
+            if not frozen.exists():
+                frozen.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, frozen)
+                frozen.parent.chmod(0o755)
+                frozen.chmod(0o644)
+            custom_sql = frozen.read_text()
+            script = str(frozen)
+        limit = values.get("latency_limit")
+        env.workload = pgbench.Workload(
+            script=script,
+            clients=int(values["clients"]),
+            jobs=int(values["jobs"]),
+            seconds=seconds(values["duration"]),
+            protocol=str(values["protocol"]),
+            rate=float(values["rate"]) if values.get("rate") is not None else None,
+            latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
+        )
+        env.workload_writes = pgbench.writes(str(values["script"]), custom_sql)
+        env.warmup_seconds = seconds(values["warmup"])
+        if values.get("prewarm") and env.prewarmed_for != env.server_started_at:
+            _prewarm(env)
+
+    def undo(self, env: TrialEnv) -> None:
+        env.workload = None
+
+
+def _prewarm(env: TrialEnv) -> None:
+    cluster = env.require_cluster()
+    with cluster.connect() as conn:
+        if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_prewarm'").fetchone():
+            raise TrialFailure(
+                "workload.prewarm is on but the pg_prewarm extension is not "
+                "installed (apt-get install postgresql-contrib)"
+            )
+        conn.execute(
+            "SELECT pg_prewarm(c.oid) FROM pg_class c WHERE c.relname = ANY(%s)",
+            (list(PGBENCH_TABLES),),
+        )
+    env.prewarmed_for = env.server_started_at
+    env.events.append("prewarm")

@@ -1,0 +1,1 @@
+"""Everything that talks to PostgreSQL's own programs: binaries, clusters, pgbench."""

@@ -1,0 +1,153 @@
+"""Find a PostgreSQL installation and read its own catalog of settings.
+
+Values are checked by PostgreSQL's own parser: `postgres -C NAME -c NAME=VALUE` against an
+empty configuration directory prints the value in base units, or fails with the server's
+own message (type, unit, range, enum). That canonical value is compared, at trial time,
+with `pg_settings.setting` of the running server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import proc
+from ..errors import PgsweepError, internal
+
+REQUIRED = ("postgres", "initdb", "pg_ctl", "pgbench")
+DEBIAN_ROOT = Path("/usr/lib/postgresql")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    context: str  # postmaster | sighup | superuser | user | internal | backend | ...
+    vartype: str  # BOOLEAN | INTEGER | REAL | STRING | ENUM
+    min: str
+    max: str
+    short_desc: str
+
+
+@dataclass
+class Binaries:
+    bindir: Path
+    version: str  # e.g. "15.18"
+    settings: dict[str, Setting] = field(default_factory=dict)
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    def path(self, program: str) -> str:
+        return str(self.bindir / program)
+
+
+def _has_all(bindir: Path) -> bool:
+    return all((bindir / p).is_file() and os.access(bindir / p, os.X_OK) for p in REQUIRED)
+
+
+def locate(bin_setting: str, *, where: str) -> Path:
+    """`auto`: the newest /usr/lib/postgresql/N/bin, else pg_config on PATH; or a directory."""
+    if bin_setting != "auto":
+        bindir = Path(bin_setting)
+        if not _has_all(bindir):
+            missing = [p for p in REQUIRED if not (bindir / p).is_file()]
+            raise PgsweepError(
+                f"{bindir} does not hold {', '.join(missing)}",
+                where=where,
+                expected="a directory with postgres, initdb, pg_ctl and pgbench",
+                fix='set [postgres] bin = "auto" or point it at e.g. /usr/lib/postgresql/15/bin',
+            )
+        return bindir
+    candidates = sorted(
+        (d / "bin" for d in DEBIAN_ROOT.glob("*") if d.name.isdigit()),
+        key=lambda p: int(p.parent.name),
+        reverse=True,
+    )
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        candidates.append(Path(pg_config).resolve().parent)
+    for bindir in candidates:
+        if _has_all(bindir):
+            return bindir
+    raise PgsweepError(
+        "no PostgreSQL installation with postgres, initdb, pg_ctl and pgbench was found",
+        where=where,
+        fix="install the server (apt-get install postgresql postgresql-contrib, or run "
+        'scripts/setup.sh as root), or set [postgres] bin = "/path/to/bin"',
+    )
+
+
+def _parse_catalog(text: str) -> dict[str, Setting]:
+    catalog: dict[str, Setting] = {}
+    for line in text.splitlines():
+        cols = line.split("\t")
+        if len(cols) < 8:
+            continue
+        catalog[cols[0]] = Setting(cols[0], cols[1], cols[3], cols[5], cols[6], cols[7])
+    return catalog
+
+
+def inspect(bindir: Path, scratch: Path) -> Binaries:
+    """Version and the full settings catalog of this installation."""
+    res = proc.run([str(bindir / "postgres"), "--version"], out=scratch / "version.out")
+    m = re.search(r"\(PostgreSQL\) (\d+(?:\.\d+)?)", res.stdout)
+    if not res.ok or not m:
+        raise internal(f"cannot read the PostgreSQL version: {res.describe_failure()}")
+    res = proc.run(
+        [str(bindir / "postgres"), "--describe-config"], out=scratch / "describe-config.out"
+    )
+    if not res.ok:
+        raise internal(f"postgres --describe-config failed: {res.describe_failure()}")
+    return Binaries(bindir, m.group(1), _parse_catalog(res.stdout))
+
+
+class ValueChecker:
+    """Asks `postgres -C` what a value means, caching answers. Use as a context manager."""
+
+    def __init__(self, binaries: Binaries, user: proc.RunAs | None) -> None:
+        self.binaries = binaries
+        self.user = user
+        self._cache: dict[tuple[str, str], str] = {}
+        self._dir: Path | None = None
+
+    def __enter__(self) -> ValueChecker:
+        self._dir = Path(tempfile.mkdtemp(prefix="pgsweep-check-"))
+        (self._dir / "postgresql.conf").write_text("")
+        if self.user:
+            for p in (self._dir, self._dir / "postgresql.conf"):
+                os.chown(p, self.user.uid, self.user.gid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def canonical(self, name: str, value: str) -> str:
+        """The value in PostgreSQL's base units, or PgsweepError(what=server's message)."""
+        key = (name, value)
+        if key not in self._cache:
+            assert self._dir is not None, "ValueChecker used outside `with`"
+            argv = [self.binaries.path("postgres"), "-D", str(self._dir), "-C", name]
+            argv += ["-c", f"{name}={value}"]
+            res = proc.run(argv, out=self._dir / "out", timeout=30, user=self.user)
+            if not res.ok:
+                msgs = re.findall(r"(?:FATAL|ERROR|HINT):\s+(.*)", res.stderr)
+                raise PgsweepError("; ".join(msgs) or res.tail(3))
+            self._cache[key] = res.stdout.strip()
+        return self._cache[key]
+
+    def answers(self) -> dict[tuple[str, str], str]:
+        return dict(self._cache)
+
+
+@contextmanager
+def checker(binaries: Binaries, user: proc.RunAs | None) -> Iterator[ValueChecker]:
+    with ValueChecker(binaries, user) as vc:
+        yield vc

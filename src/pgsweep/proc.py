@@ -1,0 +1,150 @@
+"""The one subprocess helper: argv lists (never a shell), own process group, timeouts that
+kill the whole group, output to files, and the tail of that output quoted in errors."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import internal
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """An unprivileged OS user to run a command as (PostgreSQL refuses to run as root)."""
+
+    name: str
+
+    @property
+    def uid(self) -> int:
+        return pwd.getpwnam(self.name).pw_uid
+
+    @property
+    def gid(self) -> int:
+        return pwd.getpwnam(self.name).pw_gid
+
+    @property
+    def home(self) -> str:
+        return pwd.getpwnam(self.name).pw_dir
+
+    @staticmethod
+    def current_name() -> str:
+        return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout_path: Path
+    stderr_path: Path
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 15) -> str:
+        text = (self.stderr.strip() + "\n" + self.stdout.strip()).strip()
+        return "\n".join(text.splitlines()[-lines:])
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe_failure(self) -> str:
+        why = "timed out" if self.timed_out else f"exited with code {self.returncode}"
+        return f"`{' '.join(self.argv)}` {why}:\n{self.tail()}"
+
+
+def _env_for(user: RunAs | None, extra: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in list(env):
+        if key.startswith("PG"):  # a user's PGHOST/PGPORT must never point a trial elsewhere
+            del env[key]
+    env["LC_ALL"] = "C"
+    if user is not None:
+        env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    env.update(extra or {})
+    return env
+
+
+def start(
+    argv: list[str],
+    *,
+    out: Path,
+    err: Path | None = None,
+    user: RunAs | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a process in its own process group with stdout/stderr going to files."""
+    err = err or out.with_suffix(out.suffix + ".err")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as fout, open(err, "wb") as ferr:
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fout,
+                stderr=ferr,
+                cwd=cwd,
+                env=_env_for(user, env),
+                process_group=0,
+                user=user.uid if user else None,
+                group=user.gid if user else None,
+                extra_groups=[] if user else None,
+            )
+        except FileNotFoundError as exc:
+            raise internal(f"cannot run {argv[0]}: {exc.strerror}") from exc
+
+
+def kill_group(popen: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if it does not exit within `grace`."""
+    if popen.poll() is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(popen.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            popen.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run(
+    argv: list[str],
+    *,
+    out: Path,
+    err: Path | None = None,
+    timeout: float = 60.0,
+    user: RunAs | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run to completion (or timeout, which kills the group) and return the result."""
+    err = err or out.with_suffix(out.suffix + ".err")
+    began = time.monotonic()
+    popen = start(argv, out=out, err=err, user=user, cwd=cwd, env=env)
+    timed_out = False
+    try:
+        popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # On timeout, Ctrl-C or any other exception the child's group must not outlive us.
+        kill_group(popen)
+    return Result(argv, popen.returncode, out, err, time.monotonic() - began, timed_out)

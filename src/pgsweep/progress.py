@@ -1,0 +1,71 @@
+"""What a run shows while it works: a progress bar with the configuration, trials done and
+left, and an ETA on a terminal; one line per trial elsewhere (logs, CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from .plan import Configuration, Plan, Trial
+from .store import TrialRecord
+
+
+class ConsoleReporter:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+        self.total = 0
+
+    def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None:
+        for note in notes:
+            self.console.print(f"note: {note}")
+        self.total = len(todo)
+        self.console.print(
+            f"results: {results}  ({len(todo)} of {len(plan.trials)} trials to run,"
+            f" seed {plan.seed})"
+        )
+        if self.console.is_terminal:
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("starting", total=len(todo))
+
+    def trial_started(self, trial: Trial, config: Configuration, done: int) -> None:
+        text = f"{trial.id} {config.label()}"
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description=text[:60])
+
+    def trial_finished(self, trial: Trial, record: TrialRecord, done: int) -> None:
+        if record.status == "ok":
+            what = f"{record.tps:,.1f} tps"
+        else:
+            what = f"FAILED: {(record.reason or '').splitlines()[0][:120]}"
+        line = f"[{done}/{self.total}] {trial.id} ({record.config_id}): {what}"
+        if self.progress is not None and self.task is not None:
+            self.progress.console.print(line, markup=False, highlight=False)
+            self.progress.update(self.task, completed=done)
+        else:
+            self.console.print(line, markup=False, highlight=False)
+
+    def finished(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

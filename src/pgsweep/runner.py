@@ -1,0 +1,289 @@
+"""Runs a plan: prepares every trial through the layers, measures it with pgbench, saves it
+atomically, and always removes what it created, on success, error, SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+from . import __version__, proc, workarea
+from .errors import PgsweepError
+from .layers.base import Cost, Value
+from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
+from .postgres import pgbench
+from .postgres.cluster import ServerError
+from .spec import Experiment
+from .store import Store, TrialRecord
+from .trialenv import TrialEnv, TrialFailure
+from .units import parse_duration
+
+
+class Reporter(Protocol):
+    def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None: ...
+    def trial_started(self, trial: Trial, config: Configuration, done: int) -> None: ...
+    def trial_finished(self, trial: Trial, record: TrialRecord, done: int) -> None: ...
+    def finished(self) -> None: ...
+
+
+def plan_for(exp: Experiment) -> Plan:
+    factors = [
+        PlanFactor(f.name, f.levels, max(exp.layer(f.layer).cost(f.key), Cost.NOTHING))
+        for f in exp.factors
+    ]
+    return make_plan(factors, exp.rounds, exp.seed, exp.rebuild)
+
+
+def config_values(exp: Experiment, config: Configuration) -> dict[str, dict[str, Value]]:
+    values = {layer: dict(base) for layer, base in exp.base.items()}
+    for name, level in config.levels.items():
+        layer, key = name.split(".", 1)
+        values[layer][key] = level
+    return values
+
+
+def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
+    """Seconds per trial and per cluster build, from the workload and the data size."""
+    costs = {}
+    for c in plan.configurations:
+        v = config_values(exp, c)
+        w, scale = v["workload"], int(v["cluster"]["scale"])
+        restore = 1.0 + 0.03 * scale if pgbench.writes(str(w["script"]), None) else 0.0
+        measure = parse_duration(w["warmup"]) + parse_duration(w["duration"]) + 1.5 + restore
+        costs[c.id] = TrialCost(measure=measure, build=4.0 + 0.35 * scale)
+    return costs
+
+
+def fingerprint(exp: Experiment) -> str:
+    """What must not change between a run and its --resume."""
+    return json.dumps(
+        {
+            "base": exp.base,
+            "factors": [[f.name, list(f.levels)] for f in exp.factors],
+            "rounds": exp.rounds,
+            "seed": exp.seed,
+            "rebuild": exp.rebuild,
+            "postgres": str(exp.binaries.bindir),
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def open_results(exp: Experiment, results: Path, resume: bool) -> tuple[Plan, Store]:
+    db_path = results / "results.db"
+    if resume:
+        if not db_path.exists():
+            raise PgsweepError(
+                f"nothing to resume: {db_path} does not exist",
+                where=str(results),
+                fix="start without --resume, or name the results folder of the run",
+            )
+        store = Store(db_path)
+        stored = store.experiment()
+        if stored is None:
+            raise PgsweepError(f"{db_path} holds no experiment", fix="start a new run")
+        if not exp.seed_given:
+            exp.seed = int(stored["seed"])
+        if stored["fingerprint"] != fingerprint(exp):
+            store.close()
+            old, new = json.loads(stored["fingerprint"]), json.loads(fingerprint(exp))
+            changed = ", ".join(k for k in new if old.get(k) != new.get(k))
+            raise PgsweepError(
+                f"the experiment file changed since this run started ({changed} differ)",
+                where=str(exp.source.path),
+                fix=f"undo the change to resume, or start a new run without --resume "
+                f"(the original is frozen in {results / 'experiment.toml'})",
+            )
+        return plan_for(exp), store
+    if db_path.exists():
+        raise PgsweepError(
+            f"{results} already holds results",
+            fix="add --resume to continue that run, or choose another --results folder",
+        )
+    results.mkdir(parents=True, exist_ok=True)
+    plan = plan_for(exp)
+    (results / "experiment.toml").write_text(exp.source.text)
+    (results / "plan.json").write_text(plan.to_json())
+    store = Store(db_path)
+    store.write_experiment(
+        {
+            "name": exp.name,
+            "file_text": exp.source.text,
+            "fingerprint": fingerprint(exp),
+            "seed": exp.seed,
+            "plan_json": plan.to_json(),
+            "created_at": _now(),
+            "pgsweep_version": __version__,
+            "postgres_version": exp.binaries.version,
+        },
+        [(c.id, c.label(), json.dumps(c.levels), c.group) for c in plan.configurations],
+    )
+    return plan, store
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through cleanup."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class Outcome:
+    results: Path
+    total: int
+    failed: int
+    interrupted: bool = False
+
+
+def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
+    notes = [f"removed leftovers of an earlier run: {d}" for d in workarea.cleanup_stale()]
+    plan, store = open_results(exp, results, resume)
+    done = store.done_trials()
+    todo = [t for t in plan.trials if t.id not in done]
+    area = workarea.WorkArea.create(results, exp.user)
+    if area.note:
+        notes.append(area.note)
+    exp.layer("workload").freeze_scripts(results / "scripts")  # type: ignore[attr-defined]
+    env = TrialEnv(exp.binaries, exp.user, area.workdir, area.socket_root, exp.canonical)
+    reporter.started(plan, todo, results, notes)
+    outcome = Outcome(results, len(plan.trials), 0)
+    try:
+        with _signals_as_interrupt():
+            for n, trial in enumerate(todo):
+                config = plan.config(trial.config)
+                reporter.trial_started(trial, config, n)
+                record = run_trial(exp, env, trial, config)
+                store.save_trial(record)
+                reporter.trial_finished(trial, record, n + 1)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let cleanup finish
+        try:
+            for layer in reversed(exp.layers):
+                layer.undo(env)
+            area.remove()
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            reporter.finished()
+    outcome.failed = len(store.rows("SELECT id FROM trial WHERE status = 'failed'"))
+    store.close()
+    return outcome
+
+
+def run_trial(exp: Experiment, env: TrialEnv, trial: Trial, config: Configuration) -> TrialRecord:
+    started = _now()
+    env.events, env.effective = [], {}
+    trial_dir = env.workdir / "trials" / trial.id
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
+    log_offset = 0
+    values = config_values(exp, config)
+    try:
+        for layer in exp.layers:
+            if layer.name == "workload" and env.cluster is not None:
+                log_offset = _log_size(env)
+            layer.apply(values[layer.name], env)
+        measure(env, trial_dir, record)
+    except TrialFailure as exc:
+        record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail
+    except (ServerError, pgbench.ParseError, OSError) as exc:
+        record.status, record.reason = "failed", str(exc)
+        record.log_tail = env.cluster.log_tail() if env.cluster else ""
+    record.events = list(env.events)
+    record.effective = dict(env.effective)
+    record.server_started_at = env.server_started_at.isoformat() if env.server_started_at else None
+    if env.cluster is not None:
+        record.artifacts["server.log"] = _log_since(env, log_offset)
+    record.finished_at = _now()
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    return record
+
+
+def _log_size(env: TrialEnv) -> int:
+    try:
+        return env.require_cluster().logfile.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _log_since(env: TrialEnv, offset: int) -> bytes:
+    try:
+        with open(env.require_cluster().logfile, "rb") as f:
+            f.seek(offset)
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
+    """Warm-up run (not counted), then the measured run; TPS from pgbench's own summary."""
+    cluster, w = env.require_cluster(), env.workload
+    assert w is not None, "the workload layer prepares every trial"
+    pgb, conn = env.binaries.path("pgbench"), cluster.pgbench_conn_args()
+    if env.warmup_seconds > 0:
+        argv = w.argv(pgb, conn, seconds=env.warmup_seconds, vacuum=True)
+        res = _pgbench(argv, trial_dir / "warmup", env)
+        record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
+        record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
+        if not res.ok:
+            raise TrialFailure(
+                f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
+            )
+    argv = w.argv(pgb, conn, seconds=w.seconds, vacuum=env.warmup_seconds == 0)
+    record.pgbench_argv = json.dumps(argv)
+    record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
+    res = _pgbench(argv, trial_dir / "pgbench", env)
+    record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
+    record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
+    if env.workload_writes:
+        env.data_dirty = True
+    if not res.ok:
+        raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
+    summary = pgbench.parse_summary(res.stdout)
+    record.tps, record.transactions = summary.tps, summary.transactions
+    record.failed_transactions = summary.failed
+    record.latency_avg_ms, record.latency_stddev_ms = (
+        summary.latency_avg_ms,
+        summary.latency_stddev_ms,
+    )
+    record.samples = [
+        (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped)
+        for p in pgbench.parse_progress(res.stderr)
+    ]
+
+
+def _pgbench(argv: list[str], stem: Path, env: TrialEnv) -> proc.Result:
+    seconds = int(argv[argv.index("-T") + 1])
+    began = time.monotonic()
+    res = proc.run(
+        argv,
+        out=stem.with_suffix(".out"),
+        err=stem.with_suffix(".err"),
+        timeout=seconds * 1.5 + 60,
+        user=env.user,
+    )
+    res.seconds = time.monotonic() - began
+    return res

@@ -1,0 +1,112 @@
+"""Reading a results folder: per-configuration TPS summary (n, mean, median), failures, and
+the plan as `pgsweep plan` prints it. Statistics beyond mean and median come later."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import PgsweepError
+from .plan import Plan
+from .store import Store
+from .units import human_seconds
+
+
+@dataclass
+class ConfigSummary:
+    id: str
+    label: str
+    planned: int
+    n: int
+    failed: int
+    mean_tps: float | None
+    median_tps: float | None
+
+
+def open_store(results: Path) -> Store:
+    db = results / "results.db"
+    if not db.is_file():
+        raise PgsweepError(
+            f"{results} holds no results.db",
+            where=str(results),
+            fix="name a folder written by `pgsweep run`",
+        )
+    return Store(db)
+
+
+def summarize(store: Store) -> list[ConfigSummary]:
+    exp = store.experiment()
+    rounds = json.loads(exp["plan_json"])["rounds"] if exp else 0
+    out = []
+    for c in store.rows("SELECT id, label FROM configuration ORDER BY id"):
+        trials = store.rows("SELECT status, tps FROM trial WHERE config_id = ?", (c["id"],))
+        tps = [t["tps"] for t in trials if t["status"] == "ok"]
+        out.append(
+            ConfigSummary(
+                c["id"],
+                c["label"],
+                rounds,
+                len(tps),
+                sum(t["status"] == "failed" for t in trials),
+                statistics.fmean(tps) if tps else None,
+                statistics.median(tps) if tps else None,
+            )
+        )
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return f"{value:,.1f}" if value is not None else "-"
+
+
+def render_summary(store: Store, console: Console) -> None:
+    exp = store.experiment()
+    assert exp is not None
+    table = Table(
+        title=f"{exp['name']}: TPS per configuration (PostgreSQL {exp['postgres_version']})"
+    )
+    for col in ("config", "levels", "n", "failed", "mean TPS", "median TPS"):
+        table.add_column(col, justify="right" if "TPS" in col or col in ("n", "failed") else "left")
+    for s in summarize(store):
+        table.add_row(
+            s.id, s.label, f"{s.n}/{s.planned}", str(s.failed), _fmt(s.mean_tps), _fmt(s.median_tps)
+        )
+    console.print(table)
+    for f in store.rows("SELECT id, reason FROM trial WHERE status = 'failed' ORDER BY ord"):
+        console.print(
+            f"failed {f['id']}: {(f['reason'] or '').splitlines()[0]}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str]) -> None:
+    table = Table(title=f"{len(plan.configurations)} configurations")
+    table.add_column("config")
+    for f in plan.factors:
+        table.add_column(f.name)
+    table.add_column("cluster group", justify="right")
+    for c in plan.configurations:
+        table.add_row(c.id, *(str(v) for v in c.levels.values()), str(c.group + 1))
+    console.print(table)
+    console.print(
+        f"{len(plan.trials)} trials: {len(plan.configurations)} configurations x "
+        f"{plan.rounds} rounds, seed {plan.seed}, clusters rebuilt {plan.rebuild.replace('_', ' ')}"
+    )
+    grouped = plan.grouped_factors()
+    if grouped:
+        console.print(
+            f"split-plot order: {', '.join(grouped)} need a new cluster, so their levels "
+            "are grouped and the other factors shuffled within each group; comparisons "
+            "across groups rest on fewer independent replicates"
+        )
+    order = " ".join(t.id for t in plan.trials)
+    console.print(f"run order: {order}", markup=False, highlight=False, soft_wrap=False)
+    console.print(f"estimated duration: {human_seconds(estimate)}")
+    for note in notes:
+        console.print(f"note: {note}")

@@ -1,0 +1,257 @@
+"""The experiment file: one TOML file, validated whole before anything runs.
+
+Each layer is a table of base values; `[factors]` mirrors those tables with lists of
+levels. Fixed tables are pydantic models; layers validate their own keys (the server layer
+against PostgreSQL's own catalog). Every error names the file, the key and its line."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import PgsweepError
+from .layers.base import Layer, Source, ValidationContext, Value
+from .layers.cluster import ClusterLayer
+from .layers.server import ServerLayer
+from .layers.workload import WorkloadLayer
+from .postgres import binaries as pgbin
+from .proc import RunAs
+
+
+class ExperimentTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    seed: int | None = Field(None, ge=0)
+    description: str = ""
+
+
+class PostgresTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    bin: str = "auto"
+    user: str | None = Field(None, description="OS user the server runs as when pgsweep is root")
+
+
+class RepeatTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    rounds: int = Field(3, ge=1, le=10_000)
+    rebuild: str = Field(
+        "once",
+        pattern="^(once|per_round)$",
+        description="build each cluster once, or again in every round",
+    )
+
+
+FIXED_TABLES: dict[str, type[BaseModel]] = {
+    "experiment": ExperimentTable,
+    "postgres": PostgresTable,
+    "repeat": RepeatTable,
+}
+
+
+def make_layers() -> list[Layer]:
+    """Every layer, in the order a trial applies them (most expensive first)."""
+    return [ClusterLayer(), ServerLayer(), WorkloadLayer()]
+
+
+@dataclass(frozen=True)
+class Factor:
+    layer: str
+    key: str
+    levels: tuple[Value, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.layer}.{self.key}"
+
+
+@dataclass
+class Experiment:
+    source: Source
+    name: str
+    seed: int
+    seed_given: bool
+    rounds: int
+    rebuild: str
+    base: dict[str, dict[str, Value]]  # layer -> key -> validated base value
+    factors: list[Factor]
+    layers: list[Layer]
+    binaries: pgbin.Binaries
+    user: RunAs | None
+    canonical: dict[str, dict[str, str]]  # server setting -> level text -> base-unit value
+
+    def layer(self, name: str) -> Layer:
+        return next(layer for layer in self.layers if layer.name == name)
+
+
+def _fixed(source: Source, doc: dict[str, Any], table: str) -> Any:
+    model = FIXED_TABLES[table]
+    data = doc.get(table, {})
+    if not isinstance(data, dict):
+        raise source.error((table,), f"[{table}] must be a table")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":
+            raise source.error(
+                (table, key),
+                f"unknown key in [{table}]",
+                expected=f"one of {', '.join(model.model_fields)}",
+            ) from None
+        if err["type"] == "missing":
+            raise source.error(
+                (table,),
+                f"[{table}] needs the key {key!r}",
+                fix=f'add e.g. {key} = "my-experiment" to [{table}]',
+            ) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise source.error((table, key), f"{msg} (got {data.get(key)!r})") from None
+
+
+def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> list[Factor]:
+    table = doc.get("factors", {})
+    if not isinstance(table, dict):
+        raise source.error(("factors",), "[factors] must be a table of layer.key = [levels]")
+    factors = []
+    for layer, keys in table.items():
+        if layer not in layer_names:
+            raise source.error(
+                ("factors", layer),
+                f"no layer named {layer!r}",
+                expected=f"factors named layer.key, layer one of {', '.join(layer_names)}",
+                fix='write e.g. server.shared_buffers = ["128MB", "1GB"]',
+            )
+        if not isinstance(keys, dict):
+            raise source.error(
+                ("factors", layer),
+                f"factors.{layer} must name a key",
+                fix=f"write {layer}.KEY = [level, level]",
+            )
+        for key, levels in keys.items():
+            path = ("factors", layer, key)
+            if not isinstance(levels, list):
+                raise source.error(
+                    path,
+                    "a factor's levels must be a list",
+                    fix=f"write {layer}.{key} = [level1, level2]",
+                )
+            if not levels:
+                raise source.error(
+                    path,
+                    "a factor needs at least one level, and this list is empty",
+                    fix="list the levels to compare, or remove the factor",
+                )
+            if len({repr(v) for v in levels}) != len(levels):
+                raise source.error(path, "a level is listed twice", fix="remove the duplicate")
+            factors.append(Factor(layer, key, tuple(levels)))
+    return factors
+
+
+def resolve_user(setting: str | None, source: Source) -> RunAs | None:
+    """The unprivileged account the server runs as. PostgreSQL refuses to run as root."""
+    if os.geteuid() != 0:
+        if setting and setting != RunAs.current_name():
+            raise source.error(
+                ("postgres", "user"),
+                f"cannot run the server as {setting!r} without root",
+                fix="run pgsweep as root, or remove [postgres] user",
+            )
+        return None
+    name = setting or "postgres"
+    try:
+        user = RunAs(name)
+        if user.uid == 0:
+            raise source.error(
+                ("postgres", "user"),
+                "the server must not run as root",
+                fix='set [postgres] user = "postgres" (or another unprivileged user)',
+            )
+        return user
+    except KeyError:
+        raise source.error(
+            ("postgres", "user"),
+            f"there is no OS user {name!r} to run the server as",
+            fix=f"create one (useradd --system {name}) or set [postgres] user",
+        ) from None
+
+
+def read_source(path: Path) -> tuple[Source, dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PgsweepError(
+            f"cannot read the experiment file: {exc.strerror}",
+            where=str(path),
+            fix="check the path",
+        ) from None
+    source = Source(path, text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PgsweepError(
+            f"not valid TOML: {exc}",
+            where=str(path),
+            fix="fix the syntax at that line (strings need quotes)",
+        ) from None
+    return source, doc
+
+
+def load(path: Path) -> Experiment:
+    """Read and validate an experiment file. Changes nothing on the machine."""
+    source, doc = read_source(path)
+    layers = make_layers()
+    names = [layer.name for layer in layers]
+    for table in doc:
+        if table not in FIXED_TABLES and table not in names and table != "factors":
+            raise source.error(
+                (table,),
+                f"unknown table [{table}]",
+                expected=f"one of {', '.join([*FIXED_TABLES, *names, 'factors'])}",
+            )
+    if "experiment" not in doc:
+        raise PgsweepError(
+            "the file has no [experiment] table",
+            where=str(path),
+            fix='add [experiment] with name = "my-experiment"',
+        )
+    exp, pg, rep = (_fixed(source, doc, t) for t in FIXED_TABLES)
+    factors = _factors(source, doc, names)
+    user = resolve_user(pg.user, source)
+    bindir = pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
+    with tempfile.TemporaryDirectory(prefix="pgsweep-inspect-") as scratch:
+        binaries = pgbin.inspect(bindir, Path(scratch))
+    base: dict[str, dict[str, Value]] = {}
+    with pgbin.checker(binaries, user) as checker:
+        ctx = ValidationContext(source, binaries, checker, user)
+        for layer in layers:
+            table = doc.get(layer.name, {})
+            if not isinstance(table, dict):
+                raise source.error((layer.name,), f"[{layer.name}] must be a table")
+            mine = {f.key: list(f.levels) for f in factors if f.layer == layer.name}
+            base[layer.name] = layer.validate(table, mine, ctx)
+        canonical: dict[str, dict[str, str]] = {}
+        for (name, text), value in checker.answers().items():
+            canonical.setdefault(name, {})[text] = value
+    seed = exp.seed if exp.seed is not None else secrets.randbelow(2**31)
+    return Experiment(
+        source,
+        exp.name,
+        seed,
+        exp.seed is not None,
+        rep.rounds,
+        rep.rebuild,
+        base,
+        factors,
+        layers,
+        binaries,
+        user,
+        canonical,
+    )

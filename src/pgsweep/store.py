@@ -1,0 +1,184 @@
+"""The results database: one SQLite file per results folder, written one transaction per
+trial, so a crash or `kill -9` loses at most the trial in progress. The schema carries a
+version (PRAGMA user_version) and is brought up to date by the migrations below."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import PgsweepError
+
+MIGRATIONS: list[str] = [
+    # 1: experiments, configurations, trials, per-second samples, raw outputs
+    """
+    CREATE TABLE experiment (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        name TEXT NOT NULL, file_text TEXT NOT NULL, fingerprint TEXT NOT NULL,
+        seed INTEGER NOT NULL, plan_json TEXT NOT NULL, created_at TEXT NOT NULL,
+        pgsweep_version TEXT NOT NULL, postgres_version TEXT NOT NULL
+    );
+    CREATE TABLE configuration (
+        id TEXT PRIMARY KEY, label TEXT NOT NULL, levels_json TEXT NOT NULL, grp INTEGER NOT NULL
+    );
+    CREATE TABLE trial (
+        id TEXT PRIMARY KEY, ord INTEGER NOT NULL, round INTEGER NOT NULL,
+        config_id TEXT NOT NULL REFERENCES configuration(id),
+        status TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+        reason TEXT, log_tail TEXT, started_at TEXT NOT NULL, finished_at TEXT NOT NULL,
+        warmup_s INTEGER, duration_s INTEGER,
+        tps REAL, transactions INTEGER, failed_transactions INTEGER,
+        latency_avg_ms REAL, latency_stddev_ms REAL,
+        events_json TEXT NOT NULL DEFAULT '[]', effective_json TEXT NOT NULL DEFAULT '{}',
+        server_started_at TEXT, pgbench_argv TEXT
+    );
+    CREATE TABLE sample (
+        trial_id TEXT NOT NULL REFERENCES trial(id), at_s REAL NOT NULL, tps REAL NOT NULL,
+        latency_ms REAL, stddev_ms REAL, failed INTEGER, lag_ms REAL, skipped INTEGER,
+        PRIMARY KEY (trial_id, at_s)
+    );
+    CREATE TABLE artifact (
+        trial_id TEXT NOT NULL, name TEXT NOT NULL, gz BLOB NOT NULL,
+        PRIMARY KEY (trial_id, name)
+    );
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass
+class TrialRecord:
+    id: str
+    ord: int
+    round: int
+    config_id: str
+    status: str
+    started_at: str
+    finished_at: str
+    reason: str | None = None
+    log_tail: str | None = None
+    warmup_s: int | None = None
+    duration_s: int | None = None
+    tps: float | None = None
+    transactions: int | None = None
+    failed_transactions: int | None = None
+    latency_avg_ms: float | None = None
+    latency_stddev_ms: float | None = None
+    events: list[str] = field(default_factory=list)
+    effective: dict[str, str] = field(default_factory=dict)
+    server_started_at: str | None = None
+    pgbench_argv: str | None = None
+    samples: list[
+        tuple[float, float, float | None, float | None, int | None, float | None, int | None]
+    ] = field(default_factory=list)
+    artifacts: dict[str, bytes] = field(default_factory=dict)  # name -> raw bytes
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA synchronous = FULL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _migrate(self) -> None:
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise PgsweepError(
+                f"{self.path} was written by a newer pgsweep (schema {version}, this one "
+                f"knows {SCHEMA_VERSION})",
+                fix="upgrade pgsweep to read these results",
+            )
+        for number in range(version, SCHEMA_VERSION):
+            self.db.execute("BEGIN IMMEDIATE")
+            # statement by statement: executescript would COMMIT half a migration
+            for statement in MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+            self.db.execute(f"PRAGMA user_version = {number + 1}")
+            self.db.execute("COMMIT")
+
+    # ---- writing --------------------------------------------------------------------
+    def write_experiment(
+        self, row: dict[str, Any], configs: list[tuple[str, str, str, int]]
+    ) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            cols = ", ".join(row)
+            self.db.execute(
+                f"INSERT INTO experiment (id, {cols}) VALUES (1, {', '.join('?' * len(row))})",
+                list(row.values()),
+            )
+            self.db.executemany("INSERT INTO configuration VALUES (?, ?, ?, ?)", configs)
+
+    def save_trial(self, t: TrialRecord) -> None:
+        """Everything of one trial in one transaction: all of it is stored, or none."""
+        cols = [
+            "id",
+            "ord",
+            "round",
+            "config_id",
+            "status",
+            "reason",
+            "log_tail",
+            "started_at",
+            "finished_at",
+            "warmup_s",
+            "duration_s",
+            "tps",
+            "transactions",
+            "failed_transactions",
+            "latency_avg_ms",
+            "latency_stddev_ms",
+            "server_started_at",
+            "pgbench_argv",
+        ]
+        values = [getattr(t, c) for c in cols]
+        cols += ["events_json", "effective_json"]
+        values += [json.dumps(t.events), json.dumps(t.effective, sort_keys=True)]
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute(
+                f"INSERT INTO trial ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                values,
+            )
+            self.db.executemany(
+                "INSERT INTO sample VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(t.id, *s) for s in t.samples],
+            )
+            self.db.executemany(
+                "INSERT INTO artifact VALUES (?, ?, ?)",
+                [(t.id, n, gzip.compress(b)) for n, b in t.artifacts.items()],
+            )
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    # ---- reading --------------------------------------------------------------------
+    def experiment(self) -> dict[str, Any] | None:
+        cur = self.db.execute("SELECT * FROM experiment")
+        row = cur.fetchone()
+        return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
+
+    def done_trials(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT id FROM trial")}
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def artifact(self, trial_id: str, name: str) -> bytes | None:
+        row = self.db.execute(
+            "SELECT gz FROM artifact WHERE trial_id = ? AND name = ?", (trial_id, name)
+        ).fetchone()
+        return gzip.decompress(row[0]) if row else None

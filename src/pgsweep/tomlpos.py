@@ -1,0 +1,33 @@
+"""Line numbers for keys in a TOML file. tomllib keeps none, so errors would otherwise only
+name the key; this scans the text for the table header and the `key =` line."""
+
+from __future__ import annotations
+
+import re
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+_KEY = re.compile(
+    r"""^\s*((?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'))*)\s*="""
+)
+
+
+def _split_dotted(text: str) -> tuple[str, ...]:
+    parts = re.findall(r"""[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'""", text)
+    return tuple(p[1:-1] if p[:1] in "\"'" else p for p in parts)
+
+
+def key_line(text: str, path: tuple[str, ...]) -> int | None:
+    """1-based line where `path` (table parts + key parts) is assigned, or its table begins."""
+    table: tuple[str, ...] = ()
+    table_line: int | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = _split_dotted(header.group(1))
+            if table == path:
+                table_line = number
+            continue
+        key = _KEY.match(line)
+        if key and table + _split_dotted(key.group(1)) == path:
+            return number
+    return table_line

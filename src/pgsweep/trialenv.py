@@ -1,0 +1,50 @@
+"""The state layers act on during a run: the current cluster, what the server runs with,
+and what happened while preparing the current trial."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .postgres.binaries import Binaries
+from .postgres.cluster import Cluster
+from .postgres.pgbench import Workload
+from .proc import RunAs
+
+
+class TrialFailure(Exception):
+    """This trial cannot be measured; the run stores it as failed and goes on."""
+
+    def __init__(self, reason: str, log_tail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+@dataclass
+class TrialEnv:
+    binaries: Binaries
+    user: RunAs | None
+    workdir: Path
+    socket_root: Path
+    # server setting -> {level as written: value in base units} from `postgres -C`
+    canonical: dict[str, dict[str, str]]
+    cluster: Cluster | None = None
+    cluster_key: str | None = None
+    cluster_failures: dict[str, str] = field(default_factory=dict)
+    data_dirty: bool = False  # a writing workload ran since the snapshot was restored
+    server_settings: dict[str, str] | None = None  # in force on the running server
+    server_started_at: datetime | None = None
+    prewarmed_for: datetime | None = None
+    workload: Workload | None = None
+    workload_writes: bool = True
+    warmup_seconds: int = 0
+    # What preparing the current trial did, e.g. ["restore", "restart"]; reset per trial.
+    events: list[str] = field(default_factory=list)
+    effective: dict[str, str] = field(default_factory=dict)  # SHOW of every server.* key
+
+    def require_cluster(self) -> Cluster:
+        if self.cluster is None:
+            raise TrialFailure("internal: no cluster was prepared for this trial")
+        return self.cluster

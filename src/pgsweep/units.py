@@ -1,0 +1,35 @@
+"""Durations and sizes as people write them in an experiment file."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|h)?\s*$")
+_FACTORS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: object, *, default_unit: str = "s") -> float:
+    """Seconds from 30, "30s", "2min", "1h", "500ms". ValueError with the accepted forms."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError('a duration such as 30, "30s", "2min" or "1h"')
+    if isinstance(value, int | float):
+        seconds = float(value) * _FACTORS[default_unit]
+    else:
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError('a duration such as 30, "30s", "2min" or "1h"')
+        seconds = float(m.group(1)) * _FACTORS[m.group(2) or default_unit]
+    if seconds < 0:
+        raise ValueError("a duration that is not negative")
+    return seconds
+
+
+def human_seconds(seconds: float) -> str:
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{s:02d}s"
+    return f"{s}s"
