@@ -12,7 +12,7 @@ import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,10 +41,8 @@ class PostgresTable(BaseModel):
 class RepeatTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     rounds: int = Field(3, ge=1, le=10_000)
-    rebuild: str = Field(
-        "once",
-        pattern="^(once|per_round)$",
-        description="build each cluster once, or again in every round",
+    rebuild: Literal["once", "per_round"] = Field(
+        "once", description="build each cluster once, or again in every round"
     )
 
 
@@ -113,7 +111,11 @@ def _fixed(source: Source, doc: dict[str, Any], table: str) -> Any:
                 fix=f'add e.g. {key} = "my-experiment" to [{table}]',
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise source.error((table, key), f"{msg} (got {data.get(key)!r})") from None
+        raise source.error(
+            (table, key),
+            f"{msg} (got {data.get(key)!r})",
+            fix=f"see [{table}] in the README's experiment file reference",
+        ) from None
 
 
 def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> list[Factor]:

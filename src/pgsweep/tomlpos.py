@@ -19,15 +19,20 @@ def _split_dotted(text: str) -> tuple[str, ...]:
 def key_line(text: str, path: tuple[str, ...]) -> int | None:
     """1-based line where `path` (table parts + key parts) is assigned, or its table begins."""
     table: tuple[str, ...] = ()
-    table_line: int | None = None
+    prefix_line: int | None = None
     for number, line in enumerate(text.splitlines(), start=1):
         header = _HEADER.match(line)
         if header:
             table = _split_dotted(header.group(1))
             if table == path:
-                table_line = number
+                return number
             continue
         key = _KEY.match(line)
-        if key and table + _split_dotted(key.group(1)) == path:
-            return number
-    return table_line
+        if key:
+            full = table + _split_dotted(key.group(1))
+            # the key itself, or a dotted key under it (factors.server = ... names "server")
+            if full == path:
+                return number
+            if full[: len(path)] == path and prefix_line is None:
+                prefix_line = number
+    return prefix_line

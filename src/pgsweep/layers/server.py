@@ -28,6 +28,12 @@ MANAGED = {
     "logging_collector",
 }
 RESTART_CONTEXTS = {"postmaster", "internal"}
+_FIXES = {
+    "ENUM": "use one of the values the server lists",
+    "BOOLEAN": 'use true or false (or "on"/"off")',
+    "INTEGER": "use a number in range, with a unit the server knows (kB, MB, GB; ms, s, min, h)",
+    "REAL": "use a number in range",
+}
 
 
 def as_pg_value(value: Value) -> str:
@@ -66,6 +72,13 @@ class ServerLayer(Layer):
             )
         if name in catalog or "." in name:  # dotted names are extension settings
             return
+        if ctx.checker.is_read_only(name):
+            raise ctx.source.error(
+                path,
+                f"{name} cannot be changed: it is fixed when PostgreSQL is built or "
+                "when initdb runs",
+                fix="remove it (build options are a layer of their own)",
+            )
         close = difflib.get_close_matches(name, list(catalog), n=3)
         hint = (
             f"did you mean {' or '.join(close)}?" if close else "see `postgres --describe-config`"
@@ -97,7 +110,9 @@ class ServerLayer(Layer):
                 path,
                 f"PostgreSQL rejects {name} = {text!r}: {exc.what}",
                 expected=expected,
-                fix="use a value the server accepts, e.g. its unit suffixes kB, MB, GB, ms, s, min",
+                fix=_FIXES.get(
+                    setting.vartype if setting else "", "use a value the server accepts"
+                ),
             ) from None
 
     def cost(self, key: str) -> Cost:

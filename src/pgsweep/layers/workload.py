@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -35,7 +35,7 @@ class WorkloadTable(BaseModel):
     warmup: int | float | str = Field("10s")
     rate: int | float | None = Field(None, gt=0, description="pgbench -R, transactions/s")
     latency_limit: int | float | str | None = Field(None, description="pgbench -L")
-    protocol: str = Field("simple", pattern="^(simple|extended|prepared)$")
+    protocol: Literal["simple", "extended", "prepared"] = "simple"
     prewarm: bool = Field(False, description="pg_prewarm the pgbench relations after each start")
 
     @field_validator("duration")

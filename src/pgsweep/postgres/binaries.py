@@ -143,6 +143,12 @@ class ValueChecker:
             self._cache[key] = res.stdout.strip()
         return self._cache[key]
 
+    def is_read_only(self, name: str) -> bool:
+        """Settings such as block_size are missing from --describe-config but known to -C."""
+        assert self._dir is not None, "ValueChecker used outside `with`"
+        argv = [self.binaries.path("postgres"), "-D", str(self._dir), "-C", name]
+        return proc.run(argv, out=self._dir / "out", timeout=30, user=self.user).ok
+
     def answers(self) -> dict[tuple[str, str], str]:
         return dict(self._cache)
 

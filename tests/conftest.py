@@ -1,0 +1,92 @@
+"""Shared helpers: experiment files in a temporary folder, the CLI run as a real process,
+and a check that nothing a run created is left on the machine."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+
+def have_postgres() -> bool:
+    return any(Path("/usr/lib/postgresql").glob("*/bin/pgbench"))
+
+
+requires_pg = pytest.mark.skipif(
+    not have_postgres(),
+    reason="PostgreSQL server binaries missing (scripts/setup.sh installs them)",
+)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A registry of runs private to the test, so tests never see each other's runs."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("PGSWEEP_STATE_DIR", str(d))
+    return d
+
+
+def write_experiment(folder: Path, body: str, name: str = "exp.toml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body).lstrip())
+    return path
+
+
+def pgsweep(*args: str, timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "pgsweep.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kw,
+    )
+
+
+def trials(results: Path) -> list[dict[str, Any]]:
+    db = sqlite3.connect(results / "results.db")
+    db.row_factory = sqlite3.Row
+    rows = [dict(r) for r in db.execute("SELECT * FROM trial ORDER BY ord")]
+    db.close()
+    return rows
+
+
+def postmasters() -> dict[int, str]:
+    """Every running postmaster: pid -> its data directory."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"/postgres") and b"-D" in argv:
+            found[int(d.name)] = argv[argv.index(b"-D") + 1].decode()
+        elif argv and argv[0].endswith(b"/postgres") and b"-C" not in argv:
+            found[int(d.name)] = "?"
+    return found
+
+
+def leftovers(before_tmp: set[str], results: Path) -> list[str]:
+    """What a finished run left behind: servers, sockets under /tmp, work areas."""
+    left = [
+        f"postmaster {p} ({d})"
+        for p, d in postmasters().items()
+        if "pgsweep" in d or str(results) in d or "/var/tmp/" in d
+    ]
+    left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp if n.startswith("pgsweep-")]
+    if (results / "work").exists():
+        left.append(str(results / "work"))
+    left += [str(p) for p in Path("/var/tmp").glob(f"pgsweep-work-{results.name}-*")]
+    return left

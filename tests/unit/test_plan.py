@@ -1,0 +1,92 @@
+"""The plan is a pure function of factors, costs, rounds and seed."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pgsweep.layers.base import Cost
+from pgsweep.plan import PlanFactor, TrialCost, estimate_seconds, expand, make_plan
+
+FACTORS = [
+    PlanFactor("server.shared_buffers", ("128MB", "1GB"), Cost.RESTART),
+    PlanFactor("workload.clients", (1, 4, 8), Cost.NOTHING),
+    PlanFactor("cluster.scale", (10, 50), Cost.CLUSTER),
+]
+
+
+def order(plan):  # noqa: ANN001, ANN201
+    return [t.id for t in plan.trials]
+
+
+def test_full_factorial_in_file_order() -> None:
+    configs = expand(FACTORS)
+    assert len(configs) == 12
+    assert configs[0].levels == {
+        "server.shared_buffers": "128MB",
+        "workload.clients": 1,
+        "cluster.scale": 10,
+    }
+    assert configs[1].levels["cluster.scale"] == 50  # last factor varies fastest
+    assert len({tuple(c.levels.values()) for c in configs}) == 12
+    assert {c.group for c in configs if c.levels["cluster.scale"] == 10} == {0}
+    assert {c.group for c in configs if c.levels["cluster.scale"] == 50} == {1}
+
+
+def test_same_seed_same_order_other_seed_other_order() -> None:
+    a, b, c = (make_plan(FACTORS, 3, s) for s in (7, 7, 8))
+    assert order(a) == order(b)
+    assert order(a) != order(c)
+
+
+def test_every_configuration_once_per_round() -> None:
+    for rebuild in ("once", "per_round"):
+        plan = make_plan(FACTORS, 4, 11, rebuild)
+        assert len(plan.trials) == 48
+        per_round = Counter((t.round, t.config) for t in plan.trials)
+        assert set(per_round.values()) == {1}
+        assert {r for r, _ in per_round} == {1, 2, 3, 4}
+        assert len({t.id for t in plan.trials}) == 48
+        assert [t.order for t in plan.trials] == list(range(1, 49))
+
+
+def _group_runs(plan) -> list[int]:  # noqa: ANN001
+    runs: list[int] = []
+    for t in plan.trials:
+        g = plan.config(t.config).group
+        if not runs or runs[-1] != g:
+            runs.append(g)
+    return runs
+
+
+def test_split_plot_builds_each_cluster_once() -> None:
+    plan = make_plan(FACTORS, 3, 5, "once")
+    assert sorted(_group_runs(plan)) == [0, 1]  # two contiguous blocks: one build each
+    # cheap factors are shuffled inside a group: not every round in factorial order
+    firsts = [[t.config for t in plan.trials if t.round == r][:6] for r in (1, 2, 3)]
+    assert len({tuple(f) for f in firsts}) > 1
+
+
+def test_per_round_rebuild_visits_every_group_each_round() -> None:
+    plan = make_plan(FACTORS, 3, 5, "per_round")
+    runs = _group_runs(plan)
+    assert len(runs) in (3, 4, 5, 6)  # merges only where a round ends and the next starts
+    for r in (1, 2, 3):
+        trials = [t for t in plan.trials if t.round == r]
+        assert {plan.config(t.config).group for t in trials} == {0, 1}
+
+
+def test_shuffle_is_not_the_factorial_order() -> None:
+    plan = make_plan([PlanFactor("server.work_mem", tuple(range(10)), Cost.RELOAD)], 2, 1)
+    first_round = [t.config for t in plan.trials if t.round == 1]
+    assert first_round != sorted(first_round)
+
+
+def test_no_factors_is_one_configuration_repeated() -> None:
+    plan = make_plan([], 3, 1)
+    assert [t.id for t in plan.trials] == ["r1-c01", "r2-c01", "r3-c01"]
+
+
+def test_estimate_counts_each_build_once_per_group_visit() -> None:
+    plan = make_plan(FACTORS, 2, 3, "once")
+    costs = {c.id: TrialCost(measure=10.0, build=100.0) for c in plan.configurations}
+    assert estimate_seconds(plan, costs) == 24 * 10.0 + 2 * 100.0
