@@ -56,7 +56,7 @@ def test_aborted_run_has_no_summary() -> None:
 
 
 def test_unknown_progress_form_fails_with_the_line() -> None:
-    with pytest.raises(pgbench.ParseError, match="line 2.*progress: 2.0 s, 12 tps"):
+    with pytest.raises(pgbench.ParseError, match=r"line 2.*progress: 2\.0 s, 12 tps"):
         pgbench.parse_progress(
             "progress: 1.0 s, 1.0 tps, lat 1.0 ms stddev 0.1\nprogress: 2.0 s, 12 tps\n"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pgsweep.layers.base import Cost
-from pgsweep.plan import PlanFactor, TrialCost, estimate_seconds, expand, make_plan
+from pgsweep.plan import Plan, PlanFactor, TrialCost, estimate_seconds, expand, make_plan
 
 FACTORS = [
     PlanFactor("server.shared_buffers", ("128MB", "1GB"), Cost.RESTART),
@@ -14,7 +14,7 @@ FACTORS = [
 ]
 
 
-def order(plan):  # noqa: ANN001, ANN201
+def order(plan: Plan) -> list[str]:
     return [t.id for t in plan.trials]
 
 
@@ -49,7 +49,7 @@ def test_every_configuration_once_per_round() -> None:
         assert [t.order for t in plan.trials] == list(range(1, 49))
 
 
-def _group_runs(plan) -> list[int]:  # noqa: ANN001
+def _group_runs(plan: Plan) -> list[int]:
     runs: list[int] = []
     for t in plan.trials:
         g = plan.config(t.config).group
