@@ -1,0 +1,222 @@
+"""End to end against real PostgreSQL clusters and real pgbench: stored numbers, restarts
+versus reloads, failed trials, SIGINT and kill -9 with resume, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import leftovers, pgsweep, postmasters, requires_pg, trials, write_experiment
+
+pytestmark = [requires_pg, pytest.mark.postgres]
+
+
+def _artifact(results: Path, trial_id: str, name: str) -> str:
+    import gzip
+
+    db = sqlite3.connect(results / "results.db")
+    (blob,) = db.execute("SELECT gz FROM artifact WHERE trial_id = ? AND name = ?",
+                         (trial_id, name)).fetchone()
+    db.close()
+    return gzip.decompress(blob).decode()
+
+
+def _experiment(tmp_path: Path, factors: str, *, rounds: int = 2, script: str = "select-only",
+                duration: str = "2s", warmup: str = "0s", extra: str = "") -> Path:
+    return write_experiment(tmp_path, f"""
+        [experiment]
+        name = "it"
+        seed = 5
+        [cluster]
+        scale = 1
+        [workload]
+        script = "{script}"
+        clients = 2
+        jobs = 2
+        duration = "{duration}"
+        warmup = "{warmup}"
+        {extra}
+        [factors]
+        {factors}
+        [repeat]
+        rounds = {rounds}
+        """)
+
+
+def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: Path) -> None:
+    before = set(os.listdir("/tmp"))
+    path = _experiment(tmp_path, 'server.synchronous_commit = ["on", "off"]', script="tpcb-like",
+                       warmup="1s")
+    results = tmp_path / "res"
+    res = pgsweep("run", str(path), "--results", str(results))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = trials(results)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+    assert sorted(r["id"] for r in rows) == ["r1-c01", "r1-c02", "r2-c01", "r2-c02"]
+    for r in rows:
+        out = _artifact(results, r["id"], "pgbench.out")
+        printed = re.search(r"^tps = ([\d.]+) \(without initial connection time\)", out, re.M)
+        assert printed and r["tps"] == float(printed.group(1))
+        assert f"number of transactions actually processed: {r['transactions']}" in out
+        assert "duration: 1 s" in _artifact(results, r["id"], "warmup.out")  # ran apart
+        db = sqlite3.connect(results / "results.db")
+        seconds = db.execute("SELECT count(*) FROM sample WHERE trial_id = ?", (r["id"],)).fetchone()
+        assert seconds[0] == 2  # -P 1 over a 2 s window
+    # tpcb-like writes: every trial after the first starts from the restored snapshot
+    assert "new-cluster" in json.loads(rows[0]["events_json"])
+    assert all("restore" in json.loads(r["events_json"]) for r in rows[1:])
+    assert leftovers(before, results) == []
+    show = pgsweep("show", str(results))
+    assert show.returncode == 0 and "2/2" in show.stdout and "synchronous_commit=off" in show.stdout
+    assert (results / "experiment.toml").read_text() == path.read_text()
+
+
+def test_restart_for_postmaster_settings_reload_for_others(tmp_path: Path, state_dir: Path) -> None:
+    path = _experiment(tmp_path, 'server.shared_buffers = ["128MB", "256MB"]\n'
+                       'server.work_mem = ["4MB", "8MB"]', rounds=3, duration="1s")
+    results = tmp_path / "res"
+    assert pgsweep("run", str(path), "--results", str(results)).returncode == 0
+    rows = trials(results)
+    levels = {c: json.loads(v) for c, v in sqlite3.connect(results / "results.db").execute(
+        "SELECT id, levels_json FROM configuration")}
+    seen = {"restart": 0, "reload": 0}
+    for prev, cur in zip(rows, rows[1:], strict=False):
+        a, b = levels[prev["config_id"]], levels[cur["config_id"]]
+        events = json.loads(cur["events_json"])
+        if a["server.shared_buffers"] != b["server.shared_buffers"]:
+            assert "restart" in events and cur["server_started_at"] != prev["server_started_at"]
+            seen["restart"] += 1
+        elif a["server.work_mem"] != b["server.work_mem"]:
+            assert events == ["reload"] and cur["server_started_at"] == prev["server_started_at"]
+            seen["reload"] += 1
+        else:
+            assert events == [] and cur["server_started_at"] == prev["server_started_at"]
+        effective = json.loads(cur["effective_json"])
+        assert effective["shared_buffers"] == b["server.shared_buffers"]
+        assert effective["work_mem"] == b["server.work_mem"]
+    assert seen["restart"] and seen["reload"], seen
+
+
+def test_setting_rejected_at_start_fails_that_trial_only(tmp_path: Path, state_dir: Path) -> None:
+    # wal_level=minimal is a valid value, but the server refuses it with max_wal_senders > 0
+    before = set(os.listdir("/tmp"))
+    path = _experiment(tmp_path, 'server.wal_level = ["replica", "minimal"]', duration="1s")
+    results = tmp_path / "res"
+    res = pgsweep("run", str(path), "--results", str(results))
+    assert res.returncode == 3, res.stderr + res.stdout
+    rows = trials(results)
+    failed = [r for r in rows if r["status"] == "failed"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["config_id"] for r in failed} == {"c02"} and len(failed) == 2
+    for r in failed:
+        assert "did not start" in r["reason"]
+        assert "wal_level" in r["log_tail"] and "max_wal_senders" in r["log_tail"]
+    assert len(ok) == 2 and all(r["tps"] > 0 for r in ok)
+    assert max(r["ord"] for r in ok) > min(r["ord"] for r in failed)  # the run went on
+    assert "2 of 4 trials failed" in res.stdout
+    assert leftovers(before, results) == []
+
+
+def _start(path: Path, results: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _wait_for_trials(results: Path, n: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (results / "results.db").exists():
+            try:
+                if len(trials(results)) >= n:
+                    return
+            except sqlite3.OperationalError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} trials after {timeout} s")
+
+
+def _assert_complete_once(results: Path, expected: int) -> None:
+    ids = [r["id"] for r in trials(results)]
+    assert len(ids) == expected and len(set(ids)) == expected
+
+
+def test_sigint_mid_trial_then_resume(tmp_path: Path, state_dir: Path) -> None:
+    before = set(os.listdir("/tmp"))
+    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=3, duration="3s")
+    results = tmp_path / "res"
+    run = _start(path, results)
+    _wait_for_trials(results, 1)
+    time.sleep(1.5)  # inside the next trial's pgbench run
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    assert "--resume" in out
+    done = len(trials(results))
+    assert 1 <= done < 6
+    assert leftovers(before, results) == []
+    res = pgsweep("run", str(path), "--results", str(results), "--resume")
+    assert res.returncode == 0, res.stderr
+    assert f"{6 - done} of 6 trials to run" in res.stdout
+    _assert_complete_once(results, 6)
+    assert leftovers(before, results) == []
+
+
+def test_kill9_then_cleanup_then_resume(tmp_path: Path, state_dir: Path) -> None:
+    before = set(os.listdir("/tmp"))
+    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=2, duration="3s")
+    results = tmp_path / "res"
+    run = _start(path, results)
+    _wait_for_trials(results, 1)
+    time.sleep(1)
+    run.kill()
+    run.communicate(timeout=30)
+    orphans = {p: d for p, d in postmasters().items() if "cluster-" in d}
+    assert orphans, "kill -9 should leave the trial's server running"
+    res = pgsweep("cleanup")
+    assert res.returncode == 0 and "stopped postmaster" in res.stdout
+    assert not any(p in postmasters() for p in orphans)
+    assert leftovers(before, results) == []
+    assert pgsweep("cleanup").stdout.strip() == "nothing left to clean up"
+    res = pgsweep("run", str(path), "--results", str(results), "--resume")
+    assert res.returncode == 0, res.stderr
+    _assert_complete_once(results, 4)
+
+
+def test_resume_refuses_a_changed_plan(tmp_path: Path, state_dir: Path) -> None:
+    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=1, duration="1s")
+    results = tmp_path / "res"
+    assert pgsweep("run", str(path), "--results", str(results)).returncode == 0
+    path.write_text(path.read_text().replace('"8MB"', '"16MB"'))
+    res = pgsweep("run", str(path), "--results", str(results), "--resume")
+    assert res.returncode == 2 and "changed since this run started" in res.stderr
+    assert "factors" in res.stderr
+    again = pgsweep("run", str(path), "--results", str(results))
+    assert again.returncode == 2 and "already holds results" in again.stderr
+
+
+def test_custom_script_with_prewarm(tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "point.sql").write_text(
+        "\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n")
+    path = _experiment(tmp_path, "workload.clients = [1, 2]", script="point.sql", rounds=1,
+                       duration="1s", extra="prewarm = true")
+    results = tmp_path / "res"
+    res = pgsweep("run", str(path), "--results", str(results))
+    assert res.returncode == 0, res.stderr
+    rows = trials(results)
+    assert "prewarm" in json.loads(rows[0]["events_json"])
+    assert "prewarm" not in json.loads(rows[1]["events_json"])  # same server: warm already
+    argv = json.loads(rows[0]["pgbench_argv"])
+    assert argv[argv.index("-f") + 1].endswith("point.sql") and "-n" in argv
+    assert "restore" not in json.loads(rows[1]["events_json"])  # a read-only script
+    assert (results / "scripts" / "0-point.sql").exists()
