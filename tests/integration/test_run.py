@@ -3,6 +3,7 @@ versus reloads, failed trials, SIGINT and kill -9 with resume, and nothing left 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -24,15 +25,26 @@ def _artifact(results: Path, trial_id: str, name: str) -> str:
     import gzip
 
     db = sqlite3.connect(results / "results.db")
-    (blob,) = db.execute("SELECT gz FROM artifact WHERE trial_id = ? AND name = ?",
-                         (trial_id, name)).fetchone()
+    (blob,) = db.execute(
+        "SELECT gz FROM artifact WHERE trial_id = ? AND name = ?", (trial_id, name)
+    ).fetchone()
     db.close()
     return gzip.decompress(blob).decode()
 
 
-def _experiment(tmp_path: Path, factors: str, *, rounds: int = 2, script: str = "select-only",
-                duration: str = "2s", warmup: str = "0s", extra: str = "") -> Path:
-    return write_experiment(tmp_path, f"""
+def _experiment(
+    tmp_path: Path,
+    factors: str,
+    *,
+    rounds: int = 2,
+    script: str = "select-only",
+    duration: str = "2s",
+    warmup: str = "0s",
+    extra: str = "",
+) -> Path:
+    return write_experiment(
+        tmp_path,
+        f"""
         [experiment]
         name = "it"
         seed = 5
@@ -49,13 +61,15 @@ def _experiment(tmp_path: Path, factors: str, *, rounds: int = 2, script: str = 
         {factors}
         [repeat]
         rounds = {rounds}
-        """)
+        """,
+    )
 
 
 def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: Path) -> None:
     before = set(os.listdir("/tmp"))
-    path = _experiment(tmp_path, 'server.synchronous_commit = ["on", "off"]', script="tpcb-like",
-                       warmup="1s")
+    path = _experiment(
+        tmp_path, 'server.synchronous_commit = ["on", "off"]', script="tpcb-like", warmup="1s"
+    )
     results = tmp_path / "res"
     res = pgsweep("run", str(path), "--results", str(results))
     assert res.returncode == 0, res.stderr + res.stdout
@@ -69,7 +83,9 @@ def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: 
         assert f"number of transactions actually processed: {r['transactions']}" in out
         assert "duration: 1 s" in _artifact(results, r["id"], "warmup.out")  # ran apart
         db = sqlite3.connect(results / "results.db")
-        seconds = db.execute("SELECT count(*) FROM sample WHERE trial_id = ?", (r["id"],)).fetchone()
+        seconds = db.execute(
+            "SELECT count(*) FROM sample WHERE trial_id = ?", (r["id"],)
+        ).fetchone()
         assert seconds[0] == 2  # -P 1 over a 2 s window
     # tpcb-like writes: every trial after the first starts from the restored snapshot
     assert "new-cluster" in json.loads(rows[0]["events_json"])
@@ -81,15 +97,23 @@ def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: 
 
 
 def test_restart_for_postmaster_settings_reload_for_others(tmp_path: Path, state_dir: Path) -> None:
-    path = _experiment(tmp_path, 'server.shared_buffers = ["128MB", "256MB"]\n'
-                       'server.work_mem = ["4MB", "8MB"]', rounds=3, duration="1s")
+    path = _experiment(
+        tmp_path,
+        'server.shared_buffers = ["128MB", "256MB"]\nserver.work_mem = ["4MB", "8MB"]',
+        rounds=3,
+        duration="1s",
+    )
     results = tmp_path / "res"
     assert pgsweep("run", str(path), "--results", str(results)).returncode == 0
     rows = trials(results)
-    levels = {c: json.loads(v) for c, v in sqlite3.connect(results / "results.db").execute(
-        "SELECT id, levels_json FROM configuration")}
+    levels = {
+        c: json.loads(v)
+        for c, v in sqlite3.connect(results / "results.db").execute(
+            "SELECT id, levels_json FROM configuration"
+        )
+    }
     seen = {"restart": 0, "reload": 0}
-    for prev, cur in zip(rows, rows[1:], strict=False):
+    for prev, cur in itertools.pairwise(rows):
         a, b = levels[prev["config_id"]], levels[cur["config_id"]]
         events = json.loads(cur["events_json"])
         if a["server.shared_buffers"] != b["server.shared_buffers"]:
@@ -128,9 +152,13 @@ def test_setting_rejected_at_start_fails_that_trial_only(tmp_path: Path, state_d
 
 def _start(path: Path, results: Path) -> subprocess.Popen[str]:
     env = dict(os.environ, NO_COLOR="1")
-    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results",
-                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _wait_for_trials(results: Path, n: int, timeout: float = 120) -> None:
@@ -207,9 +235,16 @@ def test_resume_refuses_a_changed_plan(tmp_path: Path, state_dir: Path) -> None:
 
 def test_custom_script_with_prewarm(tmp_path: Path, state_dir: Path) -> None:
     (tmp_path / "point.sql").write_text(
-        "\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n")
-    path = _experiment(tmp_path, "workload.clients = [1, 2]", script="point.sql", rounds=1,
-                       duration="1s", extra="prewarm = true")
+        "\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
+    )
+    path = _experiment(
+        tmp_path,
+        "workload.clients = [1, 2]",
+        script="point.sql",
+        rounds=1,
+        duration="1s",
+        extra="prewarm = true",
+    )
     results = tmp_path / "res"
     res = pgsweep("run", str(path), "--results", str(results))
     assert res.returncode == 0, res.stderr
