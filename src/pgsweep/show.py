@@ -76,7 +76,7 @@ def render_summary(store: Store, console: Console) -> None:
     table = Table(title=title)
     table.add_column("config")
     for header in short_names(factors).values():
-        table.add_column(header)
+        table.add_column(header, min_width=len(header))
     for col in ("n", "failed", "mean TPS", "median TPS"):
         table.add_column(col, justify="right")
     for s in summarize(store):
@@ -97,7 +97,7 @@ def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str])
     table = Table(title=f"{len(plan.configurations)} configurations")
     table.add_column("config")
     for header in short_names([f.name for f in plan.factors]).values():
-        table.add_column(header)
+        table.add_column(header, min_width=len(header))
     table.add_column("cluster group", justify="right")
     for c in plan.configurations:
         table.add_row(c.id, *(str(v) for v in c.levels.values()), str(c.group + 1))
