@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
-.venv/bin/ruff check src tests bench
+.venv/bin/ruff check .
 .venv/bin/mypy
 exec .venv/bin/pytest -q -p no:cacheprovider "$@"
