@@ -16,6 +16,7 @@ from types import FrameType
 from typing import Protocol
 
 from . import __version__, proc, workarea
+from .collect import counters, devices
 from .errors import PgsweepError
 from .layers.base import Cost, Value
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
@@ -255,7 +256,11 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     argv = w.argv(pgb, conn, seconds=w.seconds, vacuum=env.warmup_seconds == 0)
     record.pgbench_argv = json.dumps(argv)
     record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
+    if not env.devices:
+        env.devices = _devices(cluster.datadir)
+    before = _snapshot(env)
     res = _pgbench(argv, trial_dir / "pgbench", env)
+    record.counters = counters.delta(before, _snapshot(env))
     record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
     record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
     if env.workload_writes:
@@ -273,6 +278,23 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
         (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped)
         for p in pgbench.parse_progress(res.stderr)
     ]
+
+
+def _devices(datadir: Path) -> list[str]:
+    found = devices.devices_for(datadir)
+    for dev in devices.devices_for(datadir / "pg_wal"):
+        if dev not in found:
+            found.append(dev)
+    return found
+
+
+def _snapshot(env: TrialEnv) -> dict[str, float]:
+    """Disk, host and PostgreSQL counters, prefixed by their source."""
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(env.devices).items()}
+    snap.update({f"host.{k}": v for k, v in counters.host().items()})
+    with env.require_cluster().connect() as conn:
+        snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, env.binaries.major).items()})
+    return snap
 
 
 def _pgbench(argv: list[str], stem: Path, env: TrialEnv) -> proc.Result:

@@ -46,6 +46,13 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (trial_id, name)
     );
     """,
+    # 2: counters over each trial's measured window (disk.DEV.*, host.*, pg.*)
+    """
+    CREATE TABLE counter (
+        trial_id TEXT NOT NULL REFERENCES trial(id), name TEXT NOT NULL, value REAL NOT NULL,
+        PRIMARY KEY (trial_id, name)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -76,6 +83,7 @@ class TrialRecord:
         tuple[float, float, float | None, float | None, int | None, float | None, int | None]
     ] = field(default_factory=list)
     artifacts: dict[str, bytes] = field(default_factory=dict)  # name -> raw bytes
+    counters: dict[str, float] = field(default_factory=dict)  # deltas over the window
 
 
 class Store:
@@ -153,6 +161,10 @@ class Store:
             self.db.executemany(
                 "INSERT INTO sample VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(t.id, *s) for s in t.samples],
+            )
+            self.db.executemany(
+                "INSERT INTO counter VALUES (?, ?, ?)",
+                [(t.id, n, v) for n, v in t.counters.items()],
             )
             self.db.executemany(
                 "INSERT INTO artifact VALUES (?, ?, ?)",

@@ -43,6 +43,7 @@ class TrialEnv:
     # What preparing the current trial did, e.g. ["restore", "restart"]; reset per trial.
     events: list[str] = field(default_factory=list)
     effective: dict[str, str] = field(default_factory=dict)  # SHOW of every server.* key
+    devices: list[str] = field(default_factory=list)  # block devices under PGDATA and pg_wal
 
     def require_cluster(self) -> Cluster:
         if self.cluster is None:

@@ -1,0 +1,102 @@
+"""Snapshots of /proc/diskstats, /proc/stat, /proc/pressure/* and PostgreSQL's statistics
+views. Each returns {name: number}; `delta` subtracts two of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# /proc/diskstats fields after major, minor, name (Documentation/admin-guide/iostats.rst)
+_DISK_FIELDS = (
+    "reads",
+    "reads_merged",
+    "sectors_read",
+    "read_ms",
+    "writes",
+    "writes_merged",
+    "sectors_written",
+    "write_ms",
+    "in_flight",
+    "io_ms",
+    "weighted_io_ms",
+)
+_CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def diskstats(devices: list[str], text: str | None = None) -> dict[str, float]:
+    text = text if text is not None else Path("/proc/diskstats").read_text()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 14 or fields[2] not in devices:
+            continue
+        for key, value in zip(_DISK_FIELDS, fields[3:14], strict=True):
+            if key != "in_flight":
+                out[f"{fields[2]}.{key}"] = float(value)
+    return out
+
+
+def host(
+    stat_text: str | None = None, pressure_dir: Path = Path("/proc/pressure")
+) -> dict[str, float]:
+    """CPU jiffies by state (steal shows other tenants) and pressure stall microseconds."""
+    text = stat_text if stat_text is not None else Path("/proc/stat").read_text()
+    cpu = text.splitlines()[0].split()
+    out = {f"cpu.{k}": float(v) for k, v in zip(_CPU_FIELDS, cpu[1:9], strict=False)}
+    for resource in ("cpu", "io", "memory"):
+        path = pressure_dir / resource
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            kind, *pairs = line.split()
+            total = dict(p.split("=") for p in pairs).get("total")
+            if total is not None:
+                out[f"pressure.{resource}.{kind}_us"] = float(total)
+    return out
+
+
+def postgres(conn: Any, major: int) -> dict[str, float]:
+    """WAL, checkpoint, buffer and database counters. PostgreSQL 17 moved the checkpointer's
+    counters from pg_stat_bgwriter to pg_stat_checkpointer."""
+    queries = [
+        ("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS wal_lsn_bytes", None),
+        (
+            "SELECT sum(xact_commit) AS commits, sum(xact_rollback) AS rollbacks, "
+            "sum(blks_hit) AS blks_hit, sum(blks_read) AS blks_read, "
+            "sum(temp_bytes) AS temp_bytes FROM pg_stat_database",
+            None,
+        ),
+        ("SELECT wal_bytes, wal_records, wal_fpi, wal_write, wal_sync FROM pg_stat_wal", 14),
+        ("SELECT buffers_clean, maxwritten_clean FROM pg_stat_bgwriter", None),
+    ]
+    if major >= 17:
+        queries.append(
+            (
+                "SELECT num_timed AS checkpoints_timed, num_requested AS "
+                "checkpoints_req, buffers_written AS buffers_checkpoint "
+                "FROM pg_stat_checkpointer",
+                None,
+            )
+        )
+    else:
+        queries.append(
+            (
+                "SELECT checkpoints_timed, checkpoints_req, buffers_checkpoint, "
+                "buffers_backend FROM pg_stat_bgwriter",
+                None,
+            )
+        )
+    out: dict[str, float] = {}
+    for sql, since in queries:
+        if since is not None and major < since:
+            continue
+        cur = conn.execute(sql)
+        row = cur.fetchone()
+        for col, value in zip([d.name for d in cur.description], row or (), strict=False):
+            if value is not None:
+                out[col] = float(value)
+    return out
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before[k] for k in after if k in before}

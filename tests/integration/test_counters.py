@@ -1,0 +1,111 @@
+"""Counters over the measured window, on a real ext4 filesystem over a loop device that
+the test makes and removes: the device is found from the data directory, and the bytes it
+wrote exceed the WAL PostgreSQL generated (each commit rewrites its 8 kB WAL page)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, trials, write_experiment
+from pgsweep.collect import counters, devices
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and mounts need root")
+
+
+def _sh(*argv: str) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def ext4_on_loop() -> Iterator[tuple[Path, str]]:
+    if not shutil.which("mkfs.ext4") or not shutil.which("losetup"):
+        pytest.skip("mkfs.ext4 and losetup are needed")
+    base = Path(tempfile.mkdtemp(prefix="pgsweep-test-loop-", dir="/var/tmp"))
+    base.chmod(0o755)
+    image, mnt = base / "disk.img", base / "mnt"
+    mnt.mkdir()
+    loop = None
+    mounted = False
+    try:
+        with open(image, "wb") as f:
+            f.truncate(1 << 30)
+        loop = _sh("losetup", "--find", "--show", str(image))
+        _sh("mkfs.ext4", "-q", loop)
+        _sh("mount", loop, str(mnt))
+        mounted = True
+        mnt.chmod(0o755)
+        yield mnt, Path(loop).name
+    finally:
+        if mounted and subprocess.run(["umount", str(mnt)], check=False).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(mnt)], check=True)
+        if loop:
+            subprocess.run(["losetup", "-d", loop], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_devices_for_a_plain_path_is_the_root_disk() -> None:
+    found = devices.devices_for(Path("/var/tmp"))
+    assert found and (Path("/sys/class/block") / found[0]).exists()
+    assert f" {found[0]} " in Path("/proc/diskstats").read_text()
+
+
+def test_host_counters_read_the_kernel_files() -> None:
+    snap = counters.host()
+    assert {"cpu.user", "cpu.idle", "cpu.steal", "cpu.iowait"} <= set(snap)
+    if Path("/proc/pressure/cpu").exists():
+        assert "pressure.cpu.some_us" in snap and "pressure.io.full_us" in snap
+    text = Path("/proc/diskstats").read_text()
+    name = text.split()[2]
+    disk = counters.diskstats([name], text)
+    assert disk[f"{name}.sectors_written"] == float(text.split()[9])
+
+
+@requires_pg
+@root_only
+def test_trial_on_loop_ext4_records_device_writes_above_wal(
+    ext4_on_loop: tuple[Path, str], state_dir: Path
+) -> None:
+    mnt, loop = ext4_on_loop
+    assert devices.devices_for(mnt)[0] == loop
+    assert "vda" in devices.devices_for(mnt) or len(devices.devices_for(mnt)) > 1  # backing disk
+    path = write_experiment(
+        mnt,
+        """
+        [experiment]
+        name = "io"
+        seed = 1
+        [cluster]
+        scale = 1
+        [workload]
+        script = "tpcb-like"
+        clients = 2
+        jobs = 2
+        duration = "3s"
+        warmup = "0s"
+        [repeat]
+        rounds = 1
+        """,
+    )
+    results = mnt / "res"
+    res = pgsweep("run", str(path), "--results", str(results))
+    assert res.returncode == 0, res.stderr + res.stdout
+    (trial,) = trials(results)
+    db = sqlite3.connect(results / "results.db")
+    got = dict(db.execute("SELECT name, value FROM counter WHERE trial_id = ?", (trial["id"],)))
+    db.close()  # an open file would keep the mount busy at teardown
+    written = got[f"disk.{loop}.sectors_written"] * 512
+    wal = got["pg.wal_bytes"]
+    assert wal > 0 and written > wal, (written, wal)
+    assert got["pg.commits"] >= trial["transactions"]
+    assert got["pg.wal_lsn_bytes"] == pytest.approx(wal, rel=0.2)
+    assert got["host.cpu.user"] > 0
+    assert json.loads(trial["events_json"])[0] == "new-cluster"
