@@ -231,7 +231,7 @@ def load(path: Path) -> Experiment:
     with tempfile.TemporaryDirectory(prefix="pgsweep-inspect-") as scratch:
         binaries = pgbin.inspect(bindir, Path(scratch))
     base: dict[str, dict[str, Value]] = {}
-    with pgbin.checker(binaries, user) as checker:
+    with pgbin.ValueChecker(binaries, user) as checker:
         ctx = ValidationContext(source, binaries, checker, user)
         for layer in layers:
             table = doc.get(layer.name, {})

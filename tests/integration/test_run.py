@@ -179,15 +179,23 @@ def _assert_complete_once(results: Path, expected: int) -> None:
     assert len(ids) == expected and len(set(ids)) == expected
 
 
-def test_sigint_mid_trial_then_resume(tmp_path: Path, state_dir: Path) -> None:
-    before = set(os.listdir("/tmp"))
-    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=3, duration="3s")
+def _interrupt_mid_trial(
+    tmp_path: Path, rounds: int, sig: signal.Signals
+) -> tuple[Path, Path, subprocess.Popen[str], str, str]:
+    """Start a run, let one trial finish, then signal pgsweep inside the next trial."""
+    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=rounds, duration="3s")
     results = tmp_path / "res"
     run = _start(path, results)
     _wait_for_trials(results, 1)
     time.sleep(1.5)  # inside the next trial's pgbench run
-    run.send_signal(signal.SIGINT)
+    run.send_signal(sig)
     out, err = run.communicate(timeout=60)
+    return path, results, run, out, err
+
+
+def test_sigint_mid_trial_then_resume(tmp_path: Path, state_dir: Path) -> None:
+    before = set(os.listdir("/tmp"))
+    path, results, run, out, err = _interrupt_mid_trial(tmp_path, 3, signal.SIGINT)
     assert run.returncode == 130, err
     assert "--resume" in out
     done = len(trials(results))
@@ -202,13 +210,8 @@ def test_sigint_mid_trial_then_resume(tmp_path: Path, state_dir: Path) -> None:
 
 def test_kill9_then_cleanup_then_resume(tmp_path: Path, state_dir: Path) -> None:
     before = set(os.listdir("/tmp"))
-    path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=2, duration="3s")
-    results = tmp_path / "res"
-    run = _start(path, results)
-    _wait_for_trials(results, 1)
-    time.sleep(1)
-    run.kill()
-    run.communicate(timeout=30)
+    path, results, run, _, _ = _interrupt_mid_trial(tmp_path, 2, signal.SIGKILL)
+    assert run.returncode == -signal.SIGKILL
     orphans = {p: d for p, d in postmasters().items() if "cluster-" in d}
     assert orphans, "kill -9 should leave the trial's server running"
     res = pgsweep("cleanup")
@@ -255,3 +258,12 @@ def test_custom_script_with_prewarm(tmp_path: Path, state_dir: Path) -> None:
     assert argv[argv.index("-f") + 1].endswith("point.sql") and "-n" in argv
     assert "restore" not in json.loads(rows[1]["events_json"])  # a read-only script
     assert (results / "scripts" / "0-point.sql").exists()
+
+
+def test_sigterm_stops_like_ctrl_c(tmp_path: Path, state_dir: Path) -> None:
+    before = set(os.listdir("/tmp"))
+    _, results, run, out, err = _interrupt_mid_trial(tmp_path, 2, signal.SIGTERM)
+    assert run.returncode == 130, err
+    assert "resume with" in out
+    assert leftovers(before, results) == []
+    assert not list(state_dir.glob("*.json"))  # the run's registry entry is gone too

@@ -5,7 +5,7 @@ of a configuration to a trial, and undoes what it did. The planner only sees cos
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,6 @@ class ValidationContext:
     binaries: Binaries
     checker: ValueChecker
     user: RunAs | None
-    notes: list[str] = field(default_factory=list)
 
 
 class Layer(ABC):
@@ -72,10 +71,6 @@ class Layer(ABC):
     @abstractmethod
     def cost(self, key: str) -> Cost:
         """What changing `key` between two consecutive trials costs."""
-
-    def normalise_level(self, key: str, level: Any, ctx: ValidationContext) -> Value:
-        """A factor level as stored in the plan (validated in `validate`)."""
-        return level  # type: ignore[no-any-return]
 
     @abstractmethod
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:

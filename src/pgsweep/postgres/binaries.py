@@ -12,8 +12,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,9 +149,3 @@ class ValueChecker:
 
     def answers(self) -> dict[tuple[str, str], str]:
         return dict(self._cache)
-
-
-@contextmanager
-def checker(binaries: Binaries, user: proc.RunAs | None) -> Iterator[ValueChecker]:
-    with ValueChecker(binaries, user) as vc:
-        yield vc

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,9 +131,6 @@ class Cluster:
         res = self.pg_ctl("reload")
         if not res.ok:
             raise ServerError(f"reload failed: {res.describe_failure()}")
-        # pg_ctl reload returns after signalling; wait until the postmaster re-read the
-        # files, which pg_conf_load_time shows.
-        time.sleep(0.2)
 
     def postmaster_pid(self) -> int | None:
         """PID of a live postmaster for this data directory, or None."""
