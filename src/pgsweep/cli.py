@@ -33,12 +33,15 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("--resume", action="store_true", help="run only the missing trials")
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
+    ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
     return p
 
 
 def _console() -> Console:
-    return Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+    # Logs and CI are not terminals: rich would assume 80 columns and crop the tables.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False, width=width)
 
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
@@ -81,7 +84,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     store = show.open_store(args.results)
-    show.render_summary(store, console)
+    if args.env:
+        show.render_environment(store, console)
+    else:
+        show.render_summary(store, console)
     store.close()
     return EXIT_OK
 

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Protocol
 
 from . import __version__, proc, workarea
-from .collect import counters, devices
+from .collect import counters, devices, environment
 from .errors import PgsweepError
 from .layers.base import Cost, Value
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
@@ -163,6 +163,8 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
     done = store.done_trials()
     todo = [t for t in plan.trials if t.id not in done]
     area = workarea.WorkArea.create(results, exp.user)
+    if not store.has_environment("host"):
+        store.save_environment("host", environment.host(exp.binaries, area.workdir))
     if area.note:
         notes.append(area.note)
     exp.layer("workload").freeze_scripts(results / "scripts")  # type: ignore[attr-defined]
@@ -257,6 +259,7 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
     if not env.devices:
         env.devices = _devices(cluster.datadir)
+        record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
     before = _snapshot(env)
     res = _pgbench(argv, trial_dir / "pgbench", env)
     record.counters = counters.delta(before, _snapshot(env))
@@ -266,6 +269,10 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
         env.data_dirty = True
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
+    if record.config_id not in env.settings_recorded:
+        with cluster.connect() as db:
+            record.environment[record.config_id] = environment.settings(db)
+        env.settings_recorded.add(record.config_id)
     summary = pgbench.parse_summary(res.stdout)
     record.tps, record.transactions = summary.tps, summary.transactions
     record.failed_transactions = summary.failed

@@ -93,6 +93,28 @@ def render_summary(store: Store, console: Console) -> None:
         )
 
 
+def render_environment(store: Store, console: Console) -> None:
+    """Host first, then the storage under each cluster, then settings per configuration."""
+    rows = store.rows(
+        "SELECT scope, name, value FROM environment ORDER BY "
+        "scope <> 'host', scope LIKE 'cluster-%' DESC, scope, name"
+    )
+    if not rows:
+        console.print("no environment recorded")
+        return
+    scope = None
+    for row in rows:
+        if row["scope"] != scope:
+            scope = row["scope"]
+            heading = {"host": "host"}.get(scope) or (
+                f"storage of {scope}"
+                if scope.startswith("cluster-")
+                else f"settings not at their default, configuration {scope}"
+            )
+            console.print(f"\n[{heading}]", markup=False)
+        console.print(f"  {row['name']} = {row['value']}", markup=False, highlight=False)
+
+
 def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str]) -> None:
     table = Table(title=f"{len(plan.configurations)} configurations")
     table.add_column("config")

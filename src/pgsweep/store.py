@@ -53,6 +53,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (trial_id, name)
     )
     """,
+    # 3: the environment: scope "host", "cluster-N" (storage) or a configuration id
+    """
+    CREATE TABLE environment (
+        scope TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (scope, name)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -84,6 +90,7 @@ class TrialRecord:
     ] = field(default_factory=list)
     artifacts: dict[str, bytes] = field(default_factory=dict)  # name -> raw bytes
     counters: dict[str, float] = field(default_factory=dict)  # deltas over the window
+    environment: dict[str, dict[str, str]] = field(default_factory=dict)  # scope -> values
 
 
 class Store:
@@ -167,6 +174,14 @@ class Store:
                 [(t.id, n, v) for n, v in t.counters.items()],
             )
             self.db.executemany(
+                "INSERT OR REPLACE INTO environment VALUES (?, ?, ?)",
+                [
+                    (scope, k, v)
+                    for scope, values in t.environment.items()
+                    for k, v in values.items()
+                ],
+            )
+            self.db.executemany(
                 "INSERT INTO artifact VALUES (?, ?, ?)",
                 [(t.id, n, gzip.compress(b)) for n, b in t.artifacts.items()],
             )
@@ -174,6 +189,22 @@ class Store:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+
+    def save_environment(self, scope: str, values: dict[str, str]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(
+            "INSERT OR REPLACE INTO environment VALUES (?, ?, ?)",
+            [(scope, k, v) for k, v in values.items()],
+        )
+        self.db.execute("COMMIT")
+
+    def has_environment(self, scope: str) -> bool:
+        return (
+            self.db.execute(
+                "SELECT 1 FROM environment WHERE scope = ? LIMIT 1", (scope,)
+            ).fetchone()
+            is not None
+        )
 
     # ---- reading --------------------------------------------------------------------
     def experiment(self) -> dict[str, Any] | None:

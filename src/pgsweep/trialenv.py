@@ -44,6 +44,7 @@ class TrialEnv:
     events: list[str] = field(default_factory=list)
     effective: dict[str, str] = field(default_factory=dict)  # SHOW of every server.* key
     devices: list[str] = field(default_factory=list)  # block devices under PGDATA and pg_wal
+    settings_recorded: set[str] = field(default_factory=set)  # configurations already recorded
 
     def require_cluster(self) -> Cluster:
         if self.cluster is None:

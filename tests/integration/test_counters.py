@@ -101,7 +101,12 @@ def test_trial_on_loop_ext4_records_device_writes_above_wal(
     (trial,) = trials(results)
     db = sqlite3.connect(results / "results.db")
     got = dict(db.execute("SELECT name, value FROM counter WHERE trial_id = ?", (trial["id"],)))
+    env = {(s, n): v for s, n, v in db.execute("SELECT scope, name, value FROM environment")}
     db.close()  # an open file would keep the mount busy at teardown
+    assert env[("cluster-1", "pgdata.fstype")] == "ext4"
+    assert env[("cluster-1", "pgdata.mount")] == str(mnt)
+    assert env[("cluster-1", f"device.{loop}.logical_block_size")] == "512"
+    assert env[("cluster-1", f"device.{loop}.scheduler")] in ("none", "mq-deadline", "kyber", "bfq")
     written = got[f"disk.{loop}.sectors_written"] * 512
     wal = got["pg.wal_bytes"]
     assert wal > 0 and written > wal, (written, wal)

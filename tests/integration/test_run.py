@@ -94,6 +94,18 @@ def test_tiny_experiment_stores_what_pgbench_printed(tmp_path: Path, state_dir: 
     show = pgsweep("show", str(results))
     assert show.returncode == 0 and "2/2" in show.stdout and "synchronous_commit" in show.stdout
     assert (results / "experiment.toml").read_text() == path.read_text()
+    db = sqlite3.connect(results / "results.db")
+    env = {(s, n): v for s, n, v in db.execute("SELECT scope, name, value FROM environment")}
+    assert env[("host", "kernel")] == os.uname().release
+    assert env[("host", "cpu_count")] == str(os.cpu_count())
+    assert "--prefix" in env[("host", "pg_config_configure")]
+    assert env[("c01", "synchronous_commit")] == "on (configuration file)"
+    assert env[("c02", "synchronous_commit")] == "off (configuration file)"
+    assert ("c01", "listen_addresses") in env  # pgsweep's own base settings are recorded
+    shown = pgsweep("show", str(results), "--env")
+    assert (
+        "[host]" in shown.stdout and "synchronous_commit = off (configuration file)" in shown.stdout
+    )
 
 
 def test_restart_for_postmaster_settings_reload_for_others(tmp_path: Path, state_dir: Path) -> None:

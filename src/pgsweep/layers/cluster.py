@@ -67,7 +67,7 @@ class ClusterLayer(Layer):
             env.workdir / f"cluster-{number}",
             env.socket_root / f"c{number}",
         )
-        env.cluster, env.cluster_key = cluster, key
+        env.cluster, env.cluster_key, env.devices = cluster, key, []
         try:
             cluster.create(initdb_options(values))
             cluster.start()

@@ -1,0 +1,109 @@
+"""The environment next to the numbers: the host (kernel, CPU, memory, THP, huge pages,
+PostgreSQL build), the storage under each cluster (device model, rotational, scheduler,
+sector sizes, filesystem and mount options) and, per configuration, every server setting
+whose source is not `default`. Values are read, never changed."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from .. import proc
+from ..postgres.binaries import Binaries
+
+MM = Path("/sys/kernel/mm")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _selected(text: str) -> str:
+    """ "always [madvise] never" -> "madvise"."""
+    m = re.search(r"\[([^\]]+)\]", text)
+    return m.group(1) if m else text
+
+
+def host(binaries: Binaries, scratch: Path) -> dict[str, str]:
+    meminfo = dict(line.split(":", 1) for line in _read(Path("/proc/meminfo")).splitlines())
+    models = re.findall(r"^model name\s*:\s*(.+)$", _read(Path("/proc/cpuinfo")), re.M)
+    env = {
+        "kernel": platform.release(),
+        "kernel_version": os.uname().version,
+        "cpu_model": models[0] if models else platform.processor(),
+        "cpu_count": str(os.cpu_count()),
+        "memory_total": meminfo.get("MemTotal", "").strip(),
+        "thp_enabled": _selected(_read(MM / "transparent_hugepage/enabled")),
+        "thp_defrag": _selected(_read(MM / "transparent_hugepage/defrag")),
+        "thp_shmem_enabled": _selected(_read(MM / "transparent_hugepage/shmem_enabled")),
+        "postgres_version": binaries.version,
+        "postgres_bindir": str(binaries.bindir),
+    }
+    for size in sorted(MM.glob("hugepages/hugepages-*")):
+        env[f"{size.name}.nr"] = _read(size / "nr_hugepages")
+        env[f"{size.name}.free"] = _read(size / "free_hugepages")
+    for name, argv in (
+        ("pg_config_configure", ["pg_config", "--configure"]),
+        ("pgbench_version", ["pgbench", "--version"]),
+    ):
+        program = binaries.bindir / argv[0]
+        if program.exists():
+            res = proc.run([str(program), *argv[1:]], out=scratch / f"{argv[0]}.out", timeout=30)
+            env[name] = res.stdout.strip() if res.ok else f"(failed: {res.tail(1)})"
+    return env
+
+
+def _mount_of(path: Path) -> tuple[str, str, str]:
+    """(mount point, filesystem type, mount options) of the mount holding `path`."""
+    target, best = str(path.resolve()), ("", "", "")
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        fields = line.split()
+        mount_point, options = fields[4], fields[5]
+        sep = fields.index("-")
+        fstype, super_options = fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best[0]):
+            best = (mount_point, fstype, f"{options},{super_options}".strip(","))
+    return best
+
+
+def storage(datadir: Path, devices: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for label, path in (("pgdata", datadir), ("pg_wal", datadir / "pg_wal")):
+        mount_point, fstype, options = _mount_of(path)
+        env.update(
+            {
+                f"{label}.mount": mount_point,
+                f"{label}.fstype": fstype,
+                f"{label}.mount_options": options,
+            }
+        )
+    for dev in devices:
+        sys = Path("/sys/class/block") / dev
+        queue = sys / "queue" if (sys / "queue").exists() else sys.resolve().parent / "queue"
+        env[f"device.{dev}.model"] = (
+            _read(sys / "device" / "model") or _read(sys / "device" / "vendor") or "(unknown)"
+        )
+        env[f"device.{dev}.rotational"] = _read(queue / "rotational")
+        env[f"device.{dev}.scheduler"] = _selected(_read(queue / "scheduler"))
+        env[f"device.{dev}.logical_block_size"] = _read(queue / "logical_block_size")
+        env[f"device.{dev}.physical_block_size"] = _read(queue / "physical_block_size")
+    return env
+
+
+def settings(conn: Any) -> dict[str, str]:
+    """Every setting the server reports with a source other than `default`."""
+    rows = conn.execute(
+        "SELECT name, setting, coalesce(unit, ''), source FROM pg_settings "
+        "WHERE source NOT IN ('default', 'override') ORDER BY name"
+    ).fetchall()
+    return {
+        name: f"{setting}{' ' + unit if unit else ''} ({source})"
+        for name, setting, unit, source in rows
+    }
