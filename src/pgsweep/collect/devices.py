@@ -4,6 +4,7 @@ also the devices under its backing file; device-mapper -> also the devices it ma
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 SYS_BLOCK = Path("/sys/class/block")
@@ -17,17 +18,31 @@ def _device_of(path: Path) -> str | None:
     return _from_mountinfo(path)  # btrfs and FUSE report anonymous device numbers
 
 
-def _from_mountinfo(path: Path) -> str | None:
-    best, source = "", None
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    fstype: str
+    options: str  # per-mount and superblock options
+    source: str
+
+
+def mount_of(path: Path) -> Mount:
+    """The mount holding `path`: the longest mount point that contains it."""
     target = str(path.resolve())
+    best = Mount("", "", "", "")
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
-        mount_point = fields[4]
-        src = fields[fields.index("-") + 2]
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) >= len(best):
-            best, source = mount_point, src
-    if source and source.startswith("/dev/"):
+        point, sep = fields[4], fields.index("-")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best.point):
+            extra = fields[sep + 3] if len(fields) > sep + 3 else ""
+            best = Mount(point, fields[sep + 1], f"{fields[5]},{extra}".strip(","), fields[sep + 2])
+    return best
+
+
+def _from_mountinfo(path: Path) -> str | None:
+    source = mount_of(path).source
+    if source.startswith("/dev/"):
         real = Path(source).resolve()
         if (SYS_BLOCK / real.name).exists():
             return real.name

@@ -59,31 +59,13 @@ def host(binaries: Binaries, scratch: Path) -> dict[str, str]:
     return env
 
 
-def _mount_of(path: Path) -> tuple[str, str, str]:
-    """(mount point, filesystem type, mount options) of the mount holding `path`."""
-    target, best = str(path.resolve()), ("", "", "")
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        fields = line.split()
-        mount_point, options = fields[4], fields[5]
-        sep = fields.index("-")
-        fstype, super_options = fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) >= len(best[0]):
-            best = (mount_point, fstype, f"{options},{super_options}".strip(","))
-    return best
-
-
 def storage(datadir: Path, devices: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for label, path in (("pgdata", datadir), ("pg_wal", datadir / "pg_wal")):
-        mount_point, fstype, options = _mount_of(path)
-        env.update(
-            {
-                f"{label}.mount": mount_point,
-                f"{label}.fstype": fstype,
-                f"{label}.mount_options": options,
-            }
-        )
+        mount = mount_of(path)
+        env[f"{label}.mount"] = mount.point
+        env[f"{label}.fstype"] = mount.fstype
+        env[f"{label}.mount_options"] = mount.options
     for dev in devices:
         sys = Path("/sys/class/block") / dev
         queue = sys / "queue" if (sys / "queue").exists() else sys.resolve().parent / "queue"
