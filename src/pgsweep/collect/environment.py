@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import proc
 from ..postgres.binaries import Binaries
+from .devices import mount_of
 
 MM = Path("/sys/kernel/mm")
 
