@@ -247,7 +247,7 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     pgb, conn = env.binaries.path("pgbench"), cluster.pgbench_conn_args()
     if env.warmup_seconds > 0:
         argv = w.argv(pgb, conn, seconds=env.warmup_seconds, vacuum=True)
-        res = _pgbench(argv, trial_dir / "warmup", env)
+        res = _pgbench(argv, trial_dir / "warmup", env, env.warmup_seconds)
         record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
         record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
         if not res.ok:
@@ -261,7 +261,7 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
         env.devices = _devices(cluster.datadir)
         record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
     before = _snapshot(env)
-    res = _pgbench(argv, trial_dir / "pgbench", env)
+    res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
     record.counters = counters.delta(before, _snapshot(env))
     record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
     record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
@@ -303,13 +303,6 @@ def _snapshot(env: TrialEnv) -> dict[str, float]:
     return snap
 
 
-def _pgbench(argv: list[str], stem: Path, env: TrialEnv) -> proc.Result:
-    seconds = int(argv[argv.index("-T") + 1])
-    res = proc.run(
-        argv,
-        out=stem.with_suffix(".out"),
-        err=stem.with_suffix(".err"),
-        timeout=seconds * 1.5 + 60,
-        user=env.user,
-    )
-    return res
+def _pgbench(argv: list[str], stem: Path, env: TrialEnv, seconds: int) -> proc.Result:
+    out, err = stem.with_suffix(".out"), stem.with_suffix(".err")
+    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=env.user)

@@ -20,7 +20,6 @@ from .units import human_seconds
 @dataclass
 class ConfigSummary:
     id: str
-    label: str
     planned: int
     n: int
     failed: int
@@ -43,13 +42,12 @@ def summarize(store: Store) -> list[ConfigSummary]:
     exp = store.experiment()
     rounds = json.loads(exp["plan_json"])["rounds"] if exp else 0
     out = []
-    for c in store.rows("SELECT id, label FROM configuration ORDER BY id"):
+    for c in store.rows("SELECT id FROM configuration ORDER BY id"):
         trials = store.rows("SELECT status, tps FROM trial WHERE config_id = ?", (c["id"],))
         tps = [t["tps"] for t in trials if t["status"] == "ok"]
         out.append(
             ConfigSummary(
                 c["id"],
-                c["label"],
                 rounds,
                 len(tps),
                 sum(t["status"] == "failed" for t in trials),

@@ -173,14 +173,8 @@ class Store:
                 "INSERT INTO counter VALUES (?, ?, ?)",
                 [(t.id, n, v) for n, v in t.counters.items()],
             )
-            self.db.executemany(
-                "INSERT OR REPLACE INTO environment VALUES (?, ?, ?)",
-                [
-                    (scope, k, v)
-                    for scope, values in t.environment.items()
-                    for k, v in values.items()
-                ],
-            )
+            for scope, facts in t.environment.items():
+                self._put_environment(scope, facts)
             self.db.executemany(
                 "INSERT INTO artifact VALUES (?, ?, ?)",
                 [(t.id, n, gzip.compress(b)) for n, b in t.artifacts.items()],
@@ -190,12 +184,15 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
 
-    def save_environment(self, scope: str, values: dict[str, str]) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+    def _put_environment(self, scope: str, values: dict[str, str]) -> None:
         self.db.executemany(
             "INSERT OR REPLACE INTO environment VALUES (?, ?, ?)",
             [(scope, k, v) for k, v in values.items()],
         )
+
+    def save_environment(self, scope: str, values: dict[str, str]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self._put_environment(scope, values)
         self.db.execute("COMMIT")
 
     def has_environment(self, scope: str) -> bool:

@@ -36,15 +36,12 @@ def diskstats(devices: list[str], text: str | None = None) -> dict[str, float]:
     return out
 
 
-def host(
-    stat_text: str | None = None, pressure_dir: Path = Path("/proc/pressure")
-) -> dict[str, float]:
+def host() -> dict[str, float]:
     """CPU jiffies by state (steal shows other tenants) and pressure stall microseconds."""
-    text = stat_text if stat_text is not None else Path("/proc/stat").read_text()
-    cpu = text.splitlines()[0].split()
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
     out = {f"cpu.{k}": float(v) for k, v in zip(_CPU_FIELDS, cpu[1:9], strict=False)}
     for resource in ("cpu", "io", "memory"):
-        path = pressure_dir / resource
+        path = Path("/proc/pressure") / resource
         if not path.exists():
             continue
         for line in path.read_text().splitlines():

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import proc
 from ..postgres.binaries import Binaries
-from .devices import mount_of
+from .devices import SYS_BLOCK, mount_of
 
 MM = Path("/sys/kernel/mm")
 
@@ -68,7 +68,7 @@ def storage(datadir: Path, devices: list[str]) -> dict[str, str]:
         env[f"{label}.fstype"] = mount.fstype
         env[f"{label}.mount_options"] = mount.options
     for dev in devices:
-        sys = Path("/sys/class/block") / dev
+        sys = SYS_BLOCK / dev
         queue = sys / "queue" if (sys / "queue").exists() else sys.resolve().parent / "queue"
         env[f"device.{dev}.model"] = (
             _read(sys / "device" / "model") or _read(sys / "device" / "vendor") or "(unknown)"
