@@ -64,9 +64,15 @@ def test_host_counters_read_the_kernel_files() -> None:
     if Path("/proc/pressure/cpu").exists():
         assert "pressure.cpu.some_us" in snap and "pressure.io.full_us" in snap
     text = Path("/proc/diskstats").read_text()
-    name = text.split()[2]
+    # the busiest device, so a column taken from the wrong position cannot match by luck
+    fields = max((line.split() for line in text.splitlines()), key=lambda f: int(f[9]))
+    name = fields[2]
     disk = counters.diskstats([name], text)
-    assert disk[f"{name}.sectors_written"] == float(text.split()[9])
+    positions = {"reads": 3, "sectors_read": 5, "writes": 7, "sectors_written": 9, "io_ms": 12}
+    for key, position in positions.items():
+        assert disk[f"{name}.{key}"] == float(fields[position]), key
+    assert len({disk[f"{name}.{k}"] for k in positions}) > 2  # distinct, non-trivial values
+    assert counters.diskstats(["no-such-device"], text) == {}
 
 
 @requires_pg
