@@ -14,8 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from . import __version__, proc, workarea
-from .collect import counters, devices, environment
+from . import __version__, measure, workarea
+from .collect import environment
 from .errors import PgsweepError
 from .layers.base import Cost, Value
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
@@ -208,7 +208,7 @@ def run_trial(exp: Experiment, env: TrialEnv, trial: Trial, config: Configuratio
             if layer.name == "workload" and env.cluster is not None:
                 log_offset = _log_size(env)
             layer.apply(values[layer.name], env)
-        measure(env, trial_dir, record)
+        measure.measure(env, trial_dir, record)
     except TrialFailure as exc:
         record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail
     except (ServerError, pgbench.ParseError, OSError) as exc:
@@ -238,71 +238,3 @@ def _log_since(env: TrialEnv, offset: int) -> bytes:
             return f.read()
     except FileNotFoundError:
         return b""
-
-
-def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
-    """Warm-up run (not counted), then the measured run; TPS from pgbench's own summary."""
-    cluster, w = env.require_cluster(), env.workload
-    assert w is not None, "the workload layer prepares every trial"
-    pgb, conn = env.binaries.path("pgbench"), cluster.pgbench_conn_args()
-    if env.warmup_seconds > 0:
-        argv = w.argv(pgb, conn, seconds=env.warmup_seconds, vacuum=True)
-        res = _pgbench(argv, trial_dir / "warmup", env, env.warmup_seconds)
-        record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
-        record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
-        if not res.ok:
-            raise TrialFailure(
-                f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
-            )
-    argv = w.argv(pgb, conn, seconds=w.seconds, vacuum=env.warmup_seconds == 0)
-    record.pgbench_argv = json.dumps(argv)
-    record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
-    if not env.devices:
-        env.devices = _devices(cluster.datadir)
-        record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
-    before = _snapshot(env)
-    res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
-    record.counters = counters.delta(before, _snapshot(env))
-    record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
-    record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
-    if env.workload_writes:
-        env.data_dirty = True
-    if not res.ok:
-        raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
-    if record.config_id not in env.settings_recorded:
-        with cluster.connect() as db:
-            record.environment[record.config_id] = environment.settings(db)
-        env.settings_recorded.add(record.config_id)
-    summary = pgbench.parse_summary(res.stdout)
-    record.tps, record.transactions = summary.tps, summary.transactions
-    record.failed_transactions = summary.failed
-    record.latency_avg_ms, record.latency_stddev_ms = (
-        summary.latency_avg_ms,
-        summary.latency_stddev_ms,
-    )
-    record.samples = [
-        (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped)
-        for p in pgbench.parse_progress(res.stderr)
-    ]
-
-
-def _devices(datadir: Path) -> list[str]:
-    found = devices.devices_for(datadir)
-    for dev in devices.devices_for(datadir / "pg_wal"):
-        if dev not in found:
-            found.append(dev)
-    return found
-
-
-def _snapshot(env: TrialEnv) -> dict[str, float]:
-    """Disk, host and PostgreSQL counters, prefixed by their source."""
-    snap = {f"disk.{k}": v for k, v in counters.diskstats(env.devices).items()}
-    snap.update({f"host.{k}": v for k, v in counters.host().items()})
-    with env.require_cluster().connect() as conn:
-        snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, env.binaries.major).items()})
-    return snap
-
-
-def _pgbench(argv: list[str], stem: Path, env: TrialEnv, seconds: int) -> proc.Result:
-    out, err = stem.with_suffix(".out"), stem.with_suffix(".err")
-    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=env.user)

@@ -59,8 +59,37 @@ MIGRATIONS: list[str] = [
         scope TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (scope, name)
     )
     """,
+    # 4: figures derived per trial (latency.p99_ms, io.wal_bytes_per_tx, ...), the
+    # per-second series and latency histogram from the transaction log, and the I/O of
+    # each cluster's load phase
+    """
+    CREATE TABLE metric (
+        trial_id TEXT NOT NULL REFERENCES trial(id), name TEXT NOT NULL, value REAL NOT NULL,
+        PRIMARY KEY (trial_id, name)
+    );
+    CREATE TABLE second (
+        trial_id TEXT NOT NULL REFERENCES trial(id), second INTEGER NOT NULL,
+        tps REAL NOT NULL, failed INTEGER NOT NULL, skipped INTEGER NOT NULL,
+        latency_mean_ms REAL, latency_p50_ms REAL, latency_p90_ms REAL, latency_p99_ms REAL,
+        latency_max_ms REAL, lag_mean_ms REAL,
+        PRIMARY KEY (trial_id, second)
+    );
+    CREATE TABLE latency_bin (
+        trial_id TEXT NOT NULL REFERENCES trial(id), low_ms REAL NOT NULL,
+        high_ms REAL NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (trial_id, low_ms)
+    );
+    CREATE TABLE load_counter (
+        cluster TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+        PRIMARY KEY (cluster, name)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+# keys of txlog.Reduction.seconds, in the order of the `second` table's columns
+SECOND_COLUMNS = (
+    "second", "tps", "failed", "skipped", "latency_mean", "latency_p50", "latency_p90",
+    "latency_p99", "latency_max", "lag_mean",
+)  # fmt: skip
 
 
 @dataclass
@@ -90,6 +119,10 @@ class TrialRecord:
     ] = field(default_factory=list)
     artifacts: dict[str, bytes] = field(default_factory=dict)  # name -> raw bytes
     counters: dict[str, float] = field(default_factory=dict)  # deltas over the window
+    metrics: dict[str, float] = field(default_factory=dict)  # derived, see collect.metrics
+    seconds: list[dict[str, float]] = field(default_factory=list)  # from the transaction log
+    latency_bins: list[tuple[float, float, int]] = field(default_factory=list)
+    load: dict[str, dict[str, float]] = field(default_factory=dict)  # cluster -> counters
     environment: dict[str, dict[str, str]] = field(default_factory=dict)  # scope -> values
 
 
@@ -172,6 +205,22 @@ class Store:
             self.db.executemany(
                 "INSERT INTO counter VALUES (?, ?, ?)",
                 [(t.id, n, v) for n, v in t.counters.items()],
+            )
+            self.db.executemany(
+                "INSERT INTO metric VALUES (?, ?, ?)",
+                [(t.id, n, v) for n, v in t.metrics.items()],
+            )
+            self.db.executemany(
+                f"INSERT INTO second VALUES ({', '.join('?' * 11)})",
+                [(t.id, *(s.get(k) for k in SECOND_COLUMNS)) for s in t.seconds],
+            )
+            self.db.executemany(
+                "INSERT INTO latency_bin VALUES (?, ?, ?, ?)",
+                [(t.id, *b) for b in t.latency_bins],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO load_counter VALUES (?, ?, ?)",
+                [(c, n, v) for c, values in t.load.items() for n, v in values.items()],
             )
             for scope, facts in t.environment.items():
                 self._put_environment(scope, facts)

@@ -44,6 +44,9 @@ class TrialEnv:
     events: list[str] = field(default_factory=list)
     effective: dict[str, str] = field(default_factory=dict)  # SHOW of every server.* key
     devices: list[str] = field(default_factory=list)  # block devices under PGDATA and pg_wal
+    primary_devices: list[str] = field(default_factory=list)  # the ones filesystems sit on
+    latency_log: str | float = "auto"  # workload.latency_log
+    load_counters: dict[str, dict[str, float]] = field(default_factory=dict)  # not yet saved
     settings_recorded: set[str] = field(default_factory=set)  # configurations already recorded
 
     def require_cluster(self) -> Cluster:

@@ -120,3 +120,18 @@ def test_trial_on_loop_ext4_records_device_writes_above_wal(
     assert got["pg.wal_lsn_bytes"] == pytest.approx(wal, rel=0.2)
     assert got["host.cpu.user"] > 0
     assert json.loads(trial["events_json"])[0] == "new-cluster"
+    db = sqlite3.connect(results / "results.db")
+    metric = dict(db.execute("SELECT name, value FROM metric WHERE trial_id = ?", (trial["id"],)))
+    load = dict(db.execute("SELECT name, value FROM load_counter WHERE cluster = 'cluster-1'"))
+    db.close()
+    # bytes per transaction count the loop device the filesystem sits on, not the disk
+    # under its backing file as well (that would count every write twice)
+    assert metric["io.device_bytes_written"] == written
+    assert metric["io.device_bytes_written_per_tx"] == pytest.approx(written / metric["tx.ok"])
+    assert metric["io.device_bytes_per_wal_byte"] == pytest.approx(written / wal)
+    # the load phase is recorded apart from the run: pgbench -i of scale 1 writes the
+    # 100,000-row accounts table (13 MB) through WAL and data files
+    assert load["load.database_bytes"] > 13e6
+    assert load["io.device_bytes_written"] == load[f"load.disk.{loop}.sectors_written"] * 512
+    assert load["io.device_bytes_written"] > 13e6
+    assert load["load.pg.wal_bytes"] > 0 and load["load.scale"] == 1

@@ -1,7 +1,10 @@
 """pgbench's output parsed from files captured from real PostgreSQL 15 runs on this kind
-of machine (tests/data/pgbench/pg15-*), plus the PG 13 tps form from its documentation."""
+of machine (tests/data/pgbench/pg15-*), and the PG 13, 14, 16 and 17 forms written from
+their documentation and pgbench's printf formats (tests/data/pgbench/pg1?-docs-*)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -47,6 +50,63 @@ def test_pg13_two_tps_lines_take_excluding_connections() -> None:
         "tps = 622.977698 (excluding connections establishing)\n"
     )
     assert pgbench.parse_summary(out).tps == pytest.approx(622.977698)
+
+
+@pytest.mark.parametrize(
+    ("version", "tps", "transactions", "failed", "stddev"),
+    [
+        ("13", 852.130218, 51115, 0, 7.402),
+        ("14", 896.967014, 10000, 0, 7.351),
+        ("16", 896.967014, 9676, 324, 7.351),
+        ("17", 1994.071112, 59821, 0, 0.861),
+    ],
+)
+def test_summary_forms_by_version(
+    version: str, tps: float, transactions: int, failed: int, stddev: float
+) -> None:
+    s = pgbench.parse_summary((PG / f"pg{version}-docs-summary.out").read_text())
+    assert (s.tps, s.transactions, s.failed, s.latency_stddev_ms) == (
+        pytest.approx(tps),
+        transactions,
+        failed,
+        stddev,
+    )
+    assert s.version == (None if version in ("13", "14") else f"{version}.0")
+
+
+def test_pg16_retries_and_pg17_skips_and_lag() -> None:
+    s16 = pgbench.parse_summary((PG / "pg16-docs-summary.out").read_text())
+    assert (s16.retried, s16.retries) == (5629, 103299)
+    s17 = pgbench.parse_summary((PG / "pg17-docs-summary.out").read_text())
+    assert (s17.skipped, s17.late, s17.lag_avg_ms, s17.lag_max_ms) == (179, 31, 0.088, 4.96)
+    real = pgbench.parse_summary((PG / "pg15-select-R3000-L1.out").read_text())
+    assert (real.skipped, real.late, real.lag_avg_ms, real.lag_max_ms) == (2187, 2481, 0.39, 17.249)
+
+
+@pytest.mark.parametrize("version", ["13", "14", "16", "17"])
+def test_progress_forms_by_version(version: str) -> None:
+    p = pgbench.parse_progress((PG / f"pg{version}-docs-progress.err").read_text())
+    assert len(p) >= 2 and all(x.tps > 800 for x in p)
+    if version in ("13", "14"):  # no failed column before PG 15
+        assert p[0].failed is None and p[2].lag_ms == 0.113 and p[2].skipped == 4
+    if version == "16":
+        assert (p[1].failed, p[1].retried, p[1].retries) == (4, 580, 10010)
+    if version == "17":
+        assert (p[1].failed, p[1].lag_ms, p[1].skipped) == (0, 0.081, 7)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tps = 896.967014 (measured by a future pgbench)",
+        "latency average: 11.0 ms",
+        "number of transactions actually processed: many",
+    ],
+)
+def test_unknown_summary_form_fails_with_the_line(line: str) -> None:
+    text = (PG / "pg15-tpcb-summary.out").read_text().replace("tps = 1462.293016", "xx") + line
+    with pytest.raises(pgbench.ParseError, match="not understood: " + re.escape(repr(line))):
+        pgbench.parse_summary(text)
 
 
 def test_aborted_run_has_no_summary() -> None:

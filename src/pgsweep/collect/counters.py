@@ -52,6 +52,17 @@ def host() -> dict[str, float]:
     return out
 
 
+def zfs_arc(path: Path = Path("/proc/spl/kstat/zfs/arcstats")) -> dict[str, float]:
+    """ARC hits and misses where ZFS (kernel or a kstat-exporting port) runs."""
+    if not path.exists():
+        return {}
+    out = {}
+    for fields in (line.split() for line in path.read_text().splitlines()):
+        if len(fields) == 3 and fields[0] in ("hits", "misses"):
+            out[f"arc.{fields[0]}"] = float(fields[2])
+    return out
+
+
 def postgres(conn: Any, major: int) -> dict[str, float]:
     """WAL, checkpoint, buffer and database counters. PostgreSQL 17 moved the checkpointer's
     counters from pg_stat_bgwriter to pg_stat_checkpointer."""

@@ -76,3 +76,16 @@ def devices_for(path: Path) -> list[str]:
     if first:
         _expand(first, found)
     return found
+
+
+def for_cluster(datadir: Path) -> tuple[list[str], list[str]]:
+    """All block devices under PGDATA and pg_wal, and the ones their filesystems sit on
+    (whose counters do not repeat the writes that the disks below them also count)."""
+    found, primary = devices_for(datadir), []
+    if found:
+        primary.append(found[0])
+    wal = devices_for(datadir / "pg_wal")
+    if wal and wal[0] not in primary:
+        primary.append(wal[0])
+    found += [d for d in wal if d not in found]
+    return found, primary

@@ -4,11 +4,13 @@ initdb, load with `pgbench -i`, snapshot of the loaded data directory."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import proc
+from ..collect import counters, devices, metrics
 from ..postgres.cluster import Cluster, ServerError
 from ..trialenv import TrialEnv, TrialFailure
 from .base import Cost, Layer, ValidationContext, Value, check_table
@@ -71,7 +73,7 @@ class ClusterLayer(Layer):
         try:
             cluster.create(initdb_options(values))
             cluster.start()
-            _load(cluster, int(values["scale"]))
+            env.load_counters[cluster.root.name] = _load(cluster, int(values["scale"]))
             cluster.take_snapshot()
         except ServerError as exc:
             env.cluster_failures[key] = str(exc)
@@ -87,8 +89,13 @@ class ClusterLayer(Layer):
         env.cluster, env.cluster_key, env.server_settings = None, None, None
 
 
-def _load(cluster: Cluster, scale: int) -> None:
-    """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint."""
+def _load(cluster: Cluster, scale: int) -> dict[str, float]:
+    """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint. Returns
+    the I/O of that phase (seed 3 compared bytes written while loading and while running):
+    device and PostgreSQL counter deltas, seconds, scale and the database size."""
+    devs, primary = devices.for_cluster(cluster.datadir)
+    before = _load_snapshot(cluster, devs)
+    started = time.monotonic()
     argv = [cluster.binaries.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
@@ -102,3 +109,18 @@ def _load(cluster: Cluster, scale: int) -> None:
         if has_prewarm and has_prewarm[0]:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         conn.execute("CHECKPOINT")
+        size = conn.execute("SELECT pg_database_size('postgres')").fetchone()
+    deltas = counters.delta(before, _load_snapshot(cluster, devs))
+    out = {f"load.{k}": v for k, v in deltas.items()}
+    out.update(metrics.io(deltas, primary, 0))
+    out["load.seconds"] = time.monotonic() - started
+    out["load.scale"], out["load.database_bytes"] = float(scale), float(size[0] if size else 0)
+    return out
+
+
+def _load_snapshot(cluster: Cluster, devs: list[str]) -> dict[str, float]:
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(devs).items()}
+    with cluster.connect() as conn:
+        pg = counters.postgres(conn, cluster.binaries.major)
+    snap.update({f"pg.{k}": v for k, v in pg.items()})
+    return snap

@@ -37,6 +37,17 @@ class WorkloadTable(BaseModel):
     latency_limit: int | float | str | None = Field(None, description="pgbench -L")
     protocol: Literal["simple", "extended", "prepared"] = "simple"
     prewarm: bool = Field(False, description="pg_prewarm the pgbench relations after each start")
+    latency_log: Literal["auto", "off"] | float = Field(
+        "auto", description="per-transaction log: auto, off, or a fixed --sampling-rate"
+    )
+    max_tries: int = Field(1, ge=0, le=1_000_000, description="pgbench --max-tries (PG 15+)")
+
+    @field_validator("latency_log")
+    @classmethod
+    def _latency_log(cls, v: Any) -> Any:
+        if isinstance(v, float | int) and not 0 < v <= 1:
+            raise ValueError('"auto", "off", or a sampling rate above 0 and at most 1')
+        return v
 
     @field_validator("duration")
     @classmethod
@@ -121,7 +132,9 @@ class WorkloadLayer(Layer):
             protocol=str(values["protocol"]),
             rate=float(values["rate"]) if values.get("rate") is not None else None,
             latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
+            max_tries=int(values.get("max_tries", 1)),
         )
+        env.latency_log = values.get("latency_log", "auto")
         env.workload_writes = pgbench.writes(str(values["script"]), custom_sql)
         env.warmup_seconds = seconds(values["warmup"])
         if values.get("prewarm") and env.prewarmed_for != env.server_started_at:

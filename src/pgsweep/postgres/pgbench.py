@@ -5,7 +5,7 @@ read, rather than store a wrong number."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 
@@ -23,12 +23,19 @@ class Workload:
     protocol: str = "simple"
     rate: float | None = None
     latency_limit_ms: float | None = None
+    max_tries: int = 1
 
-    @property
-    def builtin(self) -> bool:
-        return self.script in BUILTIN_SCRIPTS
-
-    def argv(self, pgbench: str, conn: list[str], *, seconds: int, vacuum: bool) -> list[str]:
+    def argv(
+        self,
+        pgbench: str,
+        conn: list[str],
+        *,
+        seconds: int,
+        vacuum: bool,
+        log_prefix: str | None = None,
+        sampling_rate: float = 1.0,
+    ) -> list[str]:
+        """The command line; with log_prefix, per-transaction logging (-l), sampled below 1."""
         argv = [pgbench, *conn]
         argv += ["-b", self.script] if self.builtin else ["-f", self.script]
         # pgbench spreads clients over threads; more threads than clients is an error.
@@ -38,10 +45,20 @@ class Workload:
             argv += ["-R", f"{self.rate:g}"]
         if self.latency_limit_ms is not None:
             argv += ["-L", f"{self.latency_limit_ms:g}"]
+        if self.max_tries != 1:
+            argv += ["--max-tries", str(self.max_tries)]
+        if log_prefix is not None:
+            argv += ["-l", f"--log-prefix={log_prefix}"]
+            if sampling_rate < 1:
+                argv.append(f"--sampling-rate={sampling_rate:g}")
         if not vacuum or not self.builtin:
             argv.append("-n")
         argv.append("postgres")
         return argv
+
+    @property
+    def builtin(self) -> bool:
+        return self.script in BUILTIN_SCRIPTS
 
 
 @dataclass
@@ -53,7 +70,12 @@ class Summary:
     latency_stddev_ms: float | None
     initial_connection_ms: float | None
     version: str | None
-    extra: dict[str, str] = field(default_factory=dict)
+    skipped: int = 0
+    retried: int = 0
+    retries: int = 0
+    late: int = 0  # above the -L latency limit (without -R)
+    lag_avg_ms: float | None = None
+    lag_max_ms: float | None = None
 
 
 _NUM = r"([-+]?\d+(?:\.\d+)?|NaN|nan|inf)"
@@ -61,6 +83,11 @@ _SUMMARY_PATTERNS = {
     "version": re.compile(r"^pgbench \(([^)\s]+)"),
     "transactions": re.compile(r"^number of transactions actually processed: (\d+)"),
     "failed": re.compile(r"^number of failed transactions: (\d+)"),
+    "skipped": re.compile(r"^number of transactions skipped: (\d+)"),
+    "retried": re.compile(r"^number of transactions retried: (\d+)"),
+    "retries": re.compile(r"^total number of retries: (\d+)"),
+    "late": re.compile(r"^number of transactions above the [\d.]+ ms latency limit: (\d+)"),
+    "lag": re.compile(rf"^rate limit schedule lag: avg {_NUM} \(max {_NUM}\) ms"),
     "latency_avg_ms": re.compile(rf"^latency average = {_NUM} ms"),
     "latency_stddev_ms": re.compile(rf"^latency stddev = {_NUM} ms"),
     "initial_connection_ms": re.compile(rf"^initial connection time = {_NUM} ms"),
@@ -72,13 +99,32 @@ _SUMMARY_PATTERNS = {
 }
 
 
+# Lines that carry a number pgsweep stores: one that starts like these but matches no
+# pattern above is a form this parser does not know, and fails rather than go unread.
+_MUST_MATCH = (
+    "tps = ",
+    "latency average",
+    "number of transactions actually processed",
+    "number of failed transactions",
+)
+_PG13_INCLUDING = re.compile(rf"^tps = {_NUM} \(including connections establishing\)$")
+
+
 def parse_summary(stdout: str) -> Summary:
     found: dict[str, str] = {}
-    for line in stdout.splitlines():
+    for number, line in enumerate(stdout.splitlines(), start=1):
+        if (
+            line.startswith(_MUST_MATCH)
+            and not _PG13_INCLUDING.match(line)
+            and not any(p.match(line) for p in _SUMMARY_PATTERNS.values())
+        ):
+            raise ParseError(f"line {number} of pgbench's summary is not understood: {line!r}")
         for key, pattern in _SUMMARY_PATTERNS.items():
             m = pattern.match(line)
             if m and key not in found:
                 found[key] = m.group(1)
+                if key == "lag":
+                    found["lag_max"] = m.group(2)
     if "tps" not in found or "transactions" not in found:
         tail = "\n".join(stdout.strip().splitlines()[-5:]) or "(empty output)"
         raise ParseError(f"pgbench printed no tps/transactions summary; its output ended:\n{tail}")
@@ -90,6 +136,12 @@ def parse_summary(stdout: str) -> Summary:
         tps=float(found["tps"]),
         transactions=int(found["transactions"]),
         failed=int(found.get("failed", 0)),
+        skipped=int(found.get("skipped", 0)),
+        retried=int(found.get("retried", 0)),
+        retries=int(found.get("retries", 0)),
+        late=int(found.get("late", 0)),
+        lag_avg_ms=num("lag"),
+        lag_max_ms=num("lag_max"),
         latency_avg_ms=num("latency_avg_ms"),
         latency_stddev_ms=num("latency_stddev_ms"),
         initial_connection_ms=num("initial_connection_ms"),
@@ -106,11 +158,14 @@ class Progress:
     failed: int | None
     lag_ms: float | None
     skipped: int | None
+    retried: int | None = None
+    retries: int | None = None
 
 
 _PROGRESS = re.compile(
     rf"^progress: {_NUM} s, {_NUM} tps, lat {_NUM} ms stddev {_NUM}"
-    rf"(?:, (\d+) failed)?(?:, lag {_NUM} ms)?(?:, (\d+) skipped)?\s*$"
+    rf"(?:, (\d+) failed)?(?:, lag {_NUM} ms)?(?:, (\d+) skipped)?"
+    r"(?:, (\d+) retried, (\d+) retries)?\s*$"
 )
 
 
@@ -124,7 +179,7 @@ def parse_progress(stderr: str) -> list[Progress]:
         m = _PROGRESS.match(line)
         if not m:
             raise ParseError(f"line {number} of pgbench's progress is not understood: {line!r}")
-        at, tps, lat, sd, failed, lag, skipped = m.groups()
+        at, tps, lat, sd, failed, lag, skipped, retried, retries = m.groups()
         out.append(
             Progress(
                 at=float(at),
@@ -134,6 +189,8 @@ def parse_progress(stderr: str) -> list[Progress]:
                 failed=int(failed) if failed is not None else None,
                 lag_ms=float(lag) if lag is not None else None,
                 skipped=int(skipped) if skipped is not None else None,
+                retried=int(retried) if retried is not None else None,
+                retries=int(retries) if retries is not None else None,
             )
         )
     return out

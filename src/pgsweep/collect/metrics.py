@@ -1,0 +1,132 @@
+"""Per-trial figures derived from what the measured window recorded: transaction counts,
+latency, stability, bytes per transaction, host shares. Pure functions over numbers, so
+every name here is one a report or an export can rely on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..postgres.pgbench import Summary
+from .txlog import Reduction
+
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's sector size
+STALL_SHARE = 0.10  # a second below 10% of the window's median TPS is a stall
+MEMINFO = {
+    "Cached": "mem.cached_kb",
+    "Dirty": "mem.dirty_kb",
+    "HugePages_Total": "mem.hugepages_total",
+    "HugePages_Free": "mem.hugepages_free",
+    "HugePages_Rsvd": "mem.hugepages_rsvd",
+    "AnonHugePages": "mem.anon_hugepages_kb",
+}
+ARCSTATS = Path("/proc/spl/kstat/zfs/arcstats")
+
+
+def transactions(summary: Summary, log: Reduction | None, sampling_rate: float) -> dict[str, float]:
+    """Counts from the log when every transaction was logged, from pgbench's summary
+    otherwise; the window TPS from the log's completions (scaled up when sampled)."""
+    out = {
+        "tx.ok": float(summary.transactions),
+        "tx.failed": float(summary.failed),
+        "tx.skipped": float(summary.skipped),
+        "tx.retried": float(summary.retried),
+        "tx.retries": float(summary.retries),
+        "tx.late": float(summary.late),
+    }
+    if summary.lag_avg_ms is not None:
+        out["lag.mean_ms"] = summary.lag_avg_ms
+        out["lag.max_ms"] = summary.lag_max_ms or 0.0
+    if log is None:
+        return out
+    out["log.sampling_rate"] = sampling_rate
+    out["log.lines"] = float(log.lines)
+    out["log.outside_window"] = float(log.outside_window)
+    out["window.tps"] = log.window_tps / sampling_rate
+    out["window.seconds"] = log.window_s
+    out.update({f"latency.{k}_ms": v for k, v in log.latency.items()})
+    if log.lag:
+        out["lag.mean_ms"], out["lag.max_ms"] = log.lag["mean"], log.lag["max"]
+    if sampling_rate == 1:
+        out.update({"tx.ok": log.ok, "tx.failed": log.failed, "tx.skipped": log.skipped})
+        if log.retries:
+            out.update({"tx.retried": log.retried, "tx.retries": log.retries})
+    return out
+
+
+def stability(per_second_tps: list[float], counters: dict[str, float]) -> dict[str, float]:
+    """CV of the per-second TPS, stall seconds, checkpoints that started in the window."""
+    out: dict[str, float] = {}
+    tps = np.array(per_second_tps, dtype=float)
+    if len(tps) >= 2 and tps.mean() > 0:
+        out["stability.tps_cv"] = float(tps.std(ddof=1) / tps.mean())
+        out["stability.stall_seconds"] = float((tps < STALL_SHARE * np.median(tps)).sum())
+    if "pg.checkpoints_timed" in counters:
+        out["stability.checkpoints_timed"] = counters["pg.checkpoints_timed"]
+        out["stability.checkpoints_req"] = counters.get("pg.checkpoints_req", 0.0)
+        out["stability.checkpoints"] = (
+            out["stability.checkpoints_timed"] + out["stability.checkpoints_req"]
+        )
+    return out
+
+
+def io(counters: dict[str, float], primary: list[str], ok: float) -> dict[str, float]:
+    """Bytes on the devices the data and WAL filesystems sit on (not the disks under them,
+    which see the same writes again), WAL bytes, and both per transaction."""
+    out: dict[str, float] = {}
+    written = sum(counters.get(f"disk.{d}.sectors_written", 0.0) for d in primary) * SECTOR
+    read = sum(counters.get(f"disk.{d}.sectors_read", 0.0) for d in primary) * SECTOR
+    if primary:
+        out["io.device_bytes_written"], out["io.device_bytes_read"] = written, read
+    wal = counters.get("pg.wal_bytes", counters.get("pg.wal_lsn_bytes"))
+    if wal is not None:
+        out["io.wal_bytes"] = wal
+    hit, miss = counters.get("pg.blks_hit"), counters.get("pg.blks_read")
+    if hit is not None and miss is not None and hit + miss > 0:
+        out["pg.cache_hit_ratio"] = hit / (hit + miss)
+    if ok > 0:
+        if primary:
+            out["io.device_bytes_written_per_tx"] = written / ok
+        if wal is not None:
+            out["io.wal_bytes_per_tx"] = wal / ok
+    if primary and wal:
+        out["io.device_bytes_per_wal_byte"] = written / wal
+    return out
+
+
+def host_shares(counters: dict[str, float]) -> dict[str, float]:
+    """CPU busy, iowait and steal as shares of all CPU time in the window."""
+    states = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    jiffies = {s: counters.get(f"host.cpu.{s}", 0.0) for s in states}
+    total = sum(jiffies.values())
+    if total <= 0:
+        return {}
+    busy = total - jiffies["idle"] - jiffies["iowait"]
+    out = {
+        "host.cpu_busy_share": busy / total,
+        "host.iowait_share": jiffies["iowait"] / total,
+        "host.steal_share": jiffies["steal"] / total,
+    }
+    hits, misses = counters.get("zfs.arc.hits"), counters.get("zfs.arc.misses")
+    if hits is not None and misses is not None and hits + misses > 0:
+        out["zfs.arc_hit_ratio"] = hits / (hits + misses)
+    return out
+
+
+def memory(meminfo_text: str | None = None, arcstats_text: str | None = None) -> dict[str, float]:
+    """Page cache, dirty pages and huge pages at the end of the window (levels, not
+    deltas); the ZFS ARC size where ZFS runs."""
+    text = meminfo_text if meminfo_text is not None else Path("/proc/meminfo").read_text()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in MEMINFO:
+            out[MEMINFO[key]] = float(rest.split()[0])
+    arc = arcstats_text
+    if arc is None and ARCSTATS.exists():
+        arc = ARCSTATS.read_text()
+    for fields in (line.split() for line in (arc or "").splitlines()):
+        if len(fields) == 3 and fields[0] in ("size", "c_max"):
+            out[f"zfs.arc_{fields[0]}_bytes"] = float(fields[2])
+    return out

@@ -1,0 +1,146 @@
+"""The measured window of one trial: a warm-up run (not counted), then the measured pgbench
+run with its per-transaction log, framed by counter snapshots; everything reduced to the
+figures a TrialRecord keeps."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from . import proc
+from .collect import counters, devices, environment, metrics, txlog
+from .postgres import pgbench
+from .store import TrialRecord
+from .trialenv import TrialEnv, TrialFailure
+
+# Above this many transactions per second the log is sampled down to it: logging every
+# transaction costs pgbench client CPU (bench/fidelity measures how much).
+AUTO_LOGGED_PER_S = 10_000
+
+
+def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
+    cluster, w = env.require_cluster(), env.workload
+    assert w is not None, "the workload layer prepares every trial"
+    pgb, conn = env.binaries.path("pgbench"), cluster.pgbench_conn_args()
+    warmup_tps = None
+    if env.warmup_seconds > 0:
+        argv = w.argv(pgb, conn, seconds=env.warmup_seconds, vacuum=True)
+        res = _pgbench(argv, trial_dir / "warmup", env, env.warmup_seconds)
+        record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
+        record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
+        if not res.ok:
+            raise TrialFailure(
+                f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
+            )
+        warmup_tps = pgbench.parse_summary(res.stdout).tps
+    rate = sampling_rate(env.latency_log, w.rate, warmup_tps)
+    log_dir = trial_dir / "txlog"
+    if rate is not None:
+        log_dir.mkdir()
+        if env.user is not None:
+            os.chown(log_dir, env.user.uid, env.user.gid)
+    argv = w.argv(
+        pgb,
+        conn,
+        seconds=w.seconds,
+        vacuum=env.warmup_seconds == 0,
+        log_prefix=str(log_dir / "tx") if rate is not None else None,
+        sampling_rate=rate or 1.0,
+    )
+    record.pgbench_argv = json.dumps(argv)
+    record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
+    if not env.devices:
+        env.devices, env.primary_devices = devices.for_cluster(cluster.datadir)
+        record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
+    before = snapshot(env)
+    res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
+    record.counters = counters.delta(before, snapshot(env))
+    mem = metrics.memory()
+    record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
+    record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
+    if env.workload_writes:
+        env.data_dirty = True
+    if not res.ok:
+        raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
+    if record.config_id not in env.settings_recorded:
+        with cluster.connect() as db:
+            record.environment[record.config_id] = environment.settings(db)
+        env.settings_recorded.add(record.config_id)
+    summary = pgbench.parse_summary(res.stdout)
+    record.tps, record.transactions = summary.tps, summary.transactions
+    record.failed_transactions = summary.failed
+    record.latency_avg_ms, record.latency_stddev_ms = (
+        summary.latency_avg_ms,
+        summary.latency_stddev_ms,
+    )
+    progress = pgbench.parse_progress(res.stderr)
+    record.samples = [
+        (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped) for p in progress
+    ]
+    log = _reduce_log(log_dir, w.seconds) if rate is not None else None
+    _derive(record, env, summary, log, rate or 1.0, [p.tps for p in progress])
+    record.metrics.update(mem)
+
+
+def sampling_rate(
+    setting: str | float, rate: float | None, warmup_tps: float | None
+) -> float | None:
+    """None: no log. Otherwise the --sampling-rate: the setting when it is a number; for
+    "auto", 1 unless the expected rate (-R, else the warm-up's TPS) exceeds
+    AUTO_LOGGED_PER_S, then the share that logs about that many lines a second."""
+    if setting == "off":
+        return None
+    if not isinstance(setting, str):
+        return float(setting)
+    expected = rate if rate is not None else warmup_tps
+    if expected is None or expected <= AUTO_LOGGED_PER_S:
+        return 1.0
+    return round(AUTO_LOGGED_PER_S / expected, 4)
+
+
+def _reduce_log(log_dir: Path, seconds: int) -> txlog.Reduction:
+    paths = sorted(log_dir.glob("tx.*"))
+    if not paths:
+        raise TrialFailure(f"pgbench wrote no transaction log in {log_dir}")
+    try:
+        return txlog.reduce(txlog.parse(paths), seconds)
+    except txlog.LogError as exc:
+        raise TrialFailure(str(exc)) from exc
+
+
+def _derive(
+    record: TrialRecord,
+    env: TrialEnv,
+    summary: pgbench.Summary,
+    log: txlog.Reduction | None,
+    rate: float,
+    progress_tps: list[float],
+) -> None:
+    m = record.metrics
+    m.update(metrics.transactions(summary, log, rate))
+    if log is not None:
+        record.seconds = log.seconds
+        record.latency_bins = log.histogram
+        per_second = [s["tps"] / rate for s in log.seconds]
+    else:
+        per_second = progress_tps
+    m.update(metrics.stability(per_second, record.counters))
+    m.update(metrics.io(record.counters, env.primary_devices, m["tx.ok"]))
+    m.update(metrics.host_shares(record.counters))
+    record.load, env.load_counters = env.load_counters, {}
+
+
+def snapshot(env: TrialEnv) -> dict[str, float]:
+    """Disk, host, ZFS ARC and PostgreSQL counters, prefixed by their source."""
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(env.devices).items()}
+    snap.update({f"host.{k}": v for k, v in counters.host().items()})
+    snap.update({f"zfs.{k}": v for k, v in counters.zfs_arc().items()})
+    with env.require_cluster().connect() as conn:
+        snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, env.binaries.major).items()})
+    return snap
+
+
+def _pgbench(argv: list[str], stem: Path, env: TrialEnv, seconds: int) -> proc.Result:
+    out, err = stem.with_suffix(".out"), stem.with_suffix(".err")
+    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=env.user)
