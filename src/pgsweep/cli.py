@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import __version__, runner, show, spec, workarea
+from . import __version__, export, runner, show, spec, workarea
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
 from .plan import estimate_seconds
 from .progress import ConsoleReporter
@@ -35,6 +35,16 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
+    se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
+    se.add_argument("results", type=Path)
+    se.add_argument("--format", choices=export.FORMATS, default="csv")
+    se.add_argument(
+        "--what",
+        choices=export.WHAT,
+        default="trials",
+        help="trials: one row per trial; samples: per trial-second; latency: per latency bin",
+    )
+    se.add_argument("-o", "--output", type=Path, help="file to write (default RESULTS/WHAT.FORMAT)")
     return p
 
 
@@ -100,7 +110,25 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"plan": cmd_plan, "run": cmd_run, "show": cmd_show, "cleanup": cmd_cleanup}
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    store = show.open_store(args.results)
+    try:
+        tbl = export.table(store, args.what)
+    finally:
+        store.close()
+    out = args.output or args.results / f"{args.what}.{args.format}"
+    export.write(tbl, args.format, out)
+    console.print(f"{out}: {tbl.num_rows} rows, {tbl.num_columns} columns", markup=False)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "plan": cmd_plan,
+    "run": cmd_run,
+    "show": cmd_show,
+    "cleanup": cmd_cleanup,
+    "export": cmd_export,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

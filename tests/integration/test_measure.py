@@ -7,11 +7,15 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import have_postgres, pgsweep, requires_pg, trials, write_experiment
 from pgsweep.postgres import pgbench
 
 EXPERIMENT = """
@@ -35,11 +39,22 @@ workload.latency_log = ["auto", 0.5, "off"]
 """
 
 
-@requires_pg
-def test_log_figures_agree_with_pgbench(tmp_path: Path, state_dir: Path) -> None:
-    results = tmp_path / "res"
-    res = pgsweep("run", str(write_experiment(tmp_path, EXPERIMENT)), "--results", str(results))
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One real run shared by the tests of this module (three 3 s trials)."""
+    if not have_postgres():
+        pytest.skip("PostgreSQL server binaries missing")
+    folder = tmp_path_factory.mktemp("measure")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGSWEEP_STATE_DIR", str(folder / "state"))
+        path = write_experiment(folder, EXPERIMENT)
+        res = pgsweep("run", str(path), "--results", str(folder / "res"))
     assert res.returncode == 0, res.stderr + res.stdout
+    yield folder / "res"
+
+
+@requires_pg
+def test_log_figures_agree_with_pgbench(results: Path) -> None:
     db = sqlite3.connect(results / "results.db")
     levels = {c: json.loads(lv)["workload.latency_log"] for c, lv in db.execute(
         "SELECT id, levels_json FROM configuration")}  # fmt: skip
@@ -83,3 +98,49 @@ def test_log_figures_agree_with_pgbench(tmp_path: Path, state_dir: Path) -> None
     assert "-l" not in json.loads(t["pgbench_argv"])
     assert seconds == [] and not any(k.startswith("latency.") for k in m)
     assert m["tx.ok"] == s.transactions and m["lag.mean_ms"] == s.lag_avg_ms
+
+
+@requires_pg
+@pytest.mark.parametrize("what", ["trials", "samples", "latency"])
+def test_export_csv_and_parquet_hold_the_same_rows(results: Path, what: str) -> None:
+    outs = {}
+    for fmt in ("csv", "parquet", "json"):
+        out = results.parent / f"{what}.{fmt}"
+        res = pgsweep("export", str(results), "--format", fmt, "--what", what, "-o", str(out))
+        assert res.returncode == 0, res.stderr
+        outs[fmt] = out
+    from_csv = pacsv.read_csv(outs["csv"]).to_pylist()
+    from_parquet = pq.read_table(outs["parquet"]).to_pylist()
+    from_json = json.loads(outs["json"].read_text())
+    assert len(from_csv) == len(from_parquet) == len(from_json) > 0
+    assert list(from_csv[0]) == list(from_parquet[0]) == list(from_json[0])
+    for a, b, c in zip(from_csv, from_parquet, from_json, strict=True):
+        for k in a:
+            # the factor column mixes "auto", 0.5 and "off": text in every format
+            if isinstance(b[k], datetime):  # timestamps; ISO 8601 text in JSON
+                assert a[k] == b[k] == datetime.fromisoformat(c[k]), k
+            elif isinstance(b[k], float):
+                assert a[k] == pytest.approx(b[k], rel=1e-12) and c[k] == pytest.approx(b[k])
+            else:
+                assert str(a[k]) == str(b[k]) == str(c[k]) or a[k] is b[k] is c[k] is None, k
+    # tidy: each row names its experiment, configuration, factor level, round and trial
+    first = from_parquet[0]
+    assert {"experiment", "config_id", "workload.latency_log", "round", "trial_id"} <= set(first)
+    trial_ids = {t["id"] for t in trials(results)}
+    if what == "trials":
+        assert {r["trial_id"] for r in from_parquet} == trial_ids
+        assert all(r["tps"] > 0 for r in from_parquet)
+        assert {r["workload.latency_log"] for r in from_parquet} == {"auto", "0.5", "off"}
+    if what == "samples":  # three seconds per trial, from the log or from progress lines
+        for tid in trial_ids:
+            rows = [r for r in from_parquet if r["trial_id"] == tid]
+            assert len(rows) >= 2 and len({r["source"] for r in rows}) == 1
+    if what == "latency":
+        db = sqlite3.connect(results / "results.db")
+        ok = dict(db.execute("SELECT trial_id, value FROM metric WHERE name = 'tx.ok'"))
+        rate = dict(db.execute(
+            "SELECT trial_id, value FROM metric WHERE name = 'log.sampling_rate'"))  # fmt: skip
+        db.close()
+        for tid, r in rate.items():
+            n = sum(row["n"] for row in from_parquet if row["trial_id"] == tid)
+            assert n == ok[tid] if r == 1 else n > 0
