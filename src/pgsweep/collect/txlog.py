@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -28,7 +29,9 @@ _EXACT_BELOW = 1000  # us: one bin per microsecond below this
 _PER_DECADE = 900  # three significant digits above it
 _DECADES = 8  # up to 10^11 us
 NBINS = _EXACT_BELOW + _DECADES * _PER_DECADE
+_MAX_US = 2**31 - 1  # latencies and lags are kept as int32 (35 minutes)
 
+I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
@@ -83,7 +86,7 @@ def _parse_chunk(buf, start, stop, lat, end, lag, retries, out):  # type: ignore
             if ok and buf[i] == 32:
                 ret_v, i, d7 = _number(buf, i + 1)
                 nf, ok = 8, d7 > 0
-        ok = ok and buf[i] == 10
+        ok = ok and buf[i] == 10 and lat_v <= _MAX_US and lag_v <= _MAX_US
         if ok:
             fmin, fmax = min(fmin, nf), max(fmax, nf)
             lat[n], end[n], lag[n], retries[n] = lat_v, epoch * 1000000 + us, lag_v, ret_v
@@ -156,7 +159,7 @@ def _per_second(lat, end, lag, t0, nsec, qs):  # type: ignore[no-untyped-def]
     """Counting sort of the lines by second since t0, then per second: outcome counts,
     latency sum/max, lag sum, and percentiles from a histogram."""
     n = len(lat)
-    sec = np.empty(n, np.int64)
+    sec = np.empty(n, np.int32)
     cnt = np.zeros(nsec + 1, np.int64)  # the last slot holds lines outside the window
     for i in range(n):
         s = (end[i] - t0) // 1000000
@@ -165,7 +168,7 @@ def _per_second(lat, end, lag, t0, nsec, qs):  # type: ignore[no-untyped-def]
         cnt[s] += 1
     first = np.zeros(nsec + 2, np.int64)
     first[1:] = np.cumsum(cnt)
-    pos, order = first[:-1].copy(), np.empty(n, np.int64)
+    pos, order = first[:-1].copy(), np.empty(n, np.int32)
     for i in range(n):
         order[pos[sec[i]]] = i
         pos[sec[i]] += 1
@@ -196,12 +199,14 @@ def _per_second(lat, end, lag, t0, nsec, qs):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def _moments_and_hist(lat, lag):  # type: ignore[no-untyped-def]
+def _moments_and_hist(lat, end, lag):  # type: ignore[no-untyped-def]
     hist = np.zeros(NBINS, np.int64)
     n, s, ss, mx = 0, 0.0, 0.0, 0
     failed, skipped, nlag, lag_s, lag_mx = 0, 0, 0, 0.0, 0
+    t0 = np.iinfo(np.int64).max  # the earliest start: completion minus latency
     for i in range(len(lat)):
         v = lat[i]
+        t0 = min(t0, end[i] - max(v, 0))
         if v >= 0:
             n += 1
             s += v
@@ -216,7 +221,7 @@ def _moments_and_hist(lat, lag):  # type: ignore[no-untyped-def]
             skipped += 1
         else:
             failed += 1
-    return hist, n, s, ss, mx, failed, skipped, nlag, lag_s, lag_mx
+    return hist, n, s, ss, mx, failed, skipped, nlag, lag_s, lag_mx, t0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -226,7 +231,7 @@ def _values_in_bins(lat, wanted):  # type: ignore[no-untyped-def]
     for i in range(len(lat)):
         if lat[i] >= 0 and wanted[_bin(lat[i])]:
             m += 1
-    out, m = np.empty(m, np.int64), 0
+    out, m = np.empty(m, np.int32), 0
     for i in range(len(lat)):
         if lat[i] >= 0 and wanted[_bin(lat[i])]:
             out[m] = lat[i]
@@ -238,34 +243,44 @@ def _values_in_bins(lat, wanted):  # type: ignore[no-untyped-def]
 class Lines:
     """Parsed log: one entry per line; lat < 0 holds the outcome codes above."""
 
-    lat: I64
+    lat: I32
     end: I64  # completion time, microseconds since the epoch
-    lag: I64  # schedule lag in microseconds, -1 when not logged
-    retries: I64
+    lag: I32  # schedule lag in microseconds, -1 when not logged
+    retries: I32
     fields: tuple[int, int]  # fewest and most fields seen
 
 
 def parse(paths: list[Path], threads: int | None = None) -> Lines:
-    """Parse pgbench's log files (one per thread). Fails on the first line not understood,
-    quoting it: a skipped line would bias every percentile."""
-    parts = [_parse_file(p, max(1, threads or numba.get_num_threads())) for p in paths]
-    seen = [part.fields for part in parts if part.fields[1]]
-    lat, end, lag, retries = (
-        np.concatenate([getattr(part, name) for part in parts]) for name in _ARRAYS
-    )
-    fields = (min(f[0] for f in seen), max(f[1] for f in seen)) if seen else (0, 0)
-    return Lines(lat, end, lag, retries, fields)
+    """Parse pgbench's log files (one per thread) into one set of arrays. Fails on the first
+    line not understood, quoting it: a skipped line would bias every percentile."""
+    k = max(1, threads or numba.get_num_threads())
+    files = [_split(p, k) for p in paths]  # (path, buffer, starts, stops, lines per chunk)
+    total = sum(int(f[4].sum()) for f in files)
+    if total >= 2**31:
+        raise LogError(f"{total:,} lines is more than one trial's log can hold; sample it")
+    lat, end = np.empty(total, np.int32), np.empty(total, np.int64)
+    lag, retries = np.empty(total, np.int32), np.empty(total, np.int32)
+    at, fmin, fmax = 0, 99, 0
+    for path, buf, starts, stops, lines in files:
+        offsets = at + np.concatenate(([0], np.cumsum(lines)[:-1])).astype(np.int64)
+        _, bads, fmins, fmaxs = _parse_all(buf, starts, stops, offsets, lat, end, lag, retries)
+        if (bads >= 0).any():
+            _fail(path, buf, int(bads[bads >= 0].min()))
+        seen = fmaxs > 0
+        if seen.any():
+            fmin, fmax = min(fmin, int(fmins[seen].min())), max(fmax, int(fmaxs[seen].max()))
+        at += int(lines.sum())
+    return Lines(lat, end, lag, retries, (fmin, fmax) if fmax else (0, 0))
 
 
-_ARRAYS = ("lat", "end", "lag", "retries")
-
-
-def _parse_file(path: Path, k: int) -> Lines:
+def _split(path: Path, k: int) -> tuple[Path, Any, I64, I64, I64]:
+    """Map a file (no copy: the page cache is read in place) and cut it into k chunks at
+    line ends; count each chunk's lines."""
     size = path.stat().st_size
     if size == 0:
-        empty = np.empty(0, np.int64)
-        return Lines(empty, empty, empty, empty, (0, 0))
-    buf = np.memmap(path, np.uint8, mode="r")  # no copy: the page cache is read in place
+        none = np.zeros(0, np.int64)
+        return path, np.zeros(1, np.uint8), none, none, none
+    buf = np.memmap(path, np.uint8, mode="r")
     if buf[-1] != 10:
         raise LogError(f"{path.name} does not end with a newline: was pgbench stopped mid-line?")
     bounds = [0]
@@ -275,22 +290,15 @@ def _parse_file(path: Path, k: int) -> Lines:
             bounds.append(size * j // k + int(nl[0]) + 1)
     bounds.append(size)
     starts, stops = np.array(bounds[:-1], np.int64), np.array(bounds[1:], np.int64)
-    lines = _count_lines(buf, starts, stops)
-    offsets = np.concatenate(([0], np.cumsum(lines)[:-1])).astype(np.int64)
-    total = int(lines.sum())
-    lat, end, lag, retries = (np.empty(total, np.int64) for _ in _ARRAYS)
-    _, bads, fmins, fmaxs = _parse_all(buf, starts, stops, offsets, lat, end, lag, retries)
-    if (bads >= 0).any():
-        at = int(bads[bads >= 0].min())
-        number = int(np.count_nonzero(buf[:at] == 10)) + 1
-        text = bytes(buf[at : at + 200]).split(b"\n")[0].decode(errors="replace")
-        raise LogError(
-            f"line {number} of {path.name} (pgbench's transaction log) is not understood: {text!r}"
-        )
-    seen = fmaxs > 0
-    fields = (int(fmins[seen].min()), int(fmaxs[seen].max())) if seen.any() else (0, 0)
-    del buf
-    return Lines(lat, end, lag, retries, fields)
+    return path, buf, starts, stops, _count_lines(buf, starts, stops)
+
+
+def _fail(path: Path, buf: Any, at: int) -> None:
+    number = int(np.count_nonzero(buf[:at] == 10)) + 1
+    text = bytes(buf[at : at + 200]).split(b"\n")[0].decode(errors="replace")
+    raise LogError(
+        f"line {number} of {path.name} (pgbench's transaction log) is not understood: {text!r}"
+    )
 
 
 @dataclass
@@ -314,11 +322,11 @@ class Reduction:
 
 def reduce(lines: Lines, seconds: int) -> Reduction:
     """Counts, exact percentiles and per-second series over the window [t0, t0 + seconds),
-    where t0 is the earliest transaction start (completion minus latency)."""
+    where t0 is the earliest transaction start (completion minus latency; for skipped and
+    failed lines, their completion)."""
     lat, end, lag = lines.lat, lines.end, lines.lag
-    hist, n, s, ss, mx, failed, skipped, nlag, lag_s, lag_mx = _moments_and_hist(lat, lag)
-    okmask = lat >= 0
-    t0 = int((end - np.where(okmask, lat, 0)).min()) if len(lat) else 0
+    moments = _moments_and_hist(lat, end, lag)
+    hist, n, s, ss, mx, failed, skipped, nlag, lag_s, lag_mx, t0 = moments
     per = _per_second(lat, end, lag, t0, seconds, np.array(SECOND_PERCENTILES))
     ok_s, failed_s, skipped_s, lat_sum, lat_max, lag_sum, pct, outside = per
     red = Reduction(
@@ -360,7 +368,7 @@ def _stddev(n: int, s: float, ss: float) -> float:
     return float(np.sqrt(max(ss / n - (s / n) ** 2, 0.0)))
 
 
-def exact_percentiles(lat: I64, hist: I64, n: int, qs: tuple[float, ...]) -> list[float]:
+def exact_percentiles(lat: I32, hist: I64, n: int, qs: tuple[float, ...]) -> list[float]:
     """numpy.percentile(lat[lat >= 0], qs) without sorting everything: find the bins holding
     the ranks each percentile interpolates between, then sort only those bins' values."""
     cum = np.cumsum(hist)
