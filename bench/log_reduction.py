@@ -27,7 +27,8 @@ def generate(path: Path, n: int, client: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     lat = rng.lognormal(np.log(1500), 0.5, n).astype(np.int64)
     end = 1_795_000_000_000_000 + np.sort(rng.integers(2_000, SECONDS * 1_000_000, n))
-    latency = pc.if_else(pa.array(rng.random(n) < 0.001), "skipped", pa.array(lat).cast(pa.string()))
+    as_text = pa.array(lat).cast(pa.string())
+    latency = pc.if_else(pa.array(rng.random(n) < 0.001), "skipped", as_text)
     table = pa.table({
         "client": np.full(n, client), "tx": np.arange(1, n + 1), "time": latency,
         "script": np.zeros(n, np.int64), "epoch": end // 1_000_000, "us": end % 1_000_000,

@@ -1,5 +1,6 @@
 """Reading a results folder: per-configuration TPS summary (n, mean, median), failures, and
-the plan as `pgsweep plan` prints it. Statistics beyond mean and median come later."""
+the plan as `pgsweep plan` prints it. Statistics beyond mean and median come later.
+The p99 column is the median over trials of each trial's 99th percentile latency."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class ConfigSummary:
     failed: int
     mean_tps: float | None
     median_tps: float | None
+    median_p99_ms: float | None = None
 
 
 def open_store(results: Path) -> Store:
@@ -45,6 +47,14 @@ def summarize(store: Store) -> list[ConfigSummary]:
     for c in store.rows("SELECT id FROM configuration ORDER BY id"):
         trials = store.rows("SELECT status, tps FROM trial WHERE config_id = ?", (c["id"],))
         tps = [t["tps"] for t in trials if t["status"] == "ok"]
+        p99 = [
+            r["value"]
+            for r in store.rows(
+                "SELECT m.value FROM metric m JOIN trial t ON t.id = m.trial_id "
+                "WHERE t.config_id = ? AND t.status = 'ok' AND m.name = 'latency.p99_ms'",
+                (c["id"],),
+            )
+        ]
         out.append(
             ConfigSummary(
                 c["id"],
@@ -53,6 +63,7 @@ def summarize(store: Store) -> list[ConfigSummary]:
                 sum(t["status"] == "failed" for t in trials),
                 statistics.fmean(tps) if tps else None,
                 statistics.median(tps) if tps else None,
+                statistics.median(p99) if p99 else None,
             )
         )
     return out
@@ -75,12 +86,18 @@ def render_summary(store: Store, console: Console) -> None:
     table.add_column("config")
     for header in short_names(factors).values():
         table.add_column(header, min_width=len(header))
-    for col in ("n", "failed", "mean TPS", "median TPS"):
+    for col in ("n", "failed", "mean TPS", "median TPS", "median p99 ms"):
         table.add_column(col, justify="right")
     for s in summarize(store):
         row = [str(levels[s.id].get(name, "")) for name in factors]
         table.add_row(
-            s.id, *row, f"{s.n}/{s.planned}", str(s.failed), _fmt(s.mean_tps), _fmt(s.median_tps)
+            s.id,
+            *row,
+            f"{s.n}/{s.planned}",
+            str(s.failed),
+            _fmt(s.mean_tps),
+            _fmt(s.median_tps),
+            f"{s.median_p99_ms:,.2f}" if s.median_p99_ms is not None else "-",
         )
     console.print(table)
     for f in store.rows("SELECT id, reason FROM trial WHERE status = 'failed' ORDER BY ord"):
