@@ -97,7 +97,8 @@ def bare(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pairs", type=int, default=5, help="pgsweep/bare pairs (part 1)")
-    ap.add_argument("--cost-rounds", type=int, default=5, help="rounds of part 2")
+    ap.add_argument("--cost-rounds", type=int, default=10, help="rounds of part 2")
+    ap.add_argument("--only", choices=("pairs", "cost"), help="run one part")
     args = ap.parse_args()
     user = proc.RunAs("postgres") if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="pgsweep-fidelity-", dir="/var/tmp") as tmp:
@@ -117,8 +118,10 @@ def main() -> None:
             init = [str(BINDIR / "pgbench"), *cluster.pgbench_conn_args(), "-i", "-q"]
             proc.run([*init, "-s", str(SCALE), "postgres"], out=folder / "init.out",
                      timeout=300, user=user)  # fmt: skip
-            fidelity(folder, cluster, work, args.pairs)
-            logging_cost(cluster, work, args.cost_rounds)
+            if args.only != "cost":
+                fidelity(folder, cluster, work, args.pairs)
+            if args.only != "pairs":
+                logging_cost(cluster, work, args.cost_rounds)
         finally:
             cluster.destroy()
             subprocess.run(["rm", "-rf", str(sockets)], check=False)

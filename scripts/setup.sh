@@ -13,6 +13,9 @@ command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
 ls /usr/lib/postgresql/*/lib/pg_prewarm.so >/dev/null 2>&1 || need+=(postgresql-contrib)
+if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless browser
+    command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
+fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "error: missing packages: ${need[*]}" >&2

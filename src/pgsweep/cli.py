@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import __version__, export, runner, show, spec, workarea
+from . import __version__, analysis, compare, export, report, runner, show, spec, workarea
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
 from .plan import estimate_seconds
 from .progress import ConsoleReporter
@@ -35,6 +35,21 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
+    sp_r = sub.add_parser("report", help="verdicts with confidence intervals, tables and plots")
+    sp_r.add_argument("results", type=Path)
+    sp_r.add_argument("--format", choices=report.FORMATS, default="terminal")
+    sp_r.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    sp_r.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="FACTOR=LEVEL",
+        help="the configuration to compare with (default: [report] baseline, else c01)",
+    )
+    sp_r.add_argument("--margin", help='equivalence margin, e.g. "2%%" (default: [report])')
+    sc = sub.add_parser("compare", help="the same configurations in two result folders")
+    sc.add_argument("before", type=Path)
+    sc.add_argument("after", type=Path)
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
     se.add_argument("--format", choices=export.FORMATS, default="csv")
@@ -110,6 +125,57 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    store = show.open_store(args.results)
+    try:
+        exp = store.experiment()
+        options = spec.report_options(exp["file_text"] if exp else "")
+        baseline = dict(options.baseline)
+        for item in args.baseline:
+            name, sep, level = item.partition("=")
+            if not sep:
+                raise PgsweepError(
+                    f"--baseline {item!r} is not FACTOR=LEVEL",
+                    fix="write e.g. --baseline server.shared_buffers=128MB",
+                )
+            baseline[name] = level
+        margin = options.margin_fraction()
+        if args.margin is not None:
+            margin = spec.parse_margin(args.margin, "--margin")
+        result = analysis.analyse(store, baseline or None, margin)
+        if args.format == "terminal":
+            target = Console(file=args.output.open("w")) if args.output else console
+            report.render_terminal(result, target)
+            return EXIT_OK
+        if args.format == "markdown":
+            text = report.render_markdown(result)
+        elif args.format == "json":
+            text = result.to_json() + "\n"
+        else:
+            from . import report_html  # matplotlib loads only when HTML is asked for
+
+            text = report_html.render(result, store)
+    finally:
+        store.close()
+    if args.output:
+        args.output.write_text(text)
+        console.print(f"wrote {args.output}", markup=False)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    a, b = show.open_store(args.before), show.open_store(args.after)
+    try:
+        result = compare.compare(a, b)
+    finally:
+        a.close()
+        b.close()
+    show.render_compare(result, args.before, args.after, console)
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     store = show.open_store(args.results)
     try:
@@ -128,6 +194,8 @@ COMMANDS = {
     "show": cmd_show,
     "cleanup": cmd_cleanup,
     "export": cmd_export,
+    "report": cmd_report,
+    "compare": cmd_compare,
 }
 
 

@@ -16,7 +16,7 @@ from .trialenv import TrialEnv, TrialFailure
 
 # Above this many transactions per second the log is sampled down to it: logging every
 # transaction costs pgbench client CPU (bench/fidelity measures how much).
-AUTO_LOGGED_PER_S = 10_000
+AUTO_LOGGED_PER_S = 2_000
 
 
 def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:

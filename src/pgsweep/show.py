@@ -8,6 +8,7 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -155,3 +156,19 @@ def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str])
     console.print(f"estimated duration: {human_seconds(estimate)}")
     for note in notes:
         console.print(f"note: {note}")
+
+
+def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:
+    table = Table(title=f"TPS in {b} against {a} (same factor levels)")
+    for col in ("levels", "n before", "n after", "ratio", "95% CI", "verdict"):
+        table.add_column(col)
+    for r in result["matched"]:
+        levels = ", ".join(f"{k}={v}" for k, v in r["levels"].items()) or "(no factors)"
+        ci = "-" if r["ci_low"] is None else f"{r['ci_low']:.3f} to {r['ci_high']:.3f}"
+        table.add_row(levels, str(r["n_b"]), str(r["n_a"]), f"{r['ratio']:.3f}", ci, r["verdict"])
+    console.print(table)
+    for side, rows in (("before", result["only_in_a"]), ("after", result["only_in_b"])):
+        for levels in rows:
+            console.print(f"only in {side}: {levels}", markup=False, highlight=False)
+    for w in result["warnings"]:
+        console.print(f"warning: {w}", markup=False, highlight=False)

@@ -7,6 +7,7 @@ against PostgreSQL's own catalog). Every error names the file, the key and its l
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tempfile
 import tomllib
@@ -46,10 +47,22 @@ class RepeatTable(BaseModel):
     )
 
 
+class ReportTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    baseline: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="factor levels of the configuration to compare with"
+    )
+    margin: str | None = Field(None, pattern=r"^\d+(\.\d+)?%$", description='e.g. "2%"')
+
+    def margin_fraction(self) -> float | None:
+        return float(self.margin[:-1]) / 100 if self.margin else None
+
+
 FIXED_TABLES: dict[str, type[BaseModel]] = {
     "experiment": ExperimentTable,
     "postgres": PostgresTable,
     "repeat": RepeatTable,
+    "report": ReportTable,
 }
 
 
@@ -206,6 +219,42 @@ def read_source(path: Path) -> tuple[Source, dict[str, Any]]:
     return source, doc
 
 
+def _check_baseline(source: Source, report: ReportTable, factors: list[Factor]) -> None:
+    levels = {f.name: [str(v) for v in f.levels] for f in factors}
+    for name, value in report.baseline.items():
+        if name not in levels:
+            raise source.error(
+                ("report", "baseline"),
+                f"the baseline names {name!r}, which is not a factor",
+                expected=f"factor names: {', '.join(levels) or '(none)'}",
+                fix="name a factor from [factors]",
+            )
+        if str(value) not in levels[name]:
+            raise source.error(
+                ("report", "baseline"),
+                f"the baseline level {value!r} is not a level of {name}",
+                expected=f"one of {', '.join(levels[name])}",
+                fix="pick one of the factor's levels",
+            )
+
+
+def parse_margin(text: str, where: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)%", text.strip())
+    if not m:
+        raise PgsweepError(
+            f"{where} {text!r} is not a percentage",
+            where=where,
+            expected='a percentage such as "2%"',
+            fix="write e.g. --margin 2%",
+        )
+    return float(m.group(1)) / 100
+
+
+def report_options(text: str) -> ReportTable:
+    """The [report] table of an experiment file already validated by `load`."""
+    return ReportTable.model_validate(tomllib.loads(text).get("report", {}))
+
+
 def load(path: Path) -> Experiment:
     """Read and validate an experiment file. Changes nothing on the machine."""
     source, doc = read_source(path)
@@ -224,8 +273,9 @@ def load(path: Path) -> Experiment:
             where=str(path),
             fix='add [experiment] with name = "my-experiment"',
         )
-    exp, pg, rep = (_fixed(source, doc, t) for t in FIXED_TABLES)
+    exp, pg, rep, report = (_fixed(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
+    _check_baseline(source, report, factors)
     user = resolve_user(pg.user, source)
     bindir = pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
     with tempfile.TemporaryDirectory(prefix="pgsweep-inspect-") as scratch:

@@ -106,6 +106,32 @@ CASES = [
     ("toml-syntax", "[server]\nwork_mem = 4MB\n", ["not valid TOML", "line 5"], None),
     ("missing-name", "", ["[experiment] needs the key 'name'"], 1),
     ("bad-bin", "[postgres]\nbin = '/nonexistent'\n", ["postgres.bin", "does not hold"], 5),
+    (
+        "baseline-not-a-factor",
+        "[factors]\nserver.work_mem = ['4MB', '8MB']\n[report]\n"
+        "baseline = { 'server.wal_level' = 'replica' }\n",
+        ["report.baseline", "not a factor", "server.work_mem"],
+        7,
+    ),
+    (
+        "baseline-not-a-level",
+        "[factors]\nserver.work_mem = ['4MB', '8MB']\n[report]\n"
+        "baseline = { 'server.work_mem' = '16MB' }\n",
+        ["report.baseline", "not a level", "4MB, 8MB"],
+        7,
+    ),
+    (
+        "margin-not-a-percentage",
+        "[report]\nmargin = '2 percent'\n",
+        ["report.margin", "2 percent"],
+        5,
+    ),
+    (
+        "latency-log-out-of-range",
+        "[workload]\nlatency_log = 1.5\n",
+        ["workload.latency_log", "sampling rate"],
+        5,
+    ),
 ]
 
 

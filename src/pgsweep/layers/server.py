@@ -72,7 +72,10 @@ class ServerLayer(Layer):
             )
         if name in catalog or "." in name:  # dotted names are extension settings
             return
-        if ctx.checker.is_read_only(name):
+        hidden = ctx.checker.hidden(name)
+        if hidden == "settable":  # context unknown: changes restart the server, the safe way
+            return
+        if hidden == "read-only":
             raise ctx.source.error(
                 path,
                 f"{name} cannot be changed: it is fixed when PostgreSQL is built or "

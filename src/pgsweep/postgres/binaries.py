@@ -141,11 +141,20 @@ class ValueChecker:
             self._cache[key] = res.stdout.strip()
         return self._cache[key]
 
-    def is_read_only(self, name: str) -> bool:
-        """Settings such as block_size are missing from --describe-config but known to -C."""
+    def hidden(self, name: str) -> str | None:
+        """For a name missing from --describe-config: None when the server does not know it,
+        "read-only" for settings fixed at build or initdb time (block_size), "settable" for
+        the few settable ones --describe-config leaves out (application_name)."""
         assert self._dir is not None, "ValueChecker used outside `with`"
         argv = [self.binaries.path("postgres"), "-D", str(self._dir), "-C", name]
-        return proc.run(argv, out=self._dir / "out", timeout=30, user=self.user).ok
+        res = proc.run(argv, out=self._dir / "out", timeout=30, user=self.user)
+        if not res.ok:
+            return None
+        again = proc.run(
+            [*argv, "-c", f"{name}={res.stdout.strip()}"], out=self._dir / "out", timeout=30,
+            user=self.user,
+        )  # fmt: skip
+        return "read-only" if "cannot be changed" in again.stderr else "settable"
 
     def answers(self) -> dict[tuple[str, str], str]:
         return dict(self._cache)

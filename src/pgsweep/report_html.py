@@ -1,0 +1,222 @@
+"""The HTML report: one self-contained file (inline SVG plots from matplotlib, inline CSS,
+no script, no CDN) that works offline, reads on a phone and prints. Jinja2 escapes every
+value that comes from the experiment file or the machine."""
+
+from __future__ import annotations
+
+import io
+import re
+import statistics
+from typing import Any
+
+import jinja2
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt
+
+from .analysis import Analysis, Config
+from .report import levels_text
+from .store import Store
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100})
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("pgsweep", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def render(a: Analysis, store: Store) -> str:
+    verdicts = {c["config"]: c["verdict"] for c in a.comparisons if c["metric"] == "tps"}
+    configs = []
+    for c in a.configurations:
+        s = c.summary.get("tps") or {}
+        p99 = c.summary.get("latency.p99_ms") or {}
+        verdict = "baseline" if c.id == a.baseline else verdicts.get(c.id, "-")
+        configs.append({
+            "id": c.id, "levels": {f: str(c.levels.get(f)) for f in a.factors},
+            "n": s.get("n", 0), "mean": _num(s.get("mean")), "median": _num(s.get("median")),
+            "ci": _ci(s), "cv": f"{s['cv']:.1%}" if s.get("cv") is not None else "-",
+            "p99": _num(p99.get("median"), 2), "verdict": verdict, "verdict_class": _cls(verdict),
+        })  # fmt: skip
+    comparisons = [
+        {"label": r["label"], "config": r["config"], "ratio": f"{r['ratio']:.3f}",
+         "ci": "-" if r["ci_low"] is None else f"{r['ci_low']:.3f} to {r['ci_high']:.3f}",
+         "p": "-" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
+         "verdict": r["verdict"], "verdict_class": _cls(r["verdict"])}
+        for r in a.comparisons
+    ]  # fmt: skip
+    effects = [{**e, "verdict_class": _cls(e["verdict"])} for e in a.effects]
+    environment = store.rows(
+        "SELECT scope, name, value FROM environment ORDER BY scope <> 'host', scope, name"
+    )
+    return _ENV.get_template("report.html.j2").render(
+        exp=a.experiment, baseline=a.baseline, factors=a.factors, configs=configs,
+        comparisons=comparisons, effects=effects, warnings=a.warnings,
+        cluster_factors=", ".join(a.cluster_factors), environment=environment,
+        plots=plots(a, store),
+    )  # fmt: skip
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _ci(s: dict[str, Any]) -> str:
+    return "-" if s.get("ci_low") is None else f"{s['ci_low']:,.1f} to {s['ci_high']:,.1f}"
+
+
+def _cls(verdict: str) -> str:
+    return (
+        verdict.split(":")[0]
+        if verdict.split(":")[0] in ("faster", "slower", "lower", "higher")
+        else ""
+    )
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)  # creator and date
+    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG
+
+
+def plots(a: Analysis, store: Store) -> list[dict[str, str]]:
+    out = [_tps_plot(a)]
+    out += [p for f in a.factors if (p := _numeric_factor_plot(a, f))]
+    out += [p for p in (_latency_plot(a), _bytes_plot(a)) if p]
+    out += _over_time_plots(a, store)
+    return out
+
+
+def _labels(a: Analysis) -> list[str]:
+    return [f"{c.id}: {levels_text(a, c)}" for c in a.configurations]
+
+
+def _tps_plot(a: Analysis) -> dict[str, str]:
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(a.configurations) + 1.2))
+    for i, c in enumerate(a.configurations):
+        s = c.summary.get("tps")
+        if not s:
+            continue
+        ax.plot(list(c.values["tps"].values()), [i] * len(c.values["tps"]), "o", color="#bbb", ms=4)
+        if s["ci_low"] is not None:
+            ax.errorbar(s["mean"], i, xerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
+                        fmt="o", color="#1f5fbf", capsize=4)  # fmt: skip
+        else:
+            ax.plot(s["mean"], i, "o", color="#1f5fbf")
+    ax.set_yticks(range(len(a.configurations)), _labels(a))
+    ax.invert_yaxis()
+    ax.set_xlabel("TPS (dots: trials; blue: mean with 95% interval)")
+    ax.grid(axis="x", alpha=0.3)
+    return {"name": "tps", "svg": _svg(fig), "caption": "TPS per configuration"}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _numeric_factor_plot(a: Analysis, factor: str) -> dict[str, str] | None:
+    levels = {c.levels.get(factor) for c in a.configurations}
+    if len(levels) < 2 or not all(_is_number(v) for v in levels):
+        return None
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for c in a.configurations:
+        s = c.summary.get("tps")
+        if s:
+            rest = ", ".join(f"{f}={c.levels.get(f)}" for f in a.factors if f != factor) or "all"
+            lines.setdefault(rest, []).append((float(c.levels[factor]), s["mean"]))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for rest, pts in lines.items():
+        pts.sort()
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=rest)
+    ax.set_xlabel(factor)
+    ax.set_ylabel("mean TPS")
+    ax.grid(alpha=0.3)
+    if len(lines) > 1:
+        ax.legend(fontsize=7)
+    return {"name": f"factor-{factor}", "svg": _svg(fig), "caption": f"TPS against {factor}"}
+
+
+def _latency_plot(a: Analysis) -> dict[str, str] | None:
+    keys = [("latency.p50_ms", "p50"), ("latency.p95_ms", "p95"), ("latency.p99_ms", "p99")]
+    if not any(c.summary.get(k) for c in a.configurations for k, _ in keys):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(a.configurations) + 1.2))
+    for j, (key, name) in enumerate(keys):
+        xs = [(c.summary.get(key) or {}).get("median") for c in a.configurations]
+        ys = [i + (j - 1) * 0.2 for i in range(len(a.configurations))]
+        ax.plot([x if x is not None else float("nan") for x in xs], ys, "o", label=name)
+    ax.set_yticks(range(len(a.configurations)), _labels(a))
+    ax.invert_yaxis()
+    ax.set_xlabel("latency, ms (median over trials of each trial's percentile)")
+    ax.legend(fontsize=7)
+    ax.grid(axis="x", alpha=0.3)
+    return {"name": "latency", "svg": _svg(fig), "caption": "Latency percentiles per configuration"}
+
+
+def _bytes_plot(a: Analysis) -> dict[str, str] | None:
+    keys = [("io.device_bytes_written_per_tx", "device"), ("io.wal_bytes_per_tx", "WAL")]
+    if not any(c.summary.get(k) for c in a.configurations for k, _ in keys):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(a.configurations) + 1.2))
+    height = 0.38
+    for j, (key, name) in enumerate(keys):
+        xs = [((c.summary.get(key) or {}).get("mean") or 0) / 1024 for c in a.configurations]
+        ax.barh([i + (j - 0.5) * height for i in range(len(xs))], xs, height, label=name)
+    ax.set_yticks(range(len(a.configurations)), _labels(a))
+    ax.invert_yaxis()
+    ax.set_xlabel("kB written per transaction (mean over trials)")
+    ax.legend(fontsize=7)
+    return {"name": "bytes", "svg": _svg(fig), "caption": "Bytes written per transaction"}
+
+
+def _representative(c: Config, store: Store) -> str | None:
+    """The trial whose TPS is closest to its configuration's median."""
+    rows = store.rows(
+        "SELECT id, tps FROM trial WHERE config_id = ? AND status = 'ok' ORDER BY ord", (c.id,)
+    )
+    if not rows:
+        return None
+    median = statistics.median(r["tps"] for r in rows)
+    return str(min(rows, key=lambda r: abs(r["tps"] - median))["id"])
+
+
+def _over_time_plots(a: Analysis, store: Store) -> list[dict[str, str]]:
+    series = []
+    for c in a.configurations:
+        tid = _representative(c, store)
+        if tid is None:
+            continue
+        rows = store.rows(
+            "SELECT second, tps, latency_p99_ms FROM second WHERE trial_id = ? ORDER BY second",
+            (tid,),
+        )
+        if not rows:  # no transaction log: pgbench's progress lines
+            rows = store.rows(
+                "SELECT at_s - 1 AS second, tps, NULL AS latency_p99_ms FROM sample "
+                "WHERE trial_id = ? ORDER BY at_s",
+                (tid,),
+            )
+        series.append((f"{c.id} ({tid})", rows))
+    if not series:
+        return []
+    out = []
+    for key, label, name in (("tps", "TPS", "tps-over-time"),
+                             ("latency_p99_ms", "p99 latency, ms", "p99-over-time")):  # fmt: skip
+        if not any(r[key] is not None for _, rows in series for r in rows):
+            continue
+        fig, ax = plt.subplots(figsize=(7, 3.4))
+        for name_, rows in series:
+            ax.plot([r["second"] for r in rows], [r[key] for r in rows], label=name_, lw=1)
+        ax.set_xlabel("second of the measured window")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        out.append({"name": name, "svg": _svg(fig),
+                    "caption": f"Per-second {label} of a representative trial (closest to its "
+                               "configuration's median TPS)"})  # fmt: skip
+    return out

@@ -1,0 +1,168 @@
+"""Reports from one real 2x2 experiment: application_name (no effect on performance: an A/A
+factor, with a level that is an HTML script tag) x synchronous_commit (a large effect).
+Markdown has the seeds' rounds x configurations table; JSON follows its schema; the HTML
+report is opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import have_postgres, pgsweep, requires_pg, write_experiment
+
+SCRIPT = "<script>alert(1)</script>"
+EXPERIMENT = f"""
+[experiment]
+name = "report-2x2"
+seed = 11
+[cluster]
+scale = 1
+[workload]
+script = "tpcb-like"
+clients = 2
+jobs = 2
+duration = "3s"
+warmup = "1s"
+[repeat]
+rounds = 4
+[factors]
+server.application_name = ["plain", "{SCRIPT}"]
+server.synchronous_commit = ["on", "off"]
+"""
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if not have_postgres():
+        pytest.skip("PostgreSQL server binaries missing")
+    folder = tmp_path_factory.mktemp("report")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGSWEEP_STATE_DIR", str(folder / "state"))
+        res = pgsweep(
+            "run", str(write_experiment(folder, EXPERIMENT)), "--results", str(folder / "res")
+        )
+    assert res.returncode == 0, res.stderr + res.stdout
+    yield folder / "res"
+
+
+def _json(results: Path) -> dict:
+    res = pgsweep("report", str(results), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+@requires_pg
+def test_a_a_factor_is_not_called_different(results: Path) -> None:
+    """application_name cannot change performance. At the report's 5% level an A/A
+    comparison is called different 5% of the time by design (test_stats simulates that
+    rate); here the test asks for no strong evidence (p > 0.001), which a broken analysis
+    (per-second samples as replicates, unpaired rounds on a wandering machine) fails."""
+    data = _json(results)
+    effects = {(e["factor"], e["metric"]): e for e in data["effects"]}
+    aa = effects[("server.application_name", "tps")]
+    assert aa["p"] > 0.001, aa
+    assert aa["ci_low"] < 1 < aa["ci_high"] or aa["verdict"].startswith(("faster", "slower"))
+    sync = effects[("server.synchronous_commit", "tps")]
+    assert sync["verdict"].startswith("faster: +"), sync  # commits without waiting on fsync
+    assert sync["ci_low"] > 1.2
+
+
+@requires_pg
+def test_json_schema_and_baseline_option(results: Path) -> None:
+    data = _json(results)
+    assert set(data) == {
+        "experiment", "factors", "cluster_factors", "baseline", "configurations",
+        "comparisons", "effects", "interactions", "warnings",
+    }  # fmt: skip
+    assert data["baseline"] == "c01" and len(data["configurations"]) == 4
+    for c in data["configurations"]:
+        s = c["summary"]["tps"]
+        assert s["n"] == 4 and s["ci_low"] < s["mean"] < s["ci_high"]
+        assert sorted(c["values"]["tps"]) == ["1", "2", "3", "4"]
+    tps = [c for c in data["comparisons"] if c["metric"] == "tps"]
+    assert len(tps) == 3 and all(c["p_adjusted"] >= c["p"] for c in tps)
+    (it,) = data["interactions"]
+    assert it["factor"] == "server.application_name" and len(it["table"]) == 2
+    res = pgsweep("report", str(results), "--format", "json",
+                  "--baseline", "server.synchronous_commit=off")  # fmt: skip
+    other = json.loads(res.stdout)
+    base = next(c for c in other["configurations"] if c["id"] == other["baseline"])
+    assert base["levels"]["server.synchronous_commit"] == "off"
+    bad = pgsweep("report", str(results), "--baseline", "nonsense")
+    assert bad.returncode == 2 and "FACTOR=LEVEL" in bad.stderr
+
+
+@requires_pg
+def test_markdown_has_rounds_by_configurations_with_mean_and_median(results: Path) -> None:
+    res = pgsweep("report", str(results), "--format", "markdown")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("|  | c01"))
+    assert lines[header].count("| c0") == 4
+    rows = [line.split("|")[1].strip() for line in lines[header + 2 : header + 9]]
+    assert rows == ["levels", "round 1", "round 2", "round 3", "round 4", "**mean**", "**median**"]
+    data = _json(results)
+    c01 = data["configurations"][0]["summary"]["tps"]
+    mean_cell = lines[header + 7].split("|")[2].strip()
+    assert mean_cell == f"{c01['mean']:,.1f}"
+    assert "## Against the baseline" in res.stdout and "faster: +" in res.stdout
+
+
+@requires_pg
+def test_terminal_report_lists_verdicts(results: Path) -> None:
+    res = pgsweep("report", str(results))
+    assert res.returncode == 0, res.stderr
+    assert "baseline" in res.stdout and "faster: +" in res.stdout
+    assert "effect of server.synchronous_commit = off" in res.stdout
+
+
+@requires_pg
+def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh --dev installs it)")
+    html = tmp_path / "report.html"
+    res = pgsweep("report", str(results), "--format", "html", "-o", str(html))
+    assert res.returncode == 0, res.stderr
+    text = html.read_text()
+    # self-contained: nothing to fetch (xmlns names are identifiers, not requests)
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)
+    assert "<link" not in text and "@import" not in text
+    assert SCRIPT not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    flags = [
+        *("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"),
+        *("--disable-background-networking", "--disable-component-update", "--disable-sync"),
+        *("--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"),
+    ]
+    env = dict(os.environ, HOME=str(tmp_path))
+    dom = subprocess.run([browser, *flags, "--dump-dom", html.as_uri()], capture_output=True,
+                         text=True, timeout=120, env=env)  # fmt: skip
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr, dom.stderr[-2000:]
+    # the level is text in the parsed page, never an element
+    assert "<script" not in dom.stdout.replace("&lt;script", "")
+    assert "alert(1)" in dom.stdout
+    figures = dom.stdout.split('<figure class="plot"')[1:]
+    names = [f.split('data-plot="')[1].split('"')[0] for f in figures]
+    assert {"tps", "latency", "bytes", "tps-over-time", "p99-over-time"} <= set(names)
+    for name, fig in zip(names, figures, strict=True):
+        assert "<svg" in fig and fig.count("<path") >= 5, f"plot {name} is empty"
+    size = ["--window-size=1200,2400", f"--screenshot={shot}"]
+    subprocess.run(
+        [browser, *flags, *size, html.as_uri()], capture_output=True, timeout=120, env=env,
+        check=True,
+    )  # fmt: skip
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(shot)
+    assert pixels.shape[0] >= 2000 and pixels.std() > 0.05  # drawn, not a blank page
