@@ -4,6 +4,7 @@ here: a PgsweepError prints its message and exits with its code."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from datetime import datetime
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("compare", help="the same configurations in two result folders")
     sc.add_argument("before", type=Path)
     sc.add_argument("after", type=Path)
+    sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
     se.add_argument("--format", choices=export.FORMATS, default="csv")
@@ -172,7 +174,10 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     finally:
         a.close()
         b.close()
-    show.render_compare(result, args.before, args.after, console)
+    if args.json:
+        print(json.dumps(result, indent=1, allow_nan=False))
+    else:
+        show.render_compare(result, args.before, args.after, console)
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,30 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
 
     pixels = mpimg.imread(shot)
     assert pixels.shape[0] >= 2000 and pixels.std() > 0.05  # drawn, not a blank page
+
+
+@requires_pg
+def test_compare_two_folders_warns_when_environments_differ(results: Path, tmp_path: Path) -> None:
+    """A copy of the real results, as if measured after a kernel upgrade that tripled the
+    TPS of c02: compare finds that, leaves the others alone, and warns about the kernel."""
+    after = tmp_path / "after"
+    shutil.copytree(results, after, ignore=shutil.ignore_patterns("work"))
+    db = sqlite3.connect(after / "results.db")
+    with db:
+        db.execute("UPDATE trial SET tps = tps * 3 WHERE config_id = 'c02'")
+        db.execute(
+            "UPDATE environment SET value = '9.9.9' WHERE scope = 'host' AND name = 'kernel'"
+        )
+    db.close()
+    res = pgsweep("compare", str(results), str(after), "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    by = {(r["levels"]["server.application_name"], r["levels"]["server.synchronous_commit"]): r
+          for r in data["matched"]}  # fmt: skip
+    assert len(by) == 4 and not data["only_in_a"] and not data["only_in_b"]
+    assert by[("plain", "off")]["verdict"].startswith("faster: +200.0%")
+    others = [r for k, r in by.items() if k != ("plain", "off")]
+    assert all(r["verdict"].startswith("no significant difference (+0.0%") for r in others)
+    assert any("differ in kernel" in w and "'9.9.9'" in w for w in data["warnings"])
+    text = pgsweep("compare", str(results), str(after))
+    assert text.returncode == 0 and "warning: the environments differ in kernel" in text.stdout

@@ -101,3 +101,17 @@ def test_a_ten_percent_effect_is_found_with_cv_2_percent_and_5_trials() -> None:
     rng = np.random.default_rng(7)
     share = np.mean([_simulate(0.10, 0.02, 5, rng) for _ in range(1000)])
     assert share >= 0.95, share
+
+
+def test_unpaired_comparison_is_welch_on_logs() -> None:
+    before = [1000.0, 1040.0, 980.0, 1010.0]
+    after = [1100.0, 1210.0, 1050.0, 1150.0, 1180.0]
+    c = stats.compare_unpaired(after, before)
+    assert c is not None
+    la, lb = np.log(after), np.log(before)
+    ref = sps.ttest_ind(la, lb, equal_var=False)
+    assert c.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert c.ratio == pytest.approx(math.exp(la.mean() - lb.mean()))
+    ci = ref.confidence_interval(0.95)
+    assert c.ci_low == pytest.approx(math.exp(ci.low), rel=1e-9)
+    assert c.ci_high == pytest.approx(math.exp(ci.high), rel=1e-9)
