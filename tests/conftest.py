@@ -53,6 +53,20 @@ def pgsweep(*args: str, timeout: float = 600, **kw: Any) -> subprocess.Completed
     )
 
 
+def run_shared(tmp_path_factory: pytest.TempPathFactory, name: str, body: str) -> Path:
+    """Run an experiment once for a whole test module (a module-scoped fixture calls this):
+    its own registry of runs, the results folder returned, a failed run fails the module."""
+    if not have_postgres():
+        pytest.skip("PostgreSQL server binaries missing")
+    folder = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGSWEEP_STATE_DIR", str(folder / "state"))
+        path = write_experiment(folder, body)
+        res = pgsweep("run", str(path), "--results", str(folder / "res"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    return folder / "res"
+
+
 def trials(results: Path) -> list[dict[str, Any]]:
     db = sqlite3.connect(results / "results.db")
     db.row_factory = sqlite3.Row

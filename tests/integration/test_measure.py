@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import sqlite3
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import have_postgres, pgsweep, requires_pg, trials, write_experiment
+from conftest import pgsweep, requires_pg, run_shared, trials
 from pgsweep.postgres import pgbench
 
 EXPERIMENT = """
@@ -40,17 +39,9 @@ workload.latency_log = ["auto", 0.5, "off"]
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One real run shared by the tests of this module (three 3 s trials)."""
-    if not have_postgres():
-        pytest.skip("PostgreSQL server binaries missing")
-    folder = tmp_path_factory.mktemp("measure")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PGSWEEP_STATE_DIR", str(folder / "state"))
-        path = write_experiment(folder, EXPERIMENT)
-        res = pgsweep("run", str(path), "--results", str(folder / "res"))
-    assert res.returncode == 0, res.stderr + res.stdout
-    yield folder / "res"
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run shared by the tests of this module."""
+    return run_shared(tmp_path_factory, "measure", EXPERIMENT)
 
 
 @requires_pg

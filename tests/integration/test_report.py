@@ -11,12 +11,11 @@ import re
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import have_postgres, pgsweep, requires_pg, write_experiment
+from conftest import pgsweep, requires_pg, run_shared
 
 SCRIPT = "<script>alert(1)</script>"
 EXPERIMENT = f"""
@@ -41,17 +40,9 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if not have_postgres():
-        pytest.skip("PostgreSQL server binaries missing")
-    folder = tmp_path_factory.mktemp("report")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PGSWEEP_STATE_DIR", str(folder / "state"))
-        res = pgsweep(
-            "run", str(write_experiment(folder, EXPERIMENT)), "--results", str(folder / "res")
-        )
-    assert res.returncode == 0, res.stderr + res.stdout
-    yield folder / "res"
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run shared by the tests of this module."""
+    return run_shared(tmp_path_factory, "report", EXPERIMENT)
 
 
 def _json(results: Path) -> dict:
