@@ -24,6 +24,7 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "io.wal_bytes_per_tx": ("WAL bytes / tx", False, "B"),
 }
 CV_WARN = 0.05
+WINDOW_TOLERANCE = 0.02
 
 
 @dataclass
@@ -227,6 +228,16 @@ def _warnings(configs: list[Config], cluster_factors: list[str], plan: dict[str,
     checkpoints = [r["value"] for r in store.rows(
         "SELECT m.value FROM metric m JOIN trial t ON t.id = m.trial_id "
         "WHERE t.status = 'ok' AND m.name = 'stability.checkpoints'")]  # fmt: skip
+    ratios = [r["value"] for r in store.rows(
+        "SELECT value FROM metric WHERE name = 'window.tps_vs_summary'")]  # fmt: skip
+    off = [v for v in ratios if abs(v - 1) > WINDOW_TOLERANCE]
+    if off:
+        worst = max(off, key=lambda v: abs(v - 1))
+        out.append(
+            f"{len(off)} trial(s) counted a window TPS from the transaction log more than "
+            f"{WINDOW_TOLERANCE:.0%} away from pgbench's own (worst {worst:.3f}x): check "
+            "those trials' logs"
+        )
     hit = sum(v > 0 for v in checkpoints)
     if 0 < hit < len(checkpoints):
         out.append(f"checkpoints started inside {hit} of {len(checkpoints)} measured windows: "

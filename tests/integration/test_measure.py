@@ -76,6 +76,7 @@ def test_log_figures_agree_with_pgbench(results: Path) -> None:
     assert sum(tps for tps, _, _ in seconds) + m["log.outside_window"] == m["tx.ok"]
     assert sum(sk for _, sk, _ in seconds) <= m["tx.skipped"]
     assert m["window.tps"] == pytest.approx(s.tps, rel=0.02)
+    assert m["window.tps_vs_summary"] == pytest.approx(m["window.tps"] / s.tps)
     assert "stability.tps_cv" in m and m["stability.stall_seconds"] >= 0
 
     t, m, seconds, s = by_level["0.5"]

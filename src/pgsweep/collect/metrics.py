@@ -44,6 +44,10 @@ def transactions(summary: Summary, log: Reduction | None, sampling_rate: float) 
     out["log.lines"] = float(log.lines)
     out["log.outside_window"] = float(log.outside_window)
     out["window.tps"] = log.window_tps / sampling_rate
+    if sampling_rate == 1 and summary.tps > 0:
+        # both count the same transactions over nearly the same span: a gap means the
+        # log, the window or the parse went wrong (the report warns above 2%)
+        out["window.tps_vs_summary"] = out["window.tps"] / summary.tps
     out["window.seconds"] = log.window_s
     out.update({f"latency.{k}_ms": v for k, v in log.latency.items()})
     if log.lag:
