@@ -12,7 +12,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import __version__, analysis, compare, export, report, runner, show, spec, workarea
+from . import (
+    __version__,
+    analysis,
+    compare,
+    export,
+    journal,
+    report,
+    runner,
+    show,
+    spec,
+    workarea,
+)
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
 from .plan import estimate_seconds
 from .progress import ConsoleReporter
@@ -36,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
+    sub.add_parser(
+        "restore", help="stop servers of killed runs, then put back every kernel value they changed"
+    )
     sp_r = sub.add_parser("report", help="verdicts with confidence intervals, tables and plots")
     sp_r.add_argument("results", type=Path)
     sp_r.add_argument("--format", choices=report.FORMATS, default="terminal")
@@ -120,7 +134,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
-    done = workarea.cleanup_stale()
+    done = workarea.cleanup_stale() + journal.restore_stale()  # servers first, then the kernel
     for line in done:
         console.print(line, markup=False)
     console.print("nothing left to clean up" if not done else f"{len(done)} items cleaned up")
@@ -198,6 +212,7 @@ COMMANDS = {
     "run": cmd_run,
     "show": cmd_show,
     "cleanup": cmd_cleanup,
+    "restore": cmd_cleanup,
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from . import __version__, measure, workarea
+from . import __version__, journal, measure, workarea
 from .collect import environment
 from .errors import PgsweepError
 from .layers.base import Cost, Value
@@ -158,11 +158,20 @@ class Outcome:
 
 
 def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
-    notes = [f"removed leftovers of an earlier run: {d}" for d in workarea.cleanup_stale()]
+    stale = workarea.cleanup_stale() + journal.restore_stale()  # servers first, then the kernel
+    notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
     plan, store = open_results(exp, results, resume)
     done = store.done_trials()
     todo = [t for t in plan.trials if t.id not in done]
     area = workarea.WorkArea.create(results, exp.user)
+    try:
+        per_config = [config_values(exp, c) for c in plan.configurations]
+        for layer in exp.layers:
+            layer.check_host(area.workdir, [v[layer.name] for v in per_config])
+    except PgsweepError:
+        area.remove()
+        store.close()
+        raise
     if not store.has_environment("host"):
         store.save_environment("host", environment.host(exp.binaries, area.workdir))
     if area.note:

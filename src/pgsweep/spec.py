@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import PgsweepError
 from .layers.base import Layer, Source, ValidationContext, Value
 from .layers.cluster import ClusterLayer
+from .layers.oslayer import OsLayer
 from .layers.server import ServerLayer
 from .layers.workload import WorkloadLayer
 from .postgres import binaries as pgbin
@@ -68,7 +69,7 @@ FIXED_TABLES: dict[str, type[BaseModel]] = {
 
 def make_layers() -> list[Layer]:
     """Every layer, in the order a trial applies them (most expensive first)."""
-    return [ClusterLayer(), ServerLayer(), WorkloadLayer()]
+    return [ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,8 @@ def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> lis
                 f"factors.{layer} must name a key",
                 fix=f"write {layer}.KEY = [level, level]",
             )
-        for key, levels in keys.items():
-            path = ("factors", layer, key)
+        for parts, levels in _flatten(keys):
+            key, path = ".".join(parts), ("factors", layer, *parts)
             if not isinstance(levels, list):
                 raise source.error(
                     path,
@@ -168,6 +169,18 @@ def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> lis
                 raise source.error(path, "a level is listed twice", fix="remove the duplicate")
             factors.append(Factor(layer, key, tuple(levels)))
     return factors
+
+
+def _flatten(keys: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+    """os.sysctl."vm.swappiness" = [...] nests one table deeper: its key becomes
+    "sysctl.vm.swappiness" (the TOML path is kept for error lines)."""
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for key, levels in keys.items():
+        if isinstance(levels, dict):
+            out += [((key, sub), lv) for sub, lv in levels.items()]
+        else:
+            out.append(((key,), levels))
+    return out
 
 
 def resolve_user(setting: str | None, source: Source) -> RunAs | None:

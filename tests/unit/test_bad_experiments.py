@@ -132,6 +132,18 @@ CASES = [
         ["workload.latency_log", "sampling rate"],
         5,
     ),
+    (
+        "thp-level-not-offered",
+        "[factors]\nos.thp = ['never', 'sometimes']\n",
+        ["factors.os.thp", "offers no 'sometimes'", "expected: one of"],
+        5,
+    ),
+    (
+        "sysctl-unknown",
+        "[os.sysctl]\n'vm.no_such_knob' = 1\n",
+        ['os.sysctl."vm.no_such_knob"', "no sysctl 'vm.no_such_knob'"],
+        5,
+    ),
 ]
 
 

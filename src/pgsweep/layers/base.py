@@ -79,6 +79,10 @@ class Layer(ABC):
     def undo(self, env: TrialEnv) -> None:  # noqa: B027 - optional for layers with no state
         """Remove whatever `apply` created. Called on every path, Ctrl-C included."""
 
+    def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:  # noqa: B027
+        """Before the first trial, once the work area exists: refuse (PgsweepError, exit 2)
+        what this machine cannot do for any configuration's `values`. Changes nothing."""
+
 
 def _describe_pydantic(err: dict[str, Any]) -> str:
     msg = str(err.get("msg", "invalid value"))

@@ -155,7 +155,6 @@ class ServerLayer(Layer):
         with cluster.connect() as conn:
             start = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
             env.server_started_at = start[0] if start else None
-            env.effective = {}
             for name, text in wanted.items():
                 row = conn.execute(
                     "SELECT setting, pending_restart FROM pg_settings WHERE name = %s", (name,)

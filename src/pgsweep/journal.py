@@ -1,0 +1,108 @@
+"""The undo journal: before pgsweep writes any kernel or sysfs file, the file's original
+value is appended to a journal on disk and fsync'd; restoring writes the originals back,
+newest change first, then deletes the journal. Restoring twice is harmless: the second
+time finds no journal. A run's journal lives beside its registry entry
+(`workarea.registry_dir()/PID.undo`), so the next run, `pgsweep cleanup` and
+`pgsweep restore` find and replay the journals of runs that died (kill -9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from .workarea import alive, registry_dir
+
+_SELECTED = re.compile(r"\[([^\]]+)\]")  # "always madvise [never]" -> never
+
+
+def read_setting(path: Path) -> str:
+    """A kernel file's current value: the bracketed choice of a menu file (THP, scheduler),
+    otherwise the text without its newline."""
+    text = path.read_text().strip()
+    m = _SELECTED.search(text)
+    return m.group(1) if m else text
+
+
+class UndoJournal:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._recorded: set[str] = set()
+
+    @classmethod
+    def for_this_run(cls) -> UndoJournal:
+        return cls(registry_dir() / f"{os.getpid()}.undo")
+
+    def set(self, path: Path, value: str) -> None:
+        """Write `value` to the kernel file `path`, journaling its original first (once per
+        file per run: the original is what was there before pgsweep touched it)."""
+        key = str(path)
+        if key not in self._recorded:
+            original = read_setting(path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"file": key, "original": original}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(self.path.parent)
+            self._recorded.add(key)
+        path.write_text(value)
+
+    def restore(self) -> list[str]:
+        done = restore_journal(self.path)
+        self._recorded.clear()
+        return done
+
+
+def restore_journal(journal: Path) -> list[str]:
+    """Write back every original, newest first; remove the journal once all are back.
+    A value that cannot be written back keeps the journal for another try."""
+    try:
+        lines = journal.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    done, failed = [], []
+    seen: set[str] = set()
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a crash mid-write: its change was never made
+        target = Path(entry["file"])
+        if entry["file"] in seen:
+            continue
+        seen.add(entry["file"])
+        try:
+            if read_setting(target) != entry["original"]:
+                target.write_text(entry["original"])
+                done.append(f"restored {target} = {entry['original']}")
+        except OSError as exc:
+            failed.append(f"could not restore {target} = {entry['original']}: {exc}")
+    if not failed:
+        journal.unlink(missing_ok=True)
+    return done + failed
+
+
+def restore_stale() -> list[str]:
+    """Replay the journals of runs that are no longer alive."""
+    directory = registry_dir()
+    done: list[str] = []
+    if not directory.is_dir():
+        return done
+    for journal in sorted(directory.glob("*.undo")):
+        try:
+            pid = int(journal.stem)
+        except ValueError:
+            continue
+        if not alive(pid):
+            done += restore_journal(journal)
+    return done
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

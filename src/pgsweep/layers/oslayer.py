@@ -1,0 +1,175 @@
+"""The `os` layer: Transparent Huge Pages, the I/O scheduler and read-ahead of the devices
+under PGDATA and pg_wal, any sysctl, and dropping the page cache before a trial. Every
+kernel value is changed through the undo journal, so it is put back at the end of the run,
+on Ctrl-C or error, and after kill -9 by the next run or `pgsweep restore`.
+Huge page reservation and the memory limit (issue 5's other factors) are not here yet."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..collect import devices
+from ..errors import PgsweepError
+from ..journal import UndoJournal, read_setting
+from ..trialenv import TrialEnv, TrialFailure
+from .base import Cost, Layer, ValidationContext, Value, check_table
+
+THP = Path("/sys/kernel/mm/transparent_hugepage")
+THP_FILES = {
+    "thp": THP / "enabled",
+    "thp_defrag": THP / "defrag",
+    "thp_shmem": THP / "shmem_enabled",
+}
+SYSCTL = Path("/proc/sys")
+DROP_CACHES = SYSCTL / "vm" / "drop_caches"
+
+
+class OsTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    thp: str | None = Field(None, description="THP enabled: always | madvise | never")
+    thp_defrag: str | None = Field(None, description="THP defrag")
+    thp_shmem: str | None = Field(None, description="THP shmem_enabled (governs shared memory)")
+    io_scheduler: str | None = Field(None, description="none | mq-deadline | bfq | kyber")
+    read_ahead_kb: int | None = Field(None, ge=0, le=1 << 20)
+    drop_caches: Literal["never", "before_trial"] = "never"
+    sysctl: dict[str, int | str] = Field(default_factory=dict)
+
+
+def sysctl_file(name: str) -> Path:
+    return SYSCTL / name.replace(".", "/")
+
+
+def menu(path: Path) -> list[str]:
+    """The choices a menu file offers: "always madvise [never]" -> all three."""
+    return path.read_text().replace("[", "").replace("]", "").split()
+
+
+class OsLayer(Layer):
+    name = "os"
+
+    def __init__(self) -> None:
+        self.journal: UndoJournal | None = None
+        self.used: set[str] = set()  # keys set in the file, base or factor
+
+    def validate(
+        self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
+    ) -> dict[str, Value]:
+        sysctl_base = base.get("sysctl", {})
+        plain = {k: v for k, v in factors.items() if not k.startswith("sysctl.")}
+        table = check_table(OsTable, self.name, base, plain, ctx.source)
+        values: dict[str, Value] = {k: v for k, v in table.model_dump().items() if k != "sysctl"}
+        values.update({f"sysctl.{k}": v for k, v in sysctl_base.items()})
+        self.used = {k for k, v in values.items() if v is not None and k != "drop_caches"}
+        self.used |= set(factors)
+        if values["drop_caches"] != "never" or "drop_caches" in factors:
+            self.used.add("drop_caches")
+        if self.used and os.geteuid() != 0:
+            names = ", ".join(f"os.{k}" for k in sorted(self.used))
+            raise ctx.source.error(
+                ("os",) if base else ("factors", "os"),
+                f"these os factors change the kernel and need root: {names}",
+                fix="run pgsweep as root, or remove the os settings",
+            )
+        for key, path in THP_FILES.items():
+            for level in [values.get(key), *factors.get(key, [])]:
+                if level is not None and level not in menu(path):
+                    raise ctx.source.error(
+                        ("factors", "os", key) if key in factors else ("os", key),
+                        f"{path} offers no {level!r}",
+                        expected=f"one of {', '.join(menu(path))}",
+                    )
+        for key in [k for k in values if k.startswith("sysctl.")] + [
+            k for k in factors if k.startswith("sysctl.")
+        ]:
+            self._check_sysctl(key, ctx, in_factors=key in factors)
+        return values
+
+    def _check_sysctl(self, key: str, ctx: ValidationContext, in_factors: bool) -> None:
+        name = key.split(".", 1)[1]
+        path = sysctl_file(name)
+        where = ("factors", "os", "sysctl", name) if in_factors else ("os", "sysctl", name)
+        if not path.is_file():
+            raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
+                                   fix="check the name with `sysctl -a`")  # fmt: skip
+        if not path.stat().st_mode & 0o200:
+            raise ctx.source.error(where, f"sysctl {name} is read-only",
+                                   fix="remove it from the experiment file")  # fmt: skip
+
+    def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:
+        """Before anything runs: every scheduler level must be offered by the devices the
+        clusters will live on."""
+        queues = _queues(workdir)
+        for v in values:
+            level = v.get("io_scheduler")
+            for dev, queue in queues.items():
+                if level is not None and level not in menu(queue / "scheduler"):
+                    raise PgsweepError(
+                        f"os.io_scheduler {level!r} is not offered by {dev}, which holds {workdir}",
+                        where=str(queue / "scheduler"),
+                        expected=f"one of {', '.join(menu(queue / 'scheduler'))}",
+                        fix="pick a scheduler the device lists (`modprobe` may add bfq/kyber)",
+                    )
+
+    def cost(self, key: str) -> Cost:
+        return Cost.RESTART if key in THP_FILES else Cost.NOTHING
+
+    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
+        if not self.used:
+            return
+        self.journal = self.journal or UndoJournal.for_this_run()
+        cluster = env.require_cluster()
+        thp_change = any(
+            values.get(k) is not None and read_setting(p) != values[k] for k, p in THP_FILES.items()
+        )
+        if (thp_change or values.get("drop_caches") == "before_trial") and cluster.postmaster_pid():
+            cluster.stop()  # shared memory is mapped at start: THP applies to a new server
+            env.server_settings = None
+        targets: list[tuple[str, Path, Value]] = [
+            (k, p, values[k]) for k, p in THP_FILES.items() if values.get(k) is not None
+        ]
+        targets += [(k, sysctl_file(k.split(".", 1)[1]), v) for k, v in values.items()
+                    if k.startswith("sysctl.")]  # fmt: skip
+        for dev, queue in _queues(cluster.datadir).items():
+            for key, file in (("io_scheduler", "scheduler"), ("read_ahead_kb", "read_ahead_kb")):
+                if values.get(key) is not None:
+                    targets.append((f"{key}.{dev}", queue / file, values[key]))
+        for key, path, value in targets:
+            self._set(key, path, str(value), env)
+        if values.get("drop_caches") == "before_trial":
+            os.sync()
+            DROP_CACHES.write_text("3")
+            env.events.append("drop-caches")
+
+    def _set(self, key: str, path: Path, value: str, env: TrialEnv) -> None:
+        assert self.journal is not None
+        try:
+            if read_setting(path) != value:
+                self.journal.set(path, value)
+        except OSError as exc:
+            raise TrialFailure(f"os.{key}: the kernel refused {value!r} for {path}: {exc}") from exc
+        now = read_setting(path)
+        if now != value:
+            raise TrialFailure(f"os.{key}: wrote {value!r} to {path}, it reads {now!r}")
+        env.effective[f"os.{key}"] = now
+
+    def undo(self, env: TrialEnv) -> None:
+        if self.journal is not None:
+            self.journal.restore()
+
+
+def _queues(path: Path) -> dict[str, Path]:
+    """Block devices under `path` that have a request queue (disks, loop, dm; not
+    partitions), with their queue directory."""
+    found, _ = devices.for_cluster(path) if (path / "pg_wal").exists() else (
+        devices.devices_for(path), [])  # fmt: skip
+    out = {}
+    for dev in found:
+        queue = devices.SYS_BLOCK / dev / "queue"
+        if (queue / "scheduler").exists():
+            out[dev] = queue
+    return out

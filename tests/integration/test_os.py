@@ -1,0 +1,191 @@
+"""The os layer on this machine's real kernel files: each factor applied in a real trial and
+read back where the kernel shows it; every value as it was after the run, after a refused
+start, and after kill -9 followed by `pgsweep restore`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
+from pgsweep.collect import devices
+from pgsweep.journal import read_setting
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
+THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+SWAPPINESS = Path("/proc/sys/vm/swappiness")
+
+
+def _disk() -> str:
+    return next(d for d in devices.devices_for(Path("/var/tmp")) if
+                (devices.SYS_BLOCK / d / "queue" / "scheduler").exists())  # fmt: skip
+
+
+def _watched() -> dict[str, str]:
+    queue = devices.SYS_BLOCK / _disk() / "queue"
+    files = [THP_SHMEM, SWAPPINESS, queue / "scheduler", queue / "read_ahead_kb"]
+    return {str(p): read_setting(p) for p in files}
+
+
+def _other(path: Path, current: str) -> str:
+    options = path.read_text().replace("[", "").replace("]", "").split()
+    return next(o for o in options if o != current)
+
+
+def _experiment(duration: str = "2s", rounds: int = 1) -> str:
+    before = _watched()
+    queue = devices.SYS_BLOCK / _disk() / "queue"
+    sched = read_setting(queue / "scheduler")
+    swappiness = int(before[str(SWAPPINESS)])
+    return f"""
+    [experiment]
+    name = "os"
+    seed = 4
+    [cluster]
+    scale = 1
+    [workload]
+    script = "select-only"
+    clients = 1
+    duration = "{duration}"
+    warmup = "0s"
+    [os]
+    read_ahead_kb = {int(read_setting(queue / "read_ahead_kb")) // 2 + 4}
+    drop_caches = "before_trial"
+    [repeat]
+    rounds = {rounds}
+    [factors]
+    os.thp_shmem = ["{read_setting(THP_SHMEM)}", "{_other(THP_SHMEM, read_setting(THP_SHMEM))}"]
+    os.sysctl."vm.swappiness" = [{swappiness}, {(swappiness + 7) % 100}]
+    os.io_scheduler = ["{sched}", "{_other(queue / "scheduler", sched)}"]
+    """
+
+
+@requires_pg
+@root_only
+def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path) -> None:
+    before = _watched()
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))  # on the disk _disk() names
+    try:
+        path = write_experiment(tmp_path, _experiment())
+        res = pgsweep("run", str(path), "--results", str(folder / "res"))
+        assert res.returncode == 0, res.stderr + res.stdout
+        rows = trials(folder / "res")
+        db_levels = {}
+        import sqlite3
+
+        db = sqlite3.connect(folder / "res" / "results.db")
+        db_levels = {
+            c: json.loads(lv) for c, lv in db.execute("SELECT id, levels_json FROM configuration")
+        }
+        db.close()
+        assert len(rows) == 8
+        disk = _disk()
+        for t in rows:
+            levels, seen = db_levels[t["config_id"]], json.loads(t["effective_json"])
+            assert seen["os.thp_shmem"] == levels["os.thp_shmem"]
+            assert seen["os.sysctl.vm.swappiness"] == str(levels["os.sysctl.vm.swappiness"])
+            assert seen[f"os.io_scheduler.{disk}"] == levels["os.io_scheduler"]
+            assert f"os.read_ahead_kb.{disk}" in seen
+            assert "drop-caches" in json.loads(t["events_json"])
+        assert _watched() == before
+        assert not list(state_dir.glob("*.undo"))
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@requires_pg
+@root_only
+def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Path) -> None:
+    before = _watched()
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    path = write_experiment(tmp_path, _experiment(duration="20s", rounds=2))
+    env = dict(os.environ, NO_COLOR="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(folder / "res")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+
+        def ours() -> list[str]:
+            return [d for d in postmasters().values() if "res-os-kill" in d]
+
+        while time.monotonic() < deadline and not (
+            list(state_dir.glob("*.undo")) and _watched() != before and ours()
+        ):
+            time.sleep(0.2)
+        assert _watched() != before, "the run changed nothing within 2 minutes"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert list(state_dir.glob("*.undo")), "the journal is what restore will read"
+        res = pgsweep("restore")
+        assert res.returncode == 0, res.stderr
+        assert "restored" in res.stdout and "stopped postmaster" in res.stdout
+        assert _watched() == before
+        assert not list(state_dir.glob("*.undo"))
+        assert not ours()
+        again = pgsweep("restore")  # twice is harmless
+        assert again.returncode == 0 and "nothing left" in again.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@requires_pg
+@root_only
+def test_scheduler_the_device_lacks_is_refused_before_anything_changes(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    before = _watched()
+    body = _experiment().replace('os.io_scheduler = ["', 'os.io_scheduler = ["cfq", "')
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "'cfq' is not offered by" in res.stderr and "expected: one of" in res.stderr
+    assert _watched() == before
+    assert trials(tmp_path / "r") == []
+    assert not (tmp_path / "r" / "work").exists()
+
+
+@requires_pg
+@root_only
+def test_non_root_is_refused_naming_the_factors(tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    folder.chmod(0o755)
+    try:
+        path = write_experiment(folder, _experiment())
+        path.chmod(0o644)
+        # the venv's interpreter may live where the user cannot reach (pyenv under /root):
+        # run the system python3 on the venv's packages instead
+        python = Path("/usr/bin/python3")
+        site = Path(__import__("pydantic").__file__).parents[1]
+        repo_src = Path(__file__).resolve().parents[2] / "src"
+        if not python.exists() or sys.version_info[:2] != _system_version(python):
+            pytest.skip("needs /usr/bin/python3 of the venv's Python version")
+        cmd = ["runuser", "-u", "postgres", "--", str(python), "-m", "pgsweep.cli", "plan",
+               str(path)]  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=f"{repo_src}:{site}")
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder, timeout=120)
+        if "Permission denied" in res.stderr:
+            pytest.skip(f"the postgres user cannot read the checkout: {res.stderr.strip()}")
+        assert res.returncode == 2, res.stderr + res.stdout
+        assert "need root" in res.stderr
+        for name in ("os.thp_shmem", "os.sysctl.vm.swappiness", "os.io_scheduler"):
+            assert name in res.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+def _system_version(python: Path) -> tuple[int, int]:
+    out = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    major, minor = out.strip("()\n ").split(", ")
+    return int(major), int(minor)
