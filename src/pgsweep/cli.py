@@ -11,11 +11,14 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from . import (
     __version__,
     analysis,
     compare,
+    doctor,
     export,
     journal,
     report,
@@ -47,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
+    sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
     sub.add_parser(
         "restore", help="stop servers of killed runs, then put back every kernel value they changed"
     )
@@ -195,6 +199,16 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    table = Table(title="pgsweep doctor: what this machine offers (nothing was changed)")
+    for col in ("section", "item", "finding"):
+        table.add_column(col)
+    for row in doctor.report():
+        table.add_row(*(escape(cell) for cell in row))  # "[never]" is data, not markup
+    console.print(table)
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     store = show.open_store(args.results)
     try:
@@ -213,6 +227,7 @@ COMMANDS = {
     "show": cmd_show,
     "cleanup": cmd_cleanup,
     "restore": cmd_cleanup,
+    "doctor": cmd_doctor,
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,

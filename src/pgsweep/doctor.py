@@ -1,0 +1,68 @@
+"""`pgsweep doctor`: what this machine offers the layers, read without changing anything:
+PostgreSQL installations, root, huge page sizes and counts, THP, schedulers per device,
+cgroup versions and memory controllers, and which layers can run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .collect import devices
+from .journal import read_setting
+from .layers.oslayer import THP_FILES
+
+HUGEPAGES = Path("/sys/kernel/mm/hugepages")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def report() -> list[tuple[str, str, str]]:
+    """(section, item, finding) rows."""
+    rows: list[tuple[str, str, str]] = []
+    installs = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    for postgres in installs:
+        have = [p for p in ("pg_ctl", "initdb", "pgbench") if (postgres.parent / p).exists()]
+        rows.append(("postgres", str(postgres.parent), f"has {', '.join(['postgres', *have])}"))
+    if not installs:
+        rows.append(
+            ("postgres", "/usr/lib/postgresql", "no installation (apt-get install postgresql)")
+        )
+    root = os.geteuid() == 0
+    rows.append(("privileges", "root", "yes" if root else "no: os.* factors are refused"))
+    for size in sorted(HUGEPAGES.glob("hugepages-*")):
+        total, free = (read_setting(size / f) for f in ("nr_hugepages", "free_hugepages"))
+        rows.append(
+            ("huge pages", size.name.removeprefix("hugepages-"), f"{total} reserved, {free} free")
+        )
+    for key, path in THP_FILES.items():
+        rows.append(("THP", key, path.read_text().strip() if path.exists() else "absent"))
+    for queue in sorted(devices.SYS_BLOCK.glob("*/queue/scheduler")):
+        dev = queue.parent.parent.name
+        ahead = read_setting(queue.parent / "read_ahead_kb")
+        rows.append(
+            ("devices", dev, f"scheduler {queue.read_text().strip()}; read_ahead_kb {ahead}")
+        )
+    rows += _cgroups()
+    rows.append(
+        ("layers", "cluster, server, workload", "can run" if installs else "need PostgreSQL")
+    )
+    rows.append(("layers", "os (THP, scheduler, read-ahead, sysctl, drop_caches)",
+                 "can run" if root else "needs root"))  # fmt: skip
+    return rows
+
+
+def _cgroups() -> list[tuple[str, str, str]]:
+    rows = []
+    v2 = CGROUP / "cgroup.controllers"
+    if v2.exists():
+        rows.append(("cgroups", "v2 (unified)", f"controllers: {v2.read_text().strip() or 'none'}"))
+    v1_memory = CGROUP / "memory" / "memory.limit_in_bytes"
+    if v1_memory.exists():
+        rows.append(("cgroups", "v1 memory", f"{v1_memory.parent} (memory.limit_in_bytes present)"))
+    for line in (
+        Path("/proc/cgroups").read_text().splitlines()[1:] if Path("/proc/cgroups").exists() else []
+    ):
+        name, hierarchy, _, enabled = line.split()
+        if name == "memory":
+            where = "v1 hierarchy" if hierarchy != "0" else "v2 or unmounted"
+            rows.append(("cgroups", "memory controller", f"enabled={enabled}, {where}"))
+    return rows or [("cgroups", "-", "no cgroup filesystem found")]

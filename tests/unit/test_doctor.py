@@ -1,0 +1,34 @@
+"""`pgsweep doctor` reads this machine's real kernel files and changes none of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import pgsweep
+from pgsweep.collect import devices
+
+
+def _snapshot() -> dict[str, str]:
+    files = [
+        *Path("/sys/kernel/mm/transparent_hugepage").glob("*enabled"),
+        *Path("/sys/kernel/mm/hugepages").glob("*/nr_hugepages"),
+        *devices.SYS_BLOCK.glob("*/queue/scheduler"),
+    ]
+    return {str(f): f.read_text() for f in files}
+
+
+def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
+    before = _snapshot()
+    res = pgsweep("doctor")
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists():  # the bracketed choice survives the table (it is not rich markup)
+        assert " ".join(thp.read_text().split()) in out
+    for size in Path("/sys/kernel/mm/hugepages").glob("hugepages-*"):
+        assert size.name.removeprefix("hugepages-") in out
+        assert f"{(size / 'nr_hugepages').read_text().strip()} reserved" in out
+    for queue in devices.SYS_BLOCK.glob("*/queue/scheduler"):
+        assert " ".join(queue.read_text().split()) in out
+    assert "/usr/lib/postgresql" in out and "layers" in out
+    assert _snapshot() == before
