@@ -49,6 +49,17 @@ class UndoJournal:
             self._recorded.add(key)
         path.write_text(value)
 
+    def made_dir(self, path: Path) -> None:
+        """Journal a directory pgsweep creates in a kernel filesystem (a cgroup): restoring
+        removes it, once its processes are gone."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"dir": str(path)}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(self.path.parent)
+        path.mkdir()
+
     def restore(self) -> list[str]:
         done = restore_journal(self.path)
         self._recorded.clear()
@@ -69,6 +80,15 @@ def restore_journal(journal: Path) -> list[str]:
             entry = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash mid-write: its change was never made
+        if "dir" in entry:
+            try:
+                Path(entry["dir"]).rmdir()
+                done.append(f"removed {entry['dir']}")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # processes still inside: keep the journal for later
+                failed.append(f"could not remove {entry['dir']}: {exc}")
+            continue
         target = Path(entry["file"])
         if entry["file"] in seen:
             continue

@@ -53,10 +53,14 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     if not env.devices:
         env.devices, env.primary_devices = devices.for_cluster(cluster.datadir)
         record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
+    if env.cgroup is not None:
+        _check_in_cgroup(env)
     before = snapshot(env)
     res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
     record.counters = counters.delta(before, snapshot(env))
     mem = metrics.memory()
+    if env.cgroup is not None:
+        mem.update(metrics.cgroup_memory(env.cgroup))
     record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
     record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
     if env.workload_writes:
@@ -81,6 +85,18 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     log = _reduce_log(log_dir, w.seconds) if rate is not None else None
     _derive(record, env, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
+
+
+def _check_in_cgroup(env: TrialEnv) -> None:
+    cluster = env.require_cluster()
+    pid = cluster.postmaster_pid()
+    assert env.cgroup is not None
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid else []
+    if not any(line.split(":")[1:] == ["memory", f"/{env.cgroup.name}"] for line in lines):
+        raise TrialFailure(
+            f"os.memory_limit: the postmaster ({pid}) is not in {env.cgroup}: "
+            + "; ".join(line for line in lines if ":memory:" in line)
+        )
 
 
 def sampling_rate(

@@ -47,6 +47,7 @@ class TrialEnv:
     primary_devices: list[str] = field(default_factory=list)  # the ones filesystems sit on
     latency_log: str | float = "auto"  # workload.latency_log
     load_counters: dict[str, dict[str, float]] = field(default_factory=dict)  # not yet saved
+    cgroup: Path | None = None  # the memory cgroup the server runs in (os.memory_limit)
     settings_recorded: set[str] = field(default_factory=set)  # configurations already recorded
 
     def require_cluster(self) -> Cluster:

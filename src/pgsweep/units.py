@@ -33,3 +33,20 @@ def human_seconds(seconds: float) -> str:
     if m:
         return f"{m}m{s:02d}s"
     return f"{s}s"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|kB|KiB|MB|MiB|GB|GiB|TB|TiB)?\s*$")
+_SIZES = {None: 1, "B": 1, "kB": 1024, "KiB": 1024, "MB": 1024**2, "MiB": 1024**2,
+          "GB": 1024**3, "GiB": 1024**3, "TB": 1024**4, "TiB": 1024**4}  # fmt: skip
+
+
+def parse_size(value: object) -> int:
+    """Bytes from 1048576, "512MB", "4GiB" (kB/MB/GB mean 1024-based, as in PostgreSQL)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError('a size such as "512MB" or "4GiB"')
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    if not m:
+        raise ValueError('a size such as "512MB" or "4GiB"')
+    return int(float(m.group(1)) * _SIZES[m.group(2)])

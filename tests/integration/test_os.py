@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from pgsweep.journal import read_setting
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 SWAPPINESS = Path("/proc/sys/vm/swappiness")
+CGROUPS = Path("/sys/fs/cgroup/memory")
 
 
 def _disk() -> str:
@@ -59,6 +61,7 @@ def _experiment(duration: str = "2s", rounds: int = 1) -> str:
     [os]
     read_ahead_kb = {int(read_setting(queue / "read_ahead_kb")) // 2 + 4}
     drop_caches = "before_trial"
+    memory_limit = "512MiB"
     [repeat]
     rounds = {rounds}
     [factors]
@@ -78,9 +81,6 @@ def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path)
         res = pgsweep("run", str(path), "--results", str(folder / "res"))
         assert res.returncode == 0, res.stderr + res.stdout
         rows = trials(folder / "res")
-        db_levels = {}
-        import sqlite3
-
         db = sqlite3.connect(folder / "res" / "results.db")
         db_levels = {
             c: json.loads(lv) for c, lv in db.execute("SELECT id, levels_json FROM configuration")
@@ -95,7 +95,22 @@ def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path)
             assert seen[f"os.io_scheduler.{disk}"] == levels["os.io_scheduler"]
             assert f"os.read_ahead_kb.{disk}" in seen
             assert "drop-caches" in json.loads(t["events_json"])
+            assert seen["os.memory_limit"] == str(512 * 1024**2)
+        db = sqlite3.connect(folder / "res" / "results.db")
+        cg = db.execute(
+            "SELECT trial_id, name, value FROM metric WHERE name LIKE 'cgroup.%'"
+        ).fetchall()
+        db.close()
+        per_trial: dict[str, dict[str, float]] = {}
+        for tid, name, value in cg:
+            per_trial.setdefault(tid, {})[name] = value
+        assert len(per_trial) == 8
+        for m in per_trial.values():
+            # the server ran inside the limit: its peak is real and below the limit
+            assert m["cgroup.limit_bytes"] == 512 * 1024**2
+            assert 0 < m["cgroup.peak_bytes"] <= m["cgroup.limit_bytes"]
         assert _watched() == before
+        assert not list(CGROUPS.glob("pgsweep-*"))
         assert not list(state_dir.glob("*.undo"))
     finally:
         subprocess.run(["rm", "-rf", str(folder)], check=False)
@@ -132,6 +147,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         assert _watched() == before
         assert not list(state_dir.glob("*.undo"))
         assert not ours()
+        assert not list(CGROUPS.glob("pgsweep-*")), "restore removes the memory cgroup"
         again = pgsweep("restore")  # twice is harmless
         assert again.returncode == 0 and "nothing left" in again.stdout
     finally:

@@ -144,6 +144,12 @@ CASES = [
         ['os.sysctl."vm.no_such_knob"', "no sysctl 'vm.no_such_knob'"],
         5,
     ),
+    (
+        "memory-limit-too-small",
+        "[os]\nmemory_limit = '1MB'\n",
+        ["os.memory_limit", "at least 64MiB"],
+        5,
+    ),
 ]
 
 

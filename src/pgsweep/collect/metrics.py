@@ -134,3 +134,19 @@ def memory(meminfo_text: str | None = None, arcstats_text: str | None = None) ->
         if len(fields) == 3 and fields[0] in ("size", "c_max"):
             out[f"zfs.arc_{fields[0]}_bytes"] = float(fields[2])
     return out
+
+
+def cgroup_memory(group: Path) -> dict[str, float]:
+    """A cgroup v1 memory group's limit, peak usage, page-cache and anonymous bytes, and how
+    often the limit was hit (failcnt), over the trial (peak and failcnt reset at its start)."""
+    stat = {}
+    for line in (group / "memory.stat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        stat[key] = float(value)
+    return {
+        "cgroup.limit_bytes": float((group / "memory.limit_in_bytes").read_text()),
+        "cgroup.peak_bytes": float((group / "memory.max_usage_in_bytes").read_text()),
+        "cgroup.cache_bytes": stat.get("cache", 0.0),
+        "cgroup.rss_bytes": stat.get("rss", 0.0),
+        "cgroup.failcnt": float((group / "memory.failcnt").read_text()),
+    }

@@ -10,12 +10,13 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..collect import devices
 from ..errors import PgsweepError
 from ..journal import UndoJournal, read_setting
 from ..trialenv import TrialEnv, TrialFailure
+from ..units import parse_size
 from .base import Cost, Layer, ValidationContext, Value, check_table
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
@@ -26,6 +27,7 @@ THP_FILES = {
 }
 SYSCTL = Path("/proc/sys")
 DROP_CACHES = SYSCTL / "vm" / "drop_caches"
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
 class OsTable(BaseModel):
@@ -37,6 +39,15 @@ class OsTable(BaseModel):
     io_scheduler: str | None = Field(None, description="none | mq-deadline | bfq | kyber")
     read_ahead_kb: int | None = Field(None, ge=0, le=1 << 20)
     drop_caches: Literal["never", "before_trial"] = "never"
+    memory_limit: int | str | None = Field(None, description='cgroup memory limit, e.g. "4GiB"')
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _size(cls, v: Any) -> Any:
+        if v is not None and parse_size(v) < 64 * 1024**2:
+            raise ValueError('a memory limit of at least 64MiB, e.g. "4GiB"')
+        return v
+
     sysctl: dict[str, int | str] = Field(default_factory=dict)
 
 
@@ -54,6 +65,7 @@ class OsLayer(Layer):
 
     def __init__(self) -> None:
         self.journal: UndoJournal | None = None
+        self.limit: int | None = None  # bytes of the memory limit in force
         self.used: set[str] = set()  # keys set in the file, base or factor
 
     def validate(
@@ -74,6 +86,20 @@ class OsLayer(Layer):
                 ("os",) if base else ("factors", "os"),
                 f"these os factors change the kernel and need root: {names}",
                 fix="run pgsweep as root, or remove the os settings",
+            )
+        limits = [values.get("memory_limit"), *factors.get("memory_limit", [])]
+        if (
+            any(v is not None for v in limits)
+            and not (CGROUP_V1_MEMORY / "memory.limit_in_bytes").exists()
+        ):
+            raise ctx.source.error(
+                ("factors", "os", "memory_limit")
+                if "memory_limit" in factors
+                else ("os", "memory_limit"),
+                "os.memory_limit needs the cgroup v1 memory controller at "
+                f"{CGROUP_V1_MEMORY}, which this machine does not have mounted",
+                fix="mount it (mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory) or "
+                "remove os.memory_limit; `pgsweep doctor` shows the cgroups here",
             )
         for key, path in THP_FILES.items():
             for level in [values.get(key), *factors.get(key, [])]:
@@ -116,7 +142,7 @@ class OsLayer(Layer):
                     )
 
     def cost(self, key: str) -> Cost:
-        return Cost.RESTART if key in THP_FILES else Cost.NOTHING
+        return Cost.RESTART if key in THP_FILES or key == "memory_limit" else Cost.NOTHING
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
         if not self.used:
@@ -126,7 +152,10 @@ class OsLayer(Layer):
         thp_change = any(
             values.get(k) is not None and read_setting(p) != values[k] for k, p in THP_FILES.items()
         )
-        if (thp_change or values.get("drop_caches") == "before_trial") and cluster.postmaster_pid():
+        limit = values.get("memory_limit")
+        limit_change = (parse_size(limit) if limit is not None else None) != self.limit
+        drop = values.get("drop_caches") == "before_trial" or (limit_change and limit is not None)
+        if (thp_change or drop or limit_change) and cluster.postmaster_pid():
             cluster.stop()  # shared memory is mapped at start: THP applies to a new server
             env.server_settings = None
         targets: list[tuple[str, Path, Value]] = [
@@ -140,10 +169,31 @@ class OsLayer(Layer):
                     targets.append((f"{key}.{dev}", queue / file, values[key]))
         for key, path, value in targets:
             self._set(key, path, str(value), env)
-        if values.get("drop_caches") == "before_trial":
+        self._memory_limit(limit, cluster, env)
+        if drop:  # page cache is charged to its first reader: start the limited server cold
             os.sync()
             DROP_CACHES.write_text("3")
             env.events.append("drop-caches")
+
+    def _memory_limit(self, limit: Value | None, cluster: Any, env: TrialEnv) -> None:
+        """The server of a limited configuration starts in a cgroup pgsweep made, with
+        memory.limit_in_bytes set; peak and failures are reset for each trial."""
+        assert self.journal is not None
+        if limit is None:
+            cluster.cgroup = env.cgroup = None
+            self.limit = None
+            return
+        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        if not group.exists():
+            self.journal.made_dir(group)
+            if env.user is not None:
+                os.chown(group / "cgroup.procs", env.user.uid, env.user.gid)
+        self.limit = parse_size(limit)
+        (group / "memory.limit_in_bytes").write_text(str(self.limit))
+        for counter in ("memory.max_usage_in_bytes", "memory.failcnt"):
+            (group / counter).write_text("0")
+        cluster.cgroup = env.cgroup = group
+        env.effective["os.memory_limit"] = read_setting(group / "memory.limit_in_bytes")
 
     def _set(self, key: str, path: Path, value: str, env: TrialEnv) -> None:
         assert self.journal is not None
@@ -158,6 +208,8 @@ class OsLayer(Layer):
         env.effective[f"os.{key}"] = now
 
     def undo(self, env: TrialEnv) -> None:
+        if env.cgroup is not None and env.cluster is not None:
+            env.cluster.stop()  # the cgroup can only go once its processes have
         if self.journal is not None:
             self.journal.restore()
 

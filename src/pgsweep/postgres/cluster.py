@@ -48,6 +48,7 @@ class Cluster:
         self.snapshot_dir = root / "snapshot"
         self.logfile = root / "server.log"
         self.scratch = root / "cmd"
+        self.cgroup: Path | None = None  # a cgroup the server starts in (os.memory_limit)
 
     # ---- helpers -------------------------------------------------------------------
     def _run(self, argv: list[str], name: str, timeout: float = 120) -> proc.Result:
@@ -113,6 +114,11 @@ class Cluster:
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
         argv = [self.binaries.path("pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile)]
         argv += ["-w", "-t", str(int(timeout)), *extra, action]
+        if action == "start" and self.cgroup is not None:
+            # the unprivileged pg_ctl moves itself in (its cgroup.procs is chowned to the
+            # server user), so the postmaster it forks starts inside the cgroup
+            join = 'echo $$ > "$1" && shift && exec "$@"'
+            argv = ["sh", "-c", join, "sh", str(self.cgroup / "cgroup.procs"), *argv]
         return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
 
     def start(self) -> None:
