@@ -39,26 +39,24 @@ class UndoJournal:
         file per run: the original is what was there before pgsweep touched it)."""
         key = str(path)
         if key not in self._recorded:
-            original = read_setting(path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as f:
-                f.write(json.dumps({"file": key, "original": original}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(self.path.parent)
+            self._append({"file": key, "original": read_setting(path)})
             self._recorded.add(key)
         path.write_text(value)
 
     def made_dir(self, path: Path) -> None:
         """Journal a directory pgsweep creates in a kernel filesystem (a cgroup): restoring
         removes it, once its processes are gone."""
+        self._append({"dir": str(path)})
+        path.mkdir()
+
+    def _append(self, entry: dict[str, str]) -> None:
+        """On disk before the change it describes is made (file and directory fsync'd)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"dir": str(path)}) + "\n")
+            f.write(json.dumps(entry) + "\n")
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(self.path.parent)
-        path.mkdir()
 
     def restore(self) -> list[str]:
         done = restore_journal(self.path)

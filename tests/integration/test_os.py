@@ -37,15 +37,22 @@ def _watched() -> dict[str, str]:
     return {str(p): read_setting(p) for p in files}
 
 
-def _other(path: Path, current: str) -> str:
-    options = path.read_text().replace("[", "").replace("]", "").split()
-    return next(o for o in options if o != current)
+def _others(path: Path) -> tuple[str, str]:
+    """Two levels the kernel offers that are not the current value, so the run's last trial
+    always leaves a value that only the undo journal can put back. THP's "deny" and
+    "force" are emergency/testing modes and never chosen."""
+    current = read_setting(path)
+    options = [o for o in path.read_text().replace("[", "").replace("]", "").split()
+               if o not in (current, "deny", "force")]  # fmt: skip
+    if len(options) < 2:
+        pytest.skip(f"{path} offers fewer than two other levels")
+    return options[0], options[1]
 
 
 def _experiment(duration: str = "2s", rounds: int = 1) -> str:
     before = _watched()
     queue = devices.SYS_BLOCK / _disk() / "queue"
-    sched = read_setting(queue / "scheduler")
+    shmem, sched = _others(THP_SHMEM), _others(queue / "scheduler")
     swappiness = int(before[str(SWAPPINESS)])
     return f"""
     [experiment]
@@ -65,9 +72,9 @@ def _experiment(duration: str = "2s", rounds: int = 1) -> str:
     [repeat]
     rounds = {rounds}
     [factors]
-    os.thp_shmem = ["{read_setting(THP_SHMEM)}", "{_other(THP_SHMEM, read_setting(THP_SHMEM))}"]
-    os.sysctl."vm.swappiness" = [{swappiness}, {(swappiness + 7) % 100}]
-    os.io_scheduler = ["{sched}", "{_other(queue / "scheduler", sched)}"]
+    os.thp_shmem = ["{shmem[0]}", "{shmem[1]}"]
+    os.sysctl."vm.swappiness" = [{(swappiness + 7) % 100}, {(swappiness + 13) % 100}]
+    os.io_scheduler = ["{sched[0]}", "{sched[1]}"]
     """
 
 

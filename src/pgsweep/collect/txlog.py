@@ -35,7 +35,6 @@ from .txlog_kernels import (
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 
 
 class LogError(Exception):

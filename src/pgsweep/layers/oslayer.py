@@ -1,8 +1,9 @@
 """The `os` layer: Transparent Huge Pages, the I/O scheduler and read-ahead of the devices
-under PGDATA and pg_wal, any sysctl, and dropping the page cache before a trial. Every
-kernel value is changed through the undo journal, so it is put back at the end of the run,
-on Ctrl-C or error, and after kill -9 by the next run or `pgsweep restore`.
-Huge page reservation and the memory limit (issue 5's other factors) are not here yet."""
+under PGDATA and pg_wal, any sysctl, dropping the page cache before a trial, and a memory
+limit (the server in a cgroup v1 memory group). Every kernel value and the cgroup go
+through the undo journal, so they are put back at the end of the run, on Ctrl-C or error,
+and after kill -9 by the next run or `pgsweep restore`. Huge page reservation is not here
+yet."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class OsTable(BaseModel):
     read_ahead_kb: int | None = Field(None, ge=0, le=1 << 20)
     drop_caches: Literal["never", "before_trial"] = "never"
     memory_limit: int | str | None = Field(None, description='cgroup memory limit, e.g. "4GiB"')
+    sysctl: dict[str, int | str] = Field(default_factory=dict)
 
     @field_validator("memory_limit")
     @classmethod
@@ -47,8 +49,6 @@ class OsTable(BaseModel):
         if v is not None and parse_size(v) < 64 * 1024**2:
             raise ValueError('a memory limit of at least 64MiB, e.g. "4GiB"')
         return v
-
-    sysctl: dict[str, int | str] = Field(default_factory=dict)
 
 
 def sysctl_file(name: str) -> Path:
@@ -217,8 +217,10 @@ class OsLayer(Layer):
 def _queues(path: Path) -> dict[str, Path]:
     """Block devices under `path` that have a request queue (disks, loop, dm; not
     partitions), with their queue directory."""
-    found, _ = devices.for_cluster(path) if (path / "pg_wal").exists() else (
-        devices.devices_for(path), [])  # fmt: skip
+    if (path / "pg_wal").exists():
+        found, _ = devices.for_cluster(path)
+    else:  # the work area before any cluster exists
+        found = devices.devices_for(path)
     out = {}
     for dev in found:
         queue = devices.SYS_BLOCK / dev / "queue"
