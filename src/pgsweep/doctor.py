@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .collect import devices
 from .journal import read_setting
+from .layers import hugepages
 from .layers.oslayer import THP_FILES
 
 HUGEPAGES = Path("/sys/kernel/mm/hugepages")
@@ -33,6 +34,7 @@ def report() -> list[tuple[str, str, str]]:
         rows.append(
             ("huge pages", size.name.removeprefix("hugepages-"), f"{total} reserved, {free} free")
         )
+    rows.append(("huge pages", "os.huge_pages levels", ", ".join(hugepages.offered())))
     for key, path in THP_FILES.items():
         rows.append(("THP", key, path.read_text().strip() if path.exists() else "absent"))
     for queue in sorted(devices.SYS_BLOCK.glob("*/queue/scheduler")):
@@ -45,7 +47,8 @@ def report() -> list[tuple[str, str, str]]:
     rows.append(
         ("layers", "cluster, server, workload", "can run" if installs else "need PostgreSQL")
     )
-    rows.append(("layers", "os (THP, scheduler, read-ahead, sysctl, drop_caches)",
+    rows.append(("layers", "os (huge pages, THP, scheduler, read-ahead, sysctl, drop_caches, "
+                 "memory_limit)",
                  "can run" if root else "needs root"))  # fmt: skip
     return rows
 

@@ -105,14 +105,22 @@ def make_plan(factors: list[PlanFactor], rounds: int, seed: int, rebuild: str = 
         rng.shuffle(items)
         return items
 
+    reserve = [f.name for f in factors if f.cost == Cost.RESERVE]
+
+    def visit(group: list[Configuration]) -> list[Configuration]:
+        batches: dict[tuple[Value, ...], list[Configuration]] = {}
+        for c in group:
+            batches.setdefault(tuple(c.levels[n] for n in reserve), []).append(c)
+        return [c for key in shuffled(list(batches)) for c in shuffled(batches[key])]
+
     if rebuild == "once":
         for g in shuffled(sorted(groups)):
             for r in range(1, rounds + 1):
-                sequence += [(r, c) for c in shuffled(groups[g])]
+                sequence += [(r, c) for c in visit(groups[g])]
     else:
         for r in range(1, rounds + 1):
             for g in shuffled(sorted(groups)):
-                sequence += [(r, c) for c in shuffled(groups[g])]
+                sequence += [(r, c) for c in visit(groups[g])]
     trials = tuple(
         Trial(f"r{r}-{c.id}", order, r, c.id) for order, (r, c) in enumerate(sequence, start=1)
     )

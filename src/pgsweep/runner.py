@@ -212,11 +212,14 @@ def run_trial(exp: Experiment, env: TrialEnv, trial: Trial, config: Configuratio
     record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
     log_offset = 0
     values = config_values(exp, config)
+    env.values = values
     try:
         for layer in exp.layers:
             if layer.name == "workload" and env.cluster is not None:
                 log_offset = _log_size(env)
             layer.apply(values[layer.name], env)
+        for layer in exp.layers:
+            layer.verify(values[layer.name], env)
         measure.measure(env, trial_dir, record)
     except TrialFailure as exc:
         record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail

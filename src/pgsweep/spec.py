@@ -6,6 +6,7 @@ against PostgreSQL's own catalog). Every error names the file, the key and its l
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import secrets
@@ -171,6 +172,19 @@ def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> lis
     return factors
 
 
+def _configurations(
+    base: dict[str, dict[str, Value]], factors: list[Factor]
+) -> list[dict[str, dict[str, Value]]]:
+    """Every configuration's values of every layer (the full factorial over the base)."""
+    out = []
+    for combo in itertools.product(*(f.levels for f in factors)):
+        values = {layer: dict(keys) for layer, keys in base.items()}
+        for f, level in zip(factors, combo, strict=True):
+            values[f.layer][f.key] = level
+        out.append(values)
+    return out
+
+
 def _flatten(keys: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
     """os.sysctl."vm.swappiness" = [...] nests one table deeper: its key becomes
     "sysctl.vm.swappiness" (the TOML path is kept for error lines)."""
@@ -302,6 +316,9 @@ def load(path: Path) -> Experiment:
                 raise source.error((layer.name,), f"[{layer.name}] must be a table")
             mine = {f.key: list(f.levels) for f in factors if f.layer == layer.name}
             base[layer.name] = layer.validate(table, mine, ctx)
+        configs = _configurations(base, factors)
+        for layer in layers:
+            layer.check_configurations(configs, ctx)
         canonical: dict[str, dict[str, str]] = {}
         for (name, text), value in checker.answers().items():
             canonical.setdefault(name, {})[text] = value

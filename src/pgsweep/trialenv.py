@@ -49,6 +49,11 @@ class TrialEnv:
     load_counters: dict[str, dict[str, float]] = field(default_factory=dict)  # not yet saved
     cgroup: Path | None = None  # the memory cgroup the server runs in (os.memory_limit)
     settings_recorded: set[str] = field(default_factory=set)  # configurations already recorded
+    # This trial's values of every layer: a lower layer may depend on an upper one's (the
+    # huge pages the os layer reserves depend on the server's settings).
+    values: dict[str, dict[str, str | int | float | bool]] = field(default_factory=dict)
+    # Server settings a lower layer decided (os.huge_pages -> huge_pages, huge_page_size).
+    server_overrides: dict[str, str] = field(default_factory=dict)
 
     def require_cluster(self) -> Cluster:
         if self.cluster is None:

@@ -23,6 +23,7 @@ from pgsweep.journal import read_setting
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 SWAPPINESS = Path("/proc/sys/vm/swappiness")
+NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")
 CGROUPS = Path("/sys/fs/cgroup/memory")
 
 
@@ -33,7 +34,7 @@ def _disk() -> str:
 
 def _watched() -> dict[str, str]:
     queue = devices.SYS_BLOCK / _disk() / "queue"
-    files = [THP_SHMEM, SWAPPINESS, queue / "scheduler", queue / "read_ahead_kb"]
+    files = [THP_SHMEM, SWAPPINESS, NR_HUGEPAGES, queue / "scheduler", queue / "read_ahead_kb"]
     return {str(p): read_setting(p) for p in files}
 
 
@@ -69,6 +70,7 @@ def _experiment(duration: str = "2s", rounds: int = 1) -> str:
     read_ahead_kb = {int(read_setting(queue / "read_ahead_kb")) // 2 + 4}
     drop_caches = "before_trial"
     memory_limit = "512MiB"
+    huge_pages = "2MB"
     [repeat]
     rounds = {rounds}
     [factors]
@@ -103,6 +105,7 @@ def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path)
             assert f"os.read_ahead_kb.{disk}" in seen
             assert "drop-caches" in json.loads(t["events_json"])
             assert seen["os.memory_limit"] == str(512 * 1024**2)
+            assert seen["os.huge_pages"].startswith("2MB: ") and seen["huge_pages"] == "on"
         db = sqlite3.connect(folder / "res" / "results.db")
         cg = db.execute(
             "SELECT trial_id, name, value FROM metric WHERE name LIKE 'cgroup.%'"
@@ -141,10 +144,13 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
             return [d for d in postmasters().values() if "res-os-kill" in d]
 
         while time.monotonic() < deadline and not (
-            list(state_dir.glob("*.undo")) and _watched() != before and ours()
+            list(state_dir.glob("*.undo"))
+            and ours()
+            and NR_HUGEPAGES.read_text().strip() != before[str(NR_HUGEPAGES)]
         ):
             time.sleep(0.2)
         assert _watched() != before, "the run changed nothing within 2 minutes"
+        assert NR_HUGEPAGES.read_text().strip() != before[str(NR_HUGEPAGES)], "none reserved"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert list(state_dir.glob("*.undo")), "the journal is what restore will read"
@@ -155,6 +161,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         assert not list(state_dir.glob("*.undo"))
         assert not ours()
         assert not list(CGROUPS.glob("pgsweep-*")), "restore removes the memory cgroup"
+        assert NR_HUGEPAGES.read_text().strip() == before[str(NR_HUGEPAGES)], "pages given back"
         again = pgsweep("restore")  # twice is harmless
         assert again.returncode == 0 and "nothing left" in again.stdout
     finally:

@@ -150,6 +150,24 @@ CASES = [
         ["os.memory_limit", "at least 64MiB"],
         5,
     ),
+    (
+        "memory-limit-below-shared-memory",
+        "[os]\nmemory_limit = '256MiB'\n[factors]\nserver.shared_buffers = ['128MB', '512MB']\n",
+        ["os.memory_limit", "cannot hold the server's shared memory", "shared_buffers=512MB"],
+        5,
+    ),
+    (
+        "huge-pages-owns-server-setting",
+        "[os]\nhuge_pages = '2MB'\n[server]\nhuge_pages = 'try'\n",
+        ["server.huge_pages", "os.huge_pages sets the server's huge_pages"],
+        7,
+    ),
+    (
+        "huge-pages-unknown-size",
+        "[factors]\nos.huge_pages = ['off', '4MB']\n",
+        ["factors.os.huge_pages", "'4MB'"],
+        5,
+    ),
 ]
 
 

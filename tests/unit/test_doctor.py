@@ -28,6 +28,10 @@ def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
     for size in Path("/sys/kernel/mm/hugepages").glob("hugepages-*"):
         assert size.name.removeprefix("hugepages-") in out
         assert f"{(size / 'nr_hugepages').read_text().strip()} reserved" in out
+    pools = {"2MB": 2048, "1GB": 1048576}
+    root = Path("/sys/kernel/mm/hugepages")
+    offered = ["off"] + [lv for lv, kb in pools.items() if (root / f"hugepages-{kb}kB").is_dir()]
+    assert "os.huge_pages levels" in out and ", ".join(offered) in out
     for queue in devices.SYS_BLOCK.glob("*/queue/scheduler"):
         assert " ".join(queue.read_text().split()) in out
     assert "/usr/lib/postgresql" in out and "layers" in out

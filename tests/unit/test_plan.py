@@ -106,3 +106,24 @@ def test_estimate_counts_each_build_once_per_group_visit() -> None:
     plan = make_plan(FACTORS, 2, 3, "once")
     costs = {c.id: TrialCost(measure=10.0, build=100.0) for c in plan.configurations}
     assert estimate_seconds(plan, costs) == 24 * 10.0 + 2 * 100.0
+
+
+def test_reservations_are_batched_inside_each_round() -> None:
+    """Huge page levels (RESERVE) run in one batch per round, the batches' order and the
+    cheap factors inside them shuffled; every round still holds every configuration."""
+    factors = [
+        PlanFactor("os.huge_pages", ("off", "2MB", "1GB"), Cost.RESERVE),
+        PlanFactor("workload.clients", (1, 2, 4, 8), Cost.NOTHING),
+    ]
+    plan = make_plan(factors, 6, 3)
+    batch_orders, inner_orders = set(), set()
+    for r in range(1, 7):
+        trials = [t for t in plan.trials if t.round == r]
+        assert len({t.config for t in trials}) == 12
+        levels = [plan.config(t.config).levels["os.huge_pages"] for t in trials]
+        batches = [lv for i, lv in enumerate(levels) if i == 0 or levels[i - 1] != lv]
+        assert sorted(batches) == ["1GB", "2MB", "off"]  # three runs: one reservation each
+        batch_orders.add(tuple(batches))
+        inner_orders.add(tuple(t.config for t in trials))
+    assert len(batch_orders) > 1 and len(inner_orders) > 1
+    assert plan.grouped_factors() == []  # no new cluster for a reservation

@@ -28,7 +28,8 @@ class Cost(IntEnum):
     NOTHING = 0  # e.g. pgbench client count
     RELOAD = 1  # SIGHUP
     RESTART = 2  # server restart
-    CLUSTER = 3  # a new cluster: initdb + load
+    RESERVE = 3  # a server restart plus a kernel reservation that can fail (huge pages)
+    CLUSTER = 4  # a new cluster: initdb + load
 
 
 @dataclass
@@ -82,6 +83,16 @@ class Layer(ABC):
     def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:  # noqa: B027
         """Before the first trial, once the work area exists: refuse (PgsweepError, exit 2)
         what this machine cannot do for any configuration's `values`. Changes nothing."""
+
+    def check_configurations(  # noqa: B027
+        self, configs: list[dict[str, dict[str, Value]]], ctx: ValidationContext
+    ) -> None:
+        """After every layer validated its own keys: refuse combinations across layers, given
+        every configuration's values of every layer. Changes nothing."""
+
+    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:  # noqa: B027
+        """After every layer applied its values and the server runs: check that what this
+        layer set is in force, record it in env.effective, or raise TrialFailure."""
 
 
 def _describe_pydantic(err: dict[str, Any]) -> str:

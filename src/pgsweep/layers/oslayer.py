@@ -2,8 +2,7 @@
 under PGDATA and pg_wal, any sysctl, dropping the page cache before a trial, and a memory
 limit (the server in a cgroup v1 memory group). Every kernel value and the cgroup go
 through the undo journal, so they are put back at the end of the run, on Ctrl-C or error,
-and after kill -9 by the next run or `pgsweep restore`. Huge page reservation is not here
-yet."""
+and after kill -9 by the next run or `pgsweep restore`. Huge pages are in hugepages.py."""
 
 from __future__ import annotations
 
@@ -16,9 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import devices
 from ..errors import PgsweepError
 from ..journal import UndoJournal, read_setting
+from ..tomlpos import key_line
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
+from . import hugepages
 from .base import Cost, Layer, ValidationContext, Value, check_table
+from .server import as_pg_value
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 THP_FILES = {
@@ -34,6 +36,7 @@ CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 class OsTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    huge_pages: Literal["off", "2MB", "1GB"] | None = Field(None, description="server shm pages")
     thp: str | None = Field(None, description="THP enabled: always | madvise | never")
     thp_defrag: str | None = Field(None, description="THP defrag")
     thp_shmem: str | None = Field(None, description="THP shmem_enabled (governs shared memory)")
@@ -67,6 +70,10 @@ class OsLayer(Layer):
         self.journal: UndoJournal | None = None
         self.limit: int | None = None  # bytes of the memory limit in force
         self.used: set[str] = set()  # keys set in the file, base or factor
+        self.huge = hugepages.HugePages()
+        self.huge_key: str | None = None  # level and restart settings the pools are sized for
+        self.restart_settings: set[str] = set()  # server settings only a restart changes
+        self.factor_keys: set[str] = set()
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -78,6 +85,7 @@ class OsLayer(Layer):
         values.update({f"sysctl.{k}": v for k, v in sysctl_base.items()})
         self.used = {k for k, v in values.items() if v is not None and k != "drop_caches"}
         self.used |= set(factors)
+        self.factor_keys = set(factors)
         if values["drop_caches"] != "never" or "drop_caches" in factors:
             self.used.add("drop_caches")
         if self.used and os.geteuid() != 0:
@@ -101,6 +109,20 @@ class OsLayer(Layer):
                 fix="mount it (mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory) or "
                 "remove os.memory_limit; `pgsweep doctor` shows the cgroups here",
             )
+        for level in [values.get("huge_pages"), *factors.get("huge_pages", [])]:
+            if level is not None and level not in hugepages.offered():
+                raise ctx.source.error(
+                    ("factors", "os", "huge_pages") if "huge_pages" in factors
+                    else ("os", "huge_pages"),
+                    f"this kernel has no pool of {level} huge pages "
+                    f"(no {hugepages.pool(hugepages.LEVELS[level])})",
+                    expected=f"one of {', '.join(hugepages.offered())}",
+                    fix="pick a size `pgsweep doctor` lists",
+                )  # fmt: skip
+        self.restart_settings = {
+            name for name, s in ctx.binaries.settings.items()
+            if s.context in ("postmaster", "internal")
+        }  # fmt: skip
         for key, path in THP_FILES.items():
             for level in [values.get(key), *factors.get(key, [])]:
                 if level is not None and level not in menu(path):
@@ -126,6 +148,40 @@ class OsLayer(Layer):
             raise ctx.source.error(where, f"sysctl {name} is read-only",
                                    fix="remove it from the experiment file")  # fmt: skip
 
+    def check_configurations(
+        self, configs: list[dict[str, dict[str, Value]]], ctx: ValidationContext
+    ) -> None:
+        """os.huge_pages owns the server's huge_pages settings; shared memory (charged to the
+        cgroup unless it is in huge pages) must fit under os.memory_limit."""
+        checked: dict[str, int] = {}
+        for values in configs:
+            mine, server = values[self.name], values["server"]
+            if mine.get("huge_pages") is not None:
+                for name in ("huge_pages", "huge_page_size"):
+                    if name in server:
+                        in_base = key_line(ctx.source.text, ("server", name)) is not None
+                        raise ctx.source.error(
+                            ("server", name) if in_base else ("factors", "server", name),
+                            f"os.huge_pages sets the server's {name} itself",
+                            fix=f"remove server.{name}, or remove os.huge_pages",
+                        )  # fmt: skip
+            limit = mine.get("memory_limit")
+            if limit is None or mine.get("huge_pages") in ("2MB", "1GB"):
+                continue
+            settings = {k: as_pg_value(v) for k, v in server.items()}
+            key = repr(sorted(settings.items()))
+            if key not in checked:
+                checked[key] = ctx.checker.shared_memory_mb(settings)
+            if checked[key] * 1024**2 >= parse_size(limit):
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "defaults"
+                raise ctx.source.error(
+                    ("factors", "os", "memory_limit") if "memory_limit" in self.factor_keys
+                    else ("os", "memory_limit"),
+                    f"os.memory_limit={limit} cannot hold the server's shared memory alone: "
+                    f"{checked[key]} MB (postgres -C shared_memory_size, with {shown})",
+                    fix="raise the limit or lower shared_buffers in that configuration",
+                )  # fmt: skip
+
     def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on."""
@@ -142,6 +198,8 @@ class OsLayer(Layer):
                     )
 
     def cost(self, key: str) -> Cost:
+        if key == "huge_pages":
+            return Cost.RESERVE
         return Cost.RESTART if key in THP_FILES or key == "memory_limit" else Cost.NOTHING
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
@@ -155,7 +213,9 @@ class OsLayer(Layer):
         limit = values.get("memory_limit")
         limit_change = (parse_size(limit) if limit is not None else None) != self.limit
         drop = values.get("drop_caches") == "before_trial" or (limit_change and limit is not None)
-        if (thp_change or drop or limit_change) and cluster.postmaster_pid():
+        huge_key = self._huge_key(values.get("huge_pages"), env)
+        huge_change = huge_key != self.huge_key
+        if (thp_change or drop or limit_change or huge_change) and cluster.postmaster_pid():
             cluster.stop()  # shared memory is mapped at start: THP applies to a new server
             env.server_settings = None
         targets: list[tuple[str, Path, Value]] = [
@@ -170,10 +230,44 @@ class OsLayer(Layer):
         for key, path, value in targets:
             self._set(key, path, str(value), env)
         self._memory_limit(limit, cluster, env)
+        if huge_change:
+            self._huge_pages(values.get("huge_pages"), huge_key, env)
         if drop:  # page cache is charged to its first reader: start the limited server cold
             os.sync()
             DROP_CACHES.write_text("3")
             env.events.append("drop-caches")
+
+    def _huge_key(self, level: Value | None, env: TrialEnv) -> str | None:
+        """What the pools are sized for: the level and the settings only a restart changes
+        (a reload cannot change shared memory, so it needs no new reservation)."""
+        if level is None:
+            return None
+        server = env.values.get("server", {})
+        fixed = {k: as_pg_value(v) for k, v in server.items()
+                 if k in self.restart_settings or k not in env.binaries.settings}  # fmt: skip
+        return repr((level, sorted(fixed.items())))
+
+    def _huge_pages(self, level: Value | None, key: str | None, env: TrialEnv) -> None:
+        """Size the huge page pools for this trial's server (stopped by now)."""
+        assert self.journal is not None
+        self.huge_key = None  # until the reservation succeeded
+        if level is None:
+            self.huge.release(self.journal)
+            env.server_overrides = {}
+            return
+        server = {k: as_pg_value(v) for k, v in env.values.get("server", {}).items()}
+        env.server_settings = None
+        env.server_overrides = {}
+        pages = self.huge.reserve(str(level), server, env.require_cluster(), self.journal)
+        env.server_overrides = self.huge.server_settings(str(level))
+        env.events.append(f"huge-pages-{level}")
+        if pages:
+            env.effective["os.huge_pages.reserved"] = str(pages)
+        self.huge_key = key
+
+    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
+        if values.get("huge_pages") is not None:
+            hugepages.verify(str(values["huge_pages"]), env)
 
     def _memory_limit(self, limit: Value | None, cluster: Any, env: TrialEnv) -> None:
         """The server of a limited configuration starts in a cgroup pgsweep made, with
@@ -208,8 +302,8 @@ class OsLayer(Layer):
         env.effective[f"os.{key}"] = now
 
     def undo(self, env: TrialEnv) -> None:
-        if env.cgroup is not None and env.cluster is not None:
-            env.cluster.stop()  # the cgroup can only go once its processes have
+        if (env.cgroup is not None or self.huge.original) and env.cluster is not None:
+            env.cluster.stop()  # the cgroup and the pages can only go once the server has
         if self.journal is not None:
             self.journal.restore()
 

@@ -127,7 +127,7 @@ class ServerLayer(Layer):
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
         cluster = env.require_cluster()
-        wanted = {k: as_pg_value(v) for k, v in values.items()}
+        wanted = {k: as_pg_value(v) for k, v in values.items()} | env.server_overrides
         try:
             if env.server_settings is None or cluster.postmaster_pid() is None:
                 cluster.write_settings(wanted)

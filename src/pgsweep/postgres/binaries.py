@@ -158,3 +158,42 @@ class ValueChecker:
 
     def answers(self) -> dict[tuple[str, str], str]:
         return dict(self._cache)
+
+    def shared_memory_mb(self, settings: dict[str, str]) -> int:
+        """MB of shared memory a server with `settings` allocates, as the server computes
+        it (`postgres -C shared_memory_size` needs a real, stopped data directory, so the
+        first call runs a scratch initdb, about half a second)."""
+        assert self._dir is not None, "ValueChecker used outside `with`"
+        data = self._dir / "shm-data"
+        if not data.exists():
+            res = proc.run(
+                [self.binaries.path("initdb"), "-N", "-D", str(data), "--no-instructions"],
+                out=self._dir / "initdb.out", timeout=120, user=self.user,
+            )  # fmt: skip
+            if not res.ok:
+                raise internal(f"scratch initdb failed: {res.describe_failure()}")
+        return int(runtime_value(self.binaries, data, "shared_memory_size", settings, self.user))
+
+
+def runtime_value(
+    binaries: Binaries,
+    datadir: Path,
+    name: str,
+    settings: dict[str, str],
+    user: proc.RunAs | None,
+) -> str:
+    """A runtime-computed setting (shared_memory_size, shared_memory_size_in_huge_pages)
+    of a stopped data directory under `settings`, from `postgres -C`. PostgreSQL 15+."""
+    if binaries.major < 15:
+        raise PgsweepError(
+            f"PostgreSQL {binaries.version} cannot report {name} (it needs 15 or later)",
+            fix="use PostgreSQL 15 or later for os.huge_pages and os.memory_limit checks",
+        )
+    argv = [binaries.path("postgres"), "-D", str(datadir), "-C", name]
+    for key, value in sorted(settings.items()):
+        argv += ["-c", f"{key}={value}"]
+    res = proc.run(argv, out=datadir.parent / f"{name}.out", timeout=30, user=user)
+    if not res.ok:
+        msgs = re.findall(r"(?:FATAL|ERROR):\s+(.*)", res.stderr)
+        raise PgsweepError(f"postgres -C {name} failed: {'; '.join(msgs) or res.tail(3)}")
+    return res.stdout.strip()

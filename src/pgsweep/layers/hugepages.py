@@ -1,0 +1,153 @@
+"""Huge pages for the server's shared memory (`os.huge_pages = "off" | "2MB" | "1GB"`).
+
+For "2MB"/"1GB" the server is asked how many pages its shared memory needs with the
+trial's settings (`postgres -C shared_memory_size_in_huge_pages`, server stopped), exactly
+that many pages are added to the kernel's pool through the undo journal, and the server is
+started with `huge_pages = on` and the matching `huge_page_size`; after start the
+postmaster's /proc/PID/smaps must show the mapping in pages of that size. "off" starts the
+server with `huge_pages = off` and gives pgsweep's pages back."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+from ..journal import UndoJournal, read_setting
+from ..postgres.binaries import runtime_value
+from ..postgres.cluster import Cluster
+from ..trialenv import TrialEnv, TrialFailure
+
+POOLS = Path("/sys/kernel/mm/hugepages")
+LEVELS = {"2MB": 2048, "1GB": 1024 * 1024}  # level -> page size in kB
+MEMINFO = Path("/proc/meminfo")
+KEEP_FREE_KB = 512 * 1024  # never reserve the machine's last half GiB
+
+
+def pool(kb: int) -> Path:
+    return POOLS / f"hugepages-{kb}kB"
+
+
+def offered() -> list[str]:
+    """The levels this kernel has a pool for."""
+    return ["off", *(level for level, kb in LEVELS.items() if pool(kb).is_dir())]
+
+
+def _mem_available_kb() -> int:
+    for line in MEMINFO.read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _boot_hint(level: str, pages: int) -> str:
+    size = "1G" if level == "1GB" else "2M"
+    return (
+        f"free memory, or compact it (echo 1 > /proc/sys/vm/compact_memory) and retry; "
+        f"or reserve them at boot with the kernel command line "
+        f"'hugepagesz={size} hugepages={pages}'"
+    )
+
+
+class HugePages:
+    """The pool sizes pgsweep set, and what they were before it touched them."""
+
+    def __init__(self) -> None:
+        self.original: dict[int, int] = {}  # page size kB -> nr_hugepages before pgsweep
+
+    def server_settings(self, level: str) -> dict[str, str]:
+        if level == "off":
+            return {"huge_pages": "off"}
+        return {"huge_pages": "on", "huge_page_size": level}
+
+    def reserve(
+        self, level: str, server: dict[str, str], cluster: Cluster, journal: UndoJournal
+    ) -> int:
+        """Size the pools for a server (stopped) about to start with `server` settings at
+        `level`; return the pages reserved for it. Fails the trial, pools unchanged, when
+        the kernel cannot provide them."""
+        wanted = LEVELS.get(level)
+        for kb in list(self.original):
+            if kb != wanted:
+                self._set(kb, self.original[kb], journal)  # give back what the last level took
+        if wanted is None:
+            return 0
+        settings = {**server, **self.server_settings(level)}
+        need = runtime_value(
+            cluster.binaries, cluster.datadir, "shared_memory_size_in_huge_pages", settings,
+            cluster.user,
+        )  # fmt: skip
+        pages = int(need)
+        nr = pool(wanted) / "nr_hugepages"
+        before = int(read_setting(nr))
+        base = self.original.setdefault(wanted, before)
+        target = base + pages
+        extra_kb = (target - before) * wanted
+        available = _mem_available_kb()
+        if extra_kb > 0 and extra_kb > available - KEEP_FREE_KB:
+            raise TrialFailure(
+                f"os.huge_pages={level}: the server's shared memory needs {pages} pages of "
+                f"{level} ({pages * wanted // 1024} MiB) but only {available // 1024} MiB of "
+                f"memory is available (pgsweep leaves {KEEP_FREE_KB // 1024} MiB free); "
+                f"nothing was reserved. Lower shared_buffers or free memory."
+            )
+        self._set(wanted, target, journal)
+        got = int(read_setting(nr))
+        if got < target:
+            self._set(wanted, before, journal)  # give back the partial reservation
+            raise TrialFailure(
+                f"os.huge_pages={level}: the kernel reserved only {got - base} of the "
+                f"{pages} pages of {level} the server needs (memory too fragmented, or "
+                f"{level} pages not allowed at runtime); the pages were given back. "
+                + _boot_hint(level, pages)
+            )
+        return pages
+
+    def _set(self, kb: int, count: int, journal: UndoJournal) -> None:
+        nr = pool(kb) / "nr_hugepages"
+        if int(read_setting(nr)) != count:
+            journal.set(nr, str(count))
+
+    def release(self, journal: UndoJournal) -> None:
+        for kb, count in self.original.items():
+            self._set(kb, count, journal)
+        self.original.clear()
+
+
+def verify(level: str, env: TrialEnv) -> None:
+    """After start: the postmaster's shared memory is (or, for "off", is not) mapped in
+    pages of the level's size. PostgreSQL 15 logs nothing either way, so look."""
+    cluster = env.require_cluster()
+    pid = cluster.postmaster_pid()
+    if pid is None:
+        raise TrialFailure("os.huge_pages: the server is not running after start")
+    mapped = hugetlb_mappings(Path(f"/proc/{pid}/smaps").read_text())
+    wanted = LEVELS.get(level)
+    if wanted is None:
+        if mapped:
+            raise TrialFailure(f"os.huge_pages=off, but the server maps huge pages: {mapped}")
+        env.effective["os.huge_pages"] = "off (no huge page mappings)"
+        return
+    size = mapped.get(wanted, 0)
+    if size == 0:
+        raise TrialFailure(
+            f"os.huge_pages={level}: the server started but maps no {level} pages "
+            f"(its hugetlb mappings: {mapped or 'none'})",
+            cluster.log_tail(),
+        )
+    env.effective["os.huge_pages"] = f"{level}: {size // wanted} pages mapped ({size} kB)"
+
+
+def hugetlb_mappings(smaps: str) -> dict[int, int]:
+    """kB mapped per huge page size (KernelPageSize above the base page: hugetlb, not THP,
+    which smaps shows with base kernel pages and AnonHugePages)."""
+    base_kb = resource.getpagesize() // 1024
+    out: dict[int, int] = {}
+    size = 0
+    for line in smaps.splitlines():
+        if line.startswith("Size:"):
+            size = int(line.split()[1])
+        elif line.startswith("KernelPageSize:"):
+            kb = int(line.split()[1])
+            if kb > base_kb:
+                out[kb] = out.get(kb, 0) + size
+    return out
