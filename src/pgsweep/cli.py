@@ -25,8 +25,8 @@ from . import (
     runner,
     show,
     spec,
-    workarea,
 )
+from .blockdev import Grant
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
 from .plan import estimate_seconds
 from .progress import ConsoleReporter
@@ -46,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("file", type=Path)
     sr.add_argument("--results", type=Path, help="results folder (default results/NAME-TIME)")
     sr.add_argument("--resume", action="store_true", help="run only the missing trials")
+    sr.add_argument(
+        "--allow-device", action="append", type=Path, default=[], metavar="PATH",
+        help="a real block device storage.device may format (destroying its contents)",
+    )  # fmt: skip
+    sr.add_argument(
+        "--wipe", action="store_true",
+        help="with --allow-device: format it even if it carries a filesystem or RAID signature",
+    )  # fmt: skip
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
@@ -107,7 +115,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             "--resume needs --results naming the run to continue",
             fix="pgsweep run FILE --results DIR --resume",
         )
+    if args.wipe and not args.allow_device:
+        raise PgsweepError("--wipe needs --allow-device naming the device",
+                           fix="pgsweep run FILE --allow-device /dev/DEVICE --wipe")  # fmt: skip
     exp = spec.load(args.file)
+    exp.grant = Grant(tuple(args.allow_device), args.wipe)
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     outcome = runner.run(exp, results, args.resume, ConsoleReporter(console))
     if outcome.interrupted:
@@ -138,7 +150,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
-    done = workarea.cleanup_stale() + journal.restore_stale()  # servers first, then the kernel
+    done = journal.recover_stale()
     for line in done:
         console.print(line, markup=False)
     console.print("nothing left to clean up" if not done else f"{len(done)} items cleaned up")

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
+from . import workarea
 from .workarea import alive, registry_dir
 
 _SELECTED = re.compile(r"\[([^\]]+)\]")  # "always madvise [never]" -> never
@@ -31,8 +33,11 @@ class UndoJournal:
         self._recorded: set[str] = set()
 
     @classmethod
-    def for_this_run(cls) -> UndoJournal:
-        return cls(registry_dir() / f"{os.getpid()}.undo")
+    def for_this_run(cls, part: str = "") -> UndoJournal:
+        """The journal of this run; `part` keeps a layer's journal apart ("storage": its
+        mounts are restored after the os layer's kernel values, and on its own undo)."""
+        suffix = f".{part}" if part else ""
+        return cls(registry_dir() / f"{os.getpid()}{suffix}.undo")
 
     def set(self, path: Path, value: str) -> None:
         """Write `value` to the kernel file `path`, journaling its original first (once per
@@ -48,6 +53,11 @@ class UndoJournal:
         removes it, once its processes are gone."""
         self._append({"dir": str(path)})
         path.mkdir()
+
+    def record(self, entry: dict[str, str]) -> None:
+        """Journal something about to be made outside kernel files: {"mount": point},
+        {"loop_image": file}, {"zpool": name}, {"zfs_daemon": pidfile}."""
+        self._append(entry)
 
     def _append(self, entry: dict[str, str]) -> None:
         """On disk before the change it describes is made (file and directory fsync'd)."""
@@ -78,6 +88,14 @@ def restore_journal(journal: Path) -> list[str]:
             entry = json.loads(line)
         except ValueError:
             continue  # a line cut by a crash mid-write: its change was never made
+        if "file" not in entry and "dir" not in entry:
+            try:
+                what = _undo_made(entry)
+                if what:
+                    done.append(what)
+            except OSError as exc:
+                failed.append(f"could not undo {entry}: {exc}")
+            continue
         if "dir" in entry:
             try:
                 Path(entry["dir"]).rmdir()
@@ -102,15 +120,28 @@ def restore_journal(journal: Path) -> list[str]:
     return done + failed
 
 
+def _undo_made(entry: dict[str, str]) -> str | None:
+    """Mounts, loop images, pools and daemons (storage layer) are taken down by the modules
+    that make them."""
+    from . import blockdev, zfsfuse
+
+    with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
+        if "zpool" in entry or "zfs_daemon" in entry:
+            return zfsfuse.undo_entry(entry, Path(scratch))
+        return blockdev.undo_entry(entry, Path(scratch))
+
+
 def restore_stale() -> list[str]:
-    """Replay the journals of runs that are no longer alive."""
+    """Replay the journals of runs that are no longer alive: kernel values first, then the
+    storage (mounts, loop devices, pools) beneath them."""
     directory = registry_dir()
     done: list[str] = []
     if not directory.is_dir():
         return done
-    for journal in sorted(directory.glob("*.undo")):
+    journals = sorted(directory.glob("*.undo"), key=lambda j: (j.name.count("."), j.name))
+    for journal in journals:
         try:
-            pid = int(journal.stem)
+            pid = int(journal.name.split(".")[0])
         except ValueError:
             continue
         if not alive(pid):
@@ -124,3 +155,9 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def recover_stale() -> list[str]:
+    """After kill -9: stop the dead runs' servers, put back their kernel values, take down
+    their storage, then remove their work areas (the mounts live inside them)."""
+    return workarea.stop_stale_servers() + restore_stale() + workarea.cleanup_stale()

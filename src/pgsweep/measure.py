@@ -51,7 +51,7 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     record.pgbench_argv = json.dumps(argv)
     record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
     if not env.devices:
-        env.devices, env.primary_devices = devices.for_cluster(cluster.datadir)
+        env.devices, env.primary_devices = devices.for_cluster(cluster.datadir, env.storage_devices)
         record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
     if env.cgroup is not None:
         _check_in_cgroup(env)

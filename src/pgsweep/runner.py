@@ -17,6 +17,7 @@ from typing import Protocol
 from . import __version__, journal, measure, workarea
 from .collect import environment
 from .errors import PgsweepError
+from .layers import cluster as cluster_layer
 from .layers.base import Cost, Value
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
 from .postgres import pgbench
@@ -56,6 +57,9 @@ def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
     for c in plan.configurations:
         v = config_values(exp, c)
         w, scale = v["workload"], int(v["cluster"]["scale"])
+        target = cluster_layer.target_bytes(v["cluster"], v.get("os", {}))
+        if target is not None:  # about 16 MB per scale unit
+            scale = max(1, target // (16 * 1024**2))
         restore = 1.0 + 0.03 * scale if pgbench.writes(str(w["script"]), None) else 0.0
         measure = parse_duration(w["warmup"]) + parse_duration(w["duration"]) + 1.5 + restore
         costs[c.id] = TrialCost(measure=measure, build=4.0 + 0.35 * scale)
@@ -158,19 +162,23 @@ class Outcome:
 
 
 def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
-    stale = workarea.cleanup_stale() + journal.restore_stale()  # servers first, then the kernel
+    stale = journal.recover_stale()
     notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
+    fresh = not results.exists()
     plan, store = open_results(exp, results, resume)
     done = store.done_trials()
     todo = [t for t in plan.trials if t.id not in done]
     area = workarea.WorkArea.create(results, exp.user)
     try:
         per_config = [config_values(exp, c) for c in plan.configurations]
+        exp.layer("storage").authorize(exp.grant)  # type: ignore[attr-defined]
         for layer in exp.layers:
             layer.check_host(area.workdir, [v[layer.name] for v in per_config])
-    except PgsweepError:
+    except PgsweepError:  # refused before anything ran: leave nothing behind
         area.remove()
         store.close()
+        if fresh:
+            shutil.rmtree(results, ignore_errors=True)
         raise
     if not store.has_environment("host"):
         store.save_environment("host", environment.host(exp.binaries, area.workdir))

@@ -12,17 +12,19 @@ import re
 import secrets
 import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .blockdev import Grant
 from .errors import PgsweepError
 from .layers.base import Layer, Source, ValidationContext, Value
 from .layers.cluster import ClusterLayer
 from .layers.oslayer import OsLayer
 from .layers.server import ServerLayer
+from .layers.storage import StorageLayer
 from .layers.workload import WorkloadLayer
 from .postgres import binaries as pgbin
 from .proc import RunAs
@@ -70,7 +72,7 @@ FIXED_TABLES: dict[str, type[BaseModel]] = {
 
 def make_layers() -> list[Layer]:
     """Every layer, in the order a trial applies them (most expensive first)."""
-    return [ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]
+    return [StorageLayer(), ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Experiment:
     binaries: pgbin.Binaries
     user: RunAs | None
     canonical: dict[str, dict[str, str]]  # server setting -> level text -> base-unit value
+    grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)

@@ -48,6 +48,10 @@ class TrialEnv:
     latency_log: str | float = "auto"  # workload.latency_log
     load_counters: dict[str, dict[str, float]] = field(default_factory=dict)  # not yet saved
     cgroup: Path | None = None  # the memory cgroup the server runs in (os.memory_limit)
+    cluster_home: Path | None = None  # where clusters are made: the storage layer's mount
+    storage_key: str = ""  # the storage a cluster was built on: a new one needs a new cluster
+    storage_devices: list[str] = field(default_factory=list)  # a ZFS pool's devices
+    clusters_built: int = 0
     settings_recorded: set[str] = field(default_factory=set)  # configurations already recorded
     # This trial's values of every layer: a lower layer may depend on an upper one's (the
     # huge pages the os layer reserves depend on the server's settings).

@@ -35,9 +35,11 @@ def human_seconds(seconds: float) -> str:
     return f"{s}s"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|kB|KiB|MB|MiB|GB|GiB|TB|TiB)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|kB|KiB|K|MB|MiB|M|GB|GiB|G|TB|TiB|T)?\s*$")
 _SIZES = {None: 1, "B": 1, "kB": 1024, "KiB": 1024, "MB": 1024**2, "MiB": 1024**2,
-          "GB": 1024**3, "GiB": 1024**3, "TB": 1024**4, "TiB": 1024**4}  # fmt: skip
+          "GB": 1024**3, "GiB": 1024**3, "TB": 1024**4, "TiB": 1024**4,
+          "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}  # zfs writes "8K"  # fmt: skip
+_RAM_SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*of\s+RAM\s*$", re.IGNORECASE)
 
 
 def parse_size(value: object) -> int:
@@ -50,3 +52,18 @@ def parse_size(value: object) -> int:
     if not m:
         raise ValueError('a size such as "512MB" or "4GiB"')
     return int(float(m.group(1)) * _SIZES[m.group(2)])
+
+
+def ram_share(value: object) -> float | None:
+    """0.5 for "50% of RAM"; None for anything else."""
+    m = _RAM_SHARE.match(value) if isinstance(value, str) else None
+    return float(m.group(1)) / 100 if m else None
+
+
+def memory_total() -> int:
+    """Bytes of RAM (MemTotal)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("/proc/meminfo has no MemTotal")

@@ -127,12 +127,12 @@ def alive(pid: int) -> bool:
     return True
 
 
-def cleanup_stale() -> list[str]:
-    """Remove the work areas of runs that are no longer alive (after kill -9 or a crash)."""
-    done: list[str] = []
+def _stale_areas() -> list[tuple[Path, WorkArea]]:
+    """Registry entries of runs that are no longer alive (after kill -9 or a crash)."""
     directory = registry_dir()
     if not directory.is_dir():
-        return done
+        return []
+    out = []
     for entry in sorted(directory.glob("*.json")):
         try:
             data = json.loads(entry.read_text())
@@ -146,6 +146,19 @@ def cleanup_stale() -> list[str]:
             Path(data["results"]),
             int(data["pid"]),
         )
+        out.append((entry, area))
+    return out
+
+
+def stop_stale_servers() -> list[str]:
+    """Stop the servers of dead runs (they hold mounts, huge pages and cgroups)."""
+    return [line for _, area in _stale_areas() for line in stop_postmasters_under(area.workdir)]
+
+
+def cleanup_stale() -> list[str]:
+    """Remove the work areas of runs that are no longer alive."""
+    done: list[str] = []
+    for entry, area in _stale_areas():
         done += area.remove()
         entry.unlink(missing_ok=True)
     return done

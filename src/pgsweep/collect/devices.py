@@ -78,11 +78,16 @@ def devices_for(path: Path) -> list[str]:
     return found
 
 
-def for_cluster(datadir: Path) -> tuple[list[str], list[str]]:
+def for_cluster(datadir: Path, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
     """All block devices under PGDATA and pg_wal, and the ones their filesystems sit on
-    (whose counters do not repeat the writes that the disks below them also count)."""
+    (whose counters do not repeat the writes that the disks below them also count).
+    `pool`: the devices of a FUSE filesystem (zfs-fuse), which stat cannot see."""
     found, primary = devices_for(datadir), []
-    if found:
+    if not found and pool:
+        for dev in pool:
+            _expand(dev, found)
+        primary += pool
+    elif found:
         primary.append(found[0])
     wal = devices_for(datadir / "pg_wal")
     if wal and wal[0] not in primary:

@@ -13,6 +13,7 @@ from .. import proc
 from ..collect import counters, devices, metrics
 from ..postgres.cluster import Cluster, ServerError
 from ..trialenv import TrialEnv, TrialFailure
+from ..units import memory_total, parse_size, ram_share
 from .base import Cost, Layer, ValidationContext, Value, check_table
 
 
@@ -20,8 +21,22 @@ class ClusterTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     scale: int = Field(10, ge=1, le=100_000, description="pgbench -i -s")
+    size: str | None = Field(None, description='"200MB" or "50% of RAM": the scale is computed')
     data_checksums: bool = Field(False, description="initdb --data-checksums")
     wal_segsize: int | None = Field(None, description="initdb --wal-segsize, in MB")
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str | None) -> str | None:
+        if v is not None and ram_share(v) is None:
+            try:
+                if parse_size(v) < 20 * 1024**2:
+                    raise ValueError("at least 20MB (an empty pgbench database is ~8MB)")
+            except ValueError as exc:
+                if "at least" in str(exc):
+                    raise
+                raise ValueError('a size such as "200MB", or "50% of RAM"') from None
+        return v
 
     @field_validator("wal_segsize")
     @classmethod
@@ -45,13 +60,19 @@ class ClusterLayer(Layer):
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
         table = check_table(ClusterTable, self.name, base, factors, ctx.source)
+        if ("size" in base or "size" in factors) and ("scale" in base or "scale" in factors):
+            raise ctx.source.error(
+                ("factors", "cluster", "size") if "size" in factors else ("cluster", "size"),
+                "cluster.size and cluster.scale both set the data size",
+                fix="keep one: size computes the scale that gives that many bytes",
+            )
         return dict(table.model_dump())
 
     def cost(self, key: str) -> Cost:
         return Cost.CLUSTER
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        key = json.dumps(values, sort_keys=True)
+        key = json.dumps(values, sort_keys=True) + env.storage_key
         if key in env.cluster_failures:
             raise TrialFailure(f"this cluster could not be built: {env.cluster_failures[key]}")
         if env.cluster_key == key and env.cluster is not None:
@@ -62,18 +83,20 @@ class ClusterLayer(Layer):
                 env.events.append("restore")
             return
         self.undo(env)
-        number = len(list(env.workdir.glob("cluster-*"))) + 1
+        env.clusters_built += 1
+        number = env.clusters_built
+        home = env.cluster_home or env.workdir
         cluster = Cluster(
-            env.binaries,
-            env.user,
-            env.workdir / f"cluster-{number}",
-            env.socket_root / f"c{number}",
+            env.binaries, env.user, home / f"cluster-{number}", env.socket_root / f"c{number}"
         )
         env.cluster, env.cluster_key, env.devices = cluster, key, []
         try:
             cluster.create(initdb_options(values))
             cluster.start()
-            env.load_counters[cluster.root.name] = _load(cluster, int(values["scale"]))
+            target = target_bytes(values, env.values.get("os", {}))
+            env.load_counters[cluster.root.name] = _load(
+                cluster, int(values["scale"]), target, env.storage_devices
+            )
             cluster.take_snapshot()
         except ServerError as exc:
             env.cluster_failures[key] = str(exc)
@@ -89,19 +112,55 @@ class ClusterLayer(Layer):
         env.cluster, env.cluster_key, env.server_settings = None, None, None
 
 
-def _load(cluster: Cluster, scale: int) -> dict[str, float]:
-    """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint. Returns
-    the I/O of that phase (seed 3 compared bytes written while loading and while running):
-    device and PostgreSQL counter deltas, seconds, scale and the database size."""
-    devs, primary = devices.for_cluster(cluster.datadir)
-    before = _load_snapshot(cluster, devs)
-    started = time.monotonic()
+def target_bytes(values: dict[str, Value], os_values: dict[str, Value]) -> int | None:
+    """cluster.size in bytes; a share of RAM is of os.memory_limit when one is set."""
+    size = values.get("size")
+    if size is None:
+        return None
+    share = ram_share(size)
+    if share is None:
+        return parse_size(size)
+    limit = os_values.get("memory_limit")
+    return int(share * (parse_size(limit) if limit is not None else memory_total()))
+
+
+def _database_bytes(cluster: Cluster) -> int:
+    with cluster.connect() as conn:
+        row = conn.execute("SELECT pg_database_size('postgres')").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _pgbench_init(cluster: Cluster, scale: int) -> None:
     argv = [cluster.binaries.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
     res = proc.run(argv, out=cluster.root / "load.out", timeout=120 + scale * 5, user=cluster.user)
     if not res.ok:
         raise ServerError(f"loading the data failed: {res.describe_failure()}")
+
+
+def scale_for(cluster: Cluster, target: int) -> int:
+    """The scale that gives a database of `target` bytes, from the bytes one scale unit
+    took here (a scale-2 load: its size less the empty database's, halved)."""
+    empty = _database_bytes(cluster)
+    _pgbench_init(cluster, 2)
+    per_unit = max(1, (_database_bytes(cluster) - empty) // 2)
+    return max(1, round((target - empty) / per_unit))
+
+
+def _load(
+    cluster: Cluster, scale: int, target: int | None = None, pool: list[str] | None = None
+) -> dict[str, float]:
+    """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint. Returns
+    the I/O of that phase (seed 3 compared bytes written while loading and while running):
+    device and PostgreSQL counter deltas, seconds, scale and the database size. With a
+    target size the scale is measured first (cluster.size)."""
+    if target is not None:
+        scale = scale_for(cluster, target)
+    devs, primary = devices.for_cluster(cluster.datadir, pool)
+    before = _load_snapshot(cluster, devs)
+    started = time.monotonic()
+    _pgbench_init(cluster, scale)
     with cluster.connect() as conn:
         has_prewarm = conn.execute(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
@@ -115,6 +174,8 @@ def _load(cluster: Cluster, scale: int) -> dict[str, float]:
     out.update(metrics.io(deltas, primary, 0))
     out["load.seconds"] = time.monotonic() - started
     out["load.scale"], out["load.database_bytes"] = float(scale), float(size[0] if size else 0)
+    if target is not None:
+        out["load.target_bytes"] = float(target)
     return out
 
 

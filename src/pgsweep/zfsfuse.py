@@ -1,0 +1,202 @@
+"""ZFS for the storage layer, through zfs-fuse (no kernel module can load here; kernel ZFS
+is not supported yet). pgsweep starts its own daemon with the FUSE page cache off, so the
+ARC alone caches and `primarycache` means what it says, creates a pool on the layer's
+device, and journals both before they exist: `undo_entry` destroys the pool and stops the
+daemon, also for runs that died."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import proc
+from .errors import PgsweepError
+from .journal import UndoJournal
+from .layers.base import Source, Value
+from .units import parse_size
+
+# Properties a live dataset takes without new data: changing them restarts the server only.
+LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}
+PROPERTIES = ("recordsize", "primarycache", "secondarycache", "compression", "logbias", "atime")
+COMPRESSION = {"on", "off", "lzjb", "gzip", "zle", *(f"gzip-{n}" for n in range(1, 10))}
+Cache = Literal["all", "metadata", "none"]
+
+
+class ZfsError(Exception):
+    """zfs-fuse refused something; the message quotes it."""
+
+
+class ZfsTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    recordsize: str | int | None = Field(None, description='"8K" .. "128K"')
+    primarycache: Cache | None = None
+    secondarycache: Cache | None = None
+    compression: str | None = None
+    logbias: Literal["latency", "throughput"] | None = None
+    atime: Literal["on", "off"] | None = None
+    sync: str | None = None
+    ashift: int | None = Field(None, ge=9, le=16)
+    arc_max: str | int | None = Field(None, description='ARC limit, e.g. "512MiB" (zfs-fuse -m)')
+
+    @field_validator("recordsize")
+    @classmethod
+    def _recordsize(cls, v: Any) -> Any:
+        if v is not None:
+            size = parse_size(v)
+            if size < 512 or size > 128 * 1024 or size & (size - 1):
+                raise ValueError('a power of two from 512 to 128K, e.g. "8K"')
+        return v
+
+    @field_validator("compression")
+    @classmethod
+    def _compression(cls, v: str | None) -> str | None:
+        if v is not None and v not in COMPRESSION:
+            raise ValueError(f"zfs-fuse 0.7 compresses with {', '.join(sorted(COMPRESSION))} "
+                             "(no lz4)")  # fmt: skip
+        return v
+
+    @field_validator("sync")
+    @classmethod
+    def _sync(cls, v: str | None) -> str | None:
+        if v is not None:
+            raise ValueError("zfs-fuse 0.7 has no sync property (kernel ZFS has; not supported)")
+        return v
+
+    @field_validator("arc_max")
+    @classmethod
+    def _arc(cls, v: Any) -> Any:
+        if v is not None and not 16 <= parse_size(v) // 1024**2 <= 16384:
+            raise ValueError('between 16MiB and 16GiB (zfs-fuse -m), e.g. "512MiB"')
+        return v
+
+
+def validate(base: dict[str, Any], factors: dict[str, list[Any]], source: Source) -> dict[str, Any]:
+    """[storage.zfs] and storage.zfs.* levels; errors name the key and line."""
+    for key, levels in [(None, [base]), *((k, [{**base, k: lv} for lv in v])
+                                          for k, v in factors.items())]:  # fmt: skip
+        for data in levels:
+            try:
+                ZfsTable.model_validate(data)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                name = str(err["loc"][0]) if err["loc"] else ""
+                path = ("factors", "storage", "zfs", key) if key else ("storage", "zfs", name)
+                what = "unknown key" if err["type"] == "extra_forbidden" else \
+                    str(err["msg"]).removeprefix("Value error, ")  # fmt: skip
+                raise source.error(path, f"{what} (got {data.get(name)!r})",
+                                   expected=f"one of {', '.join(ZfsTable.model_fields)}"
+                                   if what == "unknown key" else None) from None  # fmt: skip
+    return dict(ZfsTable.model_validate(base).model_dump())
+
+
+def _daemons() -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "zfs-fuse":
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def check_host() -> None:
+    """pgsweep runs its own daemon; it never shares or stops one it did not start."""
+    running = _daemons()
+    if running:
+        raise PgsweepError(
+            f"a zfs-fuse daemon pgsweep did not start is running (PID {running[0]})",
+            fix="stop it first (pgsweep starts its own, with the page cache off), or run "
+            "`pgsweep restore` if a killed pgsweep run left it",
+        )
+
+
+def _run(argv: list[str], scratch: Path, name: str, timeout: float = 120) -> proc.Result:
+    scratch.mkdir(parents=True, exist_ok=True)
+    return proc.run(argv, out=scratch / f"{name}.out", timeout=timeout)
+
+
+def _last(res: proc.Result) -> str:
+    return (res.stderr.strip() or res.stdout.strip() or res.describe_failure()).splitlines()[-1]
+
+
+class Pool:
+    def __init__(self, name: str, scratch: Path) -> None:
+        self.name, self.scratch = name, scratch
+
+    @classmethod
+    def create(
+        cls, name: str, device: Path, point: Path, values: dict[str, Value],
+        journal: UndoJournal, scratch: Path,
+    ) -> Pool:  # fmt: skip
+        pidfile = scratch / "zfs-fuse.pid"
+        journal.record({"zfs_daemon": str(pidfile)})
+        argv = ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "--disable-page-cache"]
+        if values.get("zfs.arc_max") is not None:
+            argv += ["-m", str(parse_size(values["zfs.arc_max"]) // 1024**2)]
+        res = _run(argv, scratch, "zfs-fuse")
+        if not res.ok:
+            raise ZfsError(f"zfs-fuse did not start: {_last(res)}")
+        for _ in range(100):  # the daemon answers once its socket is up
+            if _run(["zpool", "list"], scratch, "zpool-list", 10).ok:
+                break
+            time.sleep(0.1)
+        pool = cls(name, scratch)
+        journal.record({"zpool": pool.name})
+        argv = ["zpool", "create", "-f", "-m", str(point)]
+        if values.get("zfs.ashift") is not None:
+            argv += ["-o", f"ashift={values['zfs.ashift']}"]
+        res = _run([*argv, pool.name, str(device)], scratch, f"zpool-create-{pool.name}")
+        if not res.ok:
+            raise ZfsError(f"zpool create failed: {_last(res)}")
+        pool.set_properties({k[4:]: str(v) for k, v in values.items()
+                             if k[4:] in PROPERTIES and v is not None})  # fmt: skip
+        return pool
+
+    def set_properties(self, props: dict[str, str]) -> None:
+        for key, value in props.items():
+            res = _run(["zfs", "set", f"{key}={value}", self.name], self.scratch, "zfs-set")
+            if not res.ok:
+                raise ZfsError(f"zfs set {key}={value} {self.name} failed: {_last(res)}")
+
+    def properties(self) -> dict[str, str]:
+        res = _run(["zfs", "get", "-H", "-o", "property,value", ",".join(PROPERTIES), self.name],
+                   self.scratch, "zfs-get")  # fmt: skip
+        return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
+
+
+def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
+    """Destroy a journaled pool (the daemon must still run), or stop a journaled daemon.
+    Raises OSError when it cannot, so the journal keeps the entry."""
+    if "zpool" in entry:
+        name = entry["zpool"]
+        if not _daemons() or not _run(["zpool", "list", name], scratch, "zpool-list").ok:
+            return None
+        for _ in range(10):  # "pool is busy" right after the server stopped
+            res = _run(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
+            if res.ok:
+                return f"destroyed pool {name}"
+            time.sleep(1)
+        raise OSError(f"zpool destroy {name}: {_last(res)}")
+    pidfile = Path(entry["zfs_daemon"])
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if pid not in _daemons():
+        return None
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(300):  # zfs-fuse takes 5-15 s to exit
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+    return f"stopped zfs-fuse {pid}"

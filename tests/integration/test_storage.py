@@ -1,0 +1,220 @@
+"""The storage layer on real filesystems over real loop devices: each filesystem carries a
+cluster through a trial and the trial records what the data directory sits on; sector
+size, btrfs nocow and a data size relative to a memory limit take effect; real devices are
+refused unless allowed and free; and nothing is left mounted or attached, after kill -9
+and `pgsweep restore` too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, trials, write_experiment
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and losetup need root")
+
+
+def ours() -> list[str]:
+    """pgsweep's mounts and loop devices still on the machine."""
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if "/storage/mnt-" in line.split()[4]]  # fmt: skip
+    loops = subprocess.run(["losetup", "--noheadings", "--output", "NAME,BACK-FILE"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return mounts + [line for line in loops.splitlines() if "/storage/disk-" in line]
+
+
+def _db(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    db = sqlite3.connect(results / "results.db")
+    rows = db.execute(sql).fetchall()
+    db.close()
+    return rows
+
+
+def _levels(results: Path) -> dict[str, dict]:  # type: ignore[type-arg]
+    rows = _db(results, "SELECT id, levels_json FROM configuration")
+    return {c: json.loads(lv) for c, lv in rows}
+
+
+HEAD = """
+[experiment]
+name = "storage"
+seed = 3
+[cluster]
+scale = 1
+[workload]
+script = "tpcb-like"
+clients = 1
+duration = "2s"
+warmup = "0s"
+[repeat]
+rounds = 1
+"""
+
+
+@requires_pg
+@root_only
+def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state_dir: Path) -> None:
+    body = HEAD + """
+    [storage]
+    device = "loop:1GiB"
+    [factors]
+    storage.filesystem = ["ext4", "xfs", "btrfs"]
+    """
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    levels = _levels(tmp_path / "r")
+    written = dict(_db(tmp_path / "r", "SELECT trial_id, value FROM metric "
+                                       "WHERE name = 'io.device_bytes_written'"))  # fmt: skip
+    rows = trials(tmp_path / "r")
+    assert len(rows) == 3
+    for t in rows:
+        fs, seen = levels[t["config_id"]]["storage.filesystem"], json.loads(t["effective_json"])
+        assert t["status"] == "ok", t["reason"]
+        assert seen["storage.filesystem"] == fs
+        assert seen["storage.device"].startswith("/dev/loop")
+        assert "rw" in seen["storage.mount_options"].split(",")
+        loop = seen["storage.device"].removeprefix("/dev/")
+        assert seen[f"storage.sector_size.{loop}"] == "512"
+        assert written[t["id"]] > 0  # device bytes written by the trial, on the loop device
+        assert "new-storage" in json.loads(t["events_json"])
+    assert not ours()
+    assert not list(state_dir.glob("*.undo"))
+
+
+@requires_pg
+@root_only
+def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
+    body = HEAD + """
+    [storage]
+    device = "loop:1GiB"
+    filesystem = "btrfs"
+    [factors]
+    storage.btrfs_nocow = [false, true]
+    storage.sector_size = [512, 4096]
+    """
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    levels = _levels(tmp_path / "r")
+    for t in trials(tmp_path / "r"):
+        level, seen = levels[t["config_id"]], json.loads(t["effective_json"])
+        loop = seen["storage.device"].removeprefix("/dev/")
+        assert seen[f"storage.sector_size.{loop}"] == str(level["storage.sector_size"])
+        assert seen["storage.btrfs_nocow"] == str(level["storage.btrfs_nocow"])
+    assert not ours()
+
+
+@requires_pg
+@root_only
+def test_size_as_a_share_of_the_memory_limit(tmp_path: Path, state_dir: Path) -> None:
+    body = HEAD.replace("scale = 1", 'size = "25% of RAM"') + """
+    [os]
+    memory_limit = "2GiB"
+    """
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    load = dict(_db(tmp_path / "r", "SELECT name, value FROM load_counter"))
+    assert load["load.target_bytes"] == 512 * 1024**2
+    assert abs(load["load.database_bytes"] / (512 * 1024**2) - 1) < 0.15, load
+    assert 20 <= load["load.scale"] <= 45
+
+
+@pytest.fixture
+def spare_loop(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A loop device with an ext4 signature, as a stand-in for a user's real disk."""
+    image = tmp_path / "spare.img"
+    with open(image, "wb") as f:
+        f.truncate(300 * 1024**2)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    dev = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
+                         text=True, check=True).stdout.strip()  # fmt: skip
+    point = tmp_path / "mnt"
+    try:
+        yield Path(dev), point
+    finally:
+        subprocess.run(["umount", str(point)], capture_output=True, check=False)
+        subprocess.run(["losetup", "-d", dev], check=False)
+
+
+def _first_mib(dev: Path) -> str:
+    with open(dev, "rb") as f:
+        return hashlib.sha256(f.read(1024**2)).hexdigest()
+
+
+@requires_pg
+@root_only
+def test_real_devices_are_refused_unless_allowed_and_free(
+    tmp_path: Path, state_dir: Path, spare_loop: tuple[Path, Path]
+) -> None:
+    dev, point = spare_loop
+    before = _first_mib(dev)
+    path = write_experiment(tmp_path, HEAD + f'[storage]\ndevice = "{dev}"\n')
+    runs = [
+        ([], "the command line did not allow it"),
+        (["--allow-device", str(dev)], "carries a signature: ext4 (offset 0x438)"),
+    ]
+    for extra, message in runs:
+        res = pgsweep("run", str(path), "--results", str(tmp_path / "r"), *extra)
+        assert res.returncode == 2, res.stderr + res.stdout
+        assert message in res.stderr and f"{path}:" in res.stderr, res.stderr
+        assert _first_mib(dev) == before
+        assert not (tmp_path / "r").exists()
+    point.mkdir()
+    subprocess.run(["mount", str(dev), str(point)], check=True)
+    before = _first_mib(dev)  # mounting wrote the superblock; compare from here
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "r"),
+                  "--allow-device", str(dev), "--wipe")  # fmt: skip
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert f"mounted at {point}" in res.stderr
+    assert _first_mib(dev) == before
+    assert not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists(), "a refused run leaves no results folder"
+
+
+@requires_pg
+@root_only
+def test_kill_9_then_restore_leaves_no_mount_or_loop(tmp_path: Path, state_dir: Path) -> None:
+    body = HEAD.replace('duration = "2s"', 'duration = "30s"') + """
+    [storage]
+    device = "loop:1GiB"
+    filesystem = "xfs"
+    """
+    path = write_experiment(tmp_path, body)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(tmp_path / "r")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (len(ours()) >= 2 and _pgbench_running()):
+            time.sleep(0.3)
+        assert len(ours()) >= 2, "no mount and loop device within 2 minutes"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert ours(), "kill -9 leaves them for restore"
+        res = pgsweep("restore")
+        assert res.returncode == 0, res.stderr
+        assert "unmounted" in res.stdout and "detached" in res.stdout, res.stdout
+        assert not ours()
+        assert not list(state_dir.glob("*.undo"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _pgbench_running() -> bool:
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "pgbench":
+                return True
+        except OSError:
+            continue
+    return False
