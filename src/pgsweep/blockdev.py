@@ -131,13 +131,16 @@ def check_real_device(device: Path, grant: Grant, scratch: Path, where: str) -> 
 # ---- making and taking down -------------------------------------------------------------
 
 
-def attach_loop(image: Path, size: int, sector_size: int | None, scratch: Path) -> Path:
+def attach_loop(
+    image: Path, size: int, sector_size: int | None, direct_io: bool, scratch: Path
+) -> Path:
     """A sparse file of `size` bytes attached as a loop device (the journal entry for
-    `image` must already be on disk)."""
+    `image` must already be on disk). With `direct_io` the loop device bypasses the host's
+    page cache, so the filesystem under test caches alone (and a memory limit holds)."""
     image.parent.mkdir(parents=True, exist_ok=True)
     with open(image, "wb") as f:
         f.truncate(size)
-    argv = ["losetup", "--find", "--show"]
+    argv = ["losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}"]
     if sector_size:
         argv += ["--sector-size", str(sector_size)]
     res = _run([*argv, str(image)], scratch, "losetup")

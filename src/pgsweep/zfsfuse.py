@@ -165,6 +165,18 @@ class Pool:
             if not res.ok:
                 raise ZfsError(f"zfs set {key}={value} {self.name} failed: {_last(res)}")
 
+    def drop_arc(self) -> None:
+        """Export and import the pool: exporting evicts the pool's buffers from the ARC
+        (measured here: a 150 MB re-read took 0.19 s from the ARC, 0.45 s after this)."""
+        for argv in (["zpool", "export", self.name], ["zpool", "import", "-d", "/dev", self.name]):
+            for _ in range(10):  # "pool is busy" right after the server stopped
+                res = _run(argv, self.scratch, argv[1])
+                if res.ok:
+                    break
+                time.sleep(1)
+            else:
+                raise ZfsError(f"{' '.join(argv)} failed: {_last(res)}")
+
     def properties(self) -> dict[str, str]:
         res = _run(["zfs", "get", "-H", "-o", "property,value", ",".join(PROPERTIES), self.name],
                    self.scratch, "zfs-get")  # fmt: skip

@@ -29,7 +29,9 @@ def ours() -> list[str]:
               if "/storage/mnt-" in line.split()[4]]  # fmt: skip
     loops = subprocess.run(["losetup", "--noheadings", "--output", "NAME,BACK-FILE"],
                            capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return mounts + [line for line in loops.splitlines() if "/storage/disk-" in line]
+    daemons = [f"zfs-fuse {p.parent.name}" for p in Path("/proc").glob("[0-9]*/comm")
+               if _comm(p) == "zfs-fuse"]  # fmt: skip
+    return mounts + [line for line in loops.splitlines() if "/storage/disk-" in line] + daemons
 
 
 def _db(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
@@ -63,12 +65,15 @@ rounds = 1
 @requires_pg
 @root_only
 def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state_dir: Path) -> None:
-    body = HEAD + """
+    body = (
+        HEAD
+        + """
     [storage]
     device = "loop:1GiB"
     [factors]
     storage.filesystem = ["ext4", "xfs", "btrfs"]
     """
+    )
     res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr + res.stdout
     levels = _levels(tmp_path / "r")
@@ -84,6 +89,7 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
         assert "rw" in seen["storage.mount_options"].split(",")
         loop = seen["storage.device"].removeprefix("/dev/")
         assert seen[f"storage.sector_size.{loop}"] == "512"
+        assert seen[f"storage.loop_direct_io.{loop}"] == "1"  # no host page cache under it
         assert written[t["id"]] > 0  # device bytes written by the trial, on the loop device
         assert "new-storage" in json.loads(t["events_json"])
     assert not ours()
@@ -93,7 +99,9 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
 @requires_pg
 @root_only
 def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
-    body = HEAD + """
+    body = (
+        HEAD
+        + """
     [storage]
     device = "loop:1GiB"
     filesystem = "btrfs"
@@ -101,6 +109,7 @@ def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
     storage.btrfs_nocow = [false, true]
     storage.sector_size = [512, 4096]
     """
+    )
     res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr + res.stdout
     levels = _levels(tmp_path / "r")
@@ -115,10 +124,13 @@ def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
 @requires_pg
 @root_only
 def test_size_as_a_share_of_the_memory_limit(tmp_path: Path, state_dir: Path) -> None:
-    body = HEAD.replace("scale = 1", 'size = "25% of RAM"') + """
+    body = (
+        HEAD.replace("scale = 1", 'size = "25% of RAM"')
+        + """
     [os]
     memory_limit = "2GiB"
     """
+    )
     res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr + res.stdout
     load = dict(_db(tmp_path / "r", "SELECT name, value FROM load_counter"))
@@ -168,25 +180,27 @@ def test_real_devices_are_refused_unless_allowed_and_free(
         assert _first_mib(dev) == before
         assert not (tmp_path / "r").exists()
     point.mkdir()
-    subprocess.run(["mount", str(dev), str(point)], check=True)
+    # read-only, so ext4 itself writes nothing (no lazy init, no journal) while mounted
+    subprocess.run(["mount", "-o", "ro,noload", str(dev), str(point)], check=True)
     before = _first_mib(dev)  # mounting wrote the superblock; compare from here
     res = pgsweep("run", str(path), "--results", str(tmp_path / "r"),
                   "--allow-device", str(dev), "--wipe")  # fmt: skip
     assert res.returncode == 2, res.stderr + res.stdout
     assert f"mounted at {point}" in res.stderr
     assert _first_mib(dev) == before
-    assert not (tmp_path / "r").exists()
     assert not (tmp_path / "r").exists(), "a refused run leaves no results folder"
 
 
 @requires_pg
 @root_only
-def test_kill_9_then_restore_leaves_no_mount_or_loop(tmp_path: Path, state_dir: Path) -> None:
-    body = HEAD.replace('duration = "2s"', 'duration = "30s"') + """
-    [storage]
-    device = "loop:1GiB"
-    filesystem = "xfs"
-    """
+@pytest.mark.parametrize("filesystem", ["xfs", "zfs"])
+def test_kill_9_then_restore_leaves_no_mount_or_loop(
+    tmp_path: Path, state_dir: Path, filesystem: str
+) -> None:
+    if filesystem == "zfs" and not Path("/usr/sbin/zfs-fuse").exists():
+        pytest.skip("zfs-fuse is not installed")
+    storage = f'[storage]\ndevice = "loop:1GiB"\nfilesystem = "{filesystem}"\n'
+    body = HEAD.replace('duration = "2s"', 'duration = "30s"') + storage
     path = write_experiment(tmp_path, body)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(tmp_path / "r")],
@@ -202,7 +216,9 @@ def test_kill_9_then_restore_leaves_no_mount_or_loop(tmp_path: Path, state_dir: 
         assert ours(), "kill -9 leaves them for restore"
         res = pgsweep("restore")
         assert res.returncode == 0, res.stderr
-        assert "unmounted" in res.stdout and "detached" in res.stdout, res.stdout
+        assert "detached" in res.stdout, res.stdout
+        undone = "destroyed pool" if filesystem == "zfs" else "unmounted"
+        assert undone in res.stdout, res.stdout
         assert not ours()
         assert not list(state_dir.glob("*.undo"))
     finally:
@@ -218,3 +234,56 @@ def _pgbench_running() -> bool:
         except OSError:
             continue
     return False
+
+
+@requires_pg
+@root_only
+def test_zfs_live_property_changes_keep_the_cluster(tmp_path: Path, state_dir: Path) -> None:
+    if not Path("/usr/sbin/zfs-fuse").exists():
+        pytest.skip("zfs-fuse is not installed")
+    body = (
+        HEAD.replace("rounds = 1", "rounds = 2").replace("tpcb-like", "select-only")
+        + """
+    [storage]
+    device = "loop:1GiB"
+    filesystem = "zfs"
+    [storage.zfs]
+    recordsize = "8K"
+    arc_max = "64MiB"
+    [factors]
+    storage.zfs.primarycache = ["metadata", "all"]
+    """
+    )
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    levels = _levels(tmp_path / "r")
+    written = dict(_db(tmp_path / "r", "SELECT trial_id, value FROM metric "
+                                       "WHERE name = 'io.device_bytes_written'"))  # fmt: skip
+    rows = trials(tmp_path / "r")
+    assert len(rows) == 4
+    events = [e for t in rows for e in json.loads(t["events_json"])]
+    assert events.count("new-cluster") == 1 and events.count("new-storage") == 1
+    assert events.count("zfs-set") >= 2  # the first trial, then at least one change
+    assert events.count("arc-drop") == events.count("zfs-set") - 1  # every change after it
+    identities = set()
+    for t in rows:
+        seen = json.loads(t["effective_json"])
+        assert t["status"] == "ok", t["reason"]
+        assert seen["storage.filesystem"] == "fuse.zfs"
+        assert (
+            seen["storage.zfs.primarycache"] == levels[t["config_id"]]["storage.zfs.primarycache"]
+        )
+        assert seen["storage.zfs.recordsize"] == "8K"
+        assert seen["storage.pool_devices"].startswith("loop")
+        assert t["id"] in written  # the pool's loop device is counted
+        identities.add(seen["cluster.system_identifier"])
+    assert len(identities) == 1, "one cluster for every primarycache level"
+    assert not ours()
+    assert not [p for p in Path("/proc").glob("[0-9]*/comm") if _comm(p) == "zfs-fuse"]
+
+
+def _comm(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""

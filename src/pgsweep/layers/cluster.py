@@ -106,6 +106,12 @@ class ClusterLayer(Layer):
         env.data_dirty = False
         env.events.append("new-cluster")
 
+    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
+        """Which cluster ran the trial: initdb's system identifier is unique per cluster."""
+        with env.require_cluster().connect() as conn:
+            row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
+        env.effective["cluster.system_identifier"] = str(row[0]) if row else ""
+
     def undo(self, env: TrialEnv) -> None:
         if env.cluster is not None:
             env.cluster.destroy()

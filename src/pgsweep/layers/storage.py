@@ -33,6 +33,7 @@ class StorageTable(BaseModel):
     mkfs_options: str = ""
     mount_options: str = ""
     btrfs_nocow: bool = False
+    loop_direct_io: bool = True  # the loop device bypasses the host page cache
 
     @field_validator("device")
     @classmethod
@@ -173,7 +174,8 @@ class StorageLayer(Layer):
             self.journal.record({"loop_image": str(image)})
             sector = values.get("sector_size")
             device = blockdev.attach_loop(image, parse_size(device_spec[5:]),
-                                          int(sector) if sector else None, scratch)  # fmt: skip
+                                          int(sector) if sector else None,
+                                          bool(values["loop_direct_io"]), scratch)  # fmt: skip
         else:
             device = Path(device_spec)
             if self.grant.wipe:
@@ -206,6 +208,9 @@ class StorageLayer(Layer):
             env.server_settings = None
         try:
             self.pool.set_properties(changed)
+            if self.live and {"primarycache", "secondarycache"} & set(changed):
+                self.pool.drop_arc()  # what the last level cached must not serve this one
+                env.events.append("arc-drop")
         except zfsfuse.ZfsError as exc:
             raise TrialFailure(str(exc)) from exc
         self.live.update(changed)
@@ -225,8 +230,13 @@ class StorageLayer(Layer):
             size = devices.SYS_BLOCK / dev / "queue" / "logical_block_size"
             if size.exists():
                 env.effective[f"storage.sector_size.{dev}"] = size.read_text().strip()
+            dio = devices.SYS_BLOCK / dev / "loop" / "dio"
+            if dio.exists():
+                env.effective[f"storage.loop_direct_io.{dev}"] = dio.read_text().strip()
         if values["filesystem"] == "btrfs":
             env.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(datadir / "base"))
+        if env.storage_devices:
+            env.effective["storage.pool_devices"] = ",".join(env.storage_devices)
         if self.pool is not None:
             env.effective.update({f"storage.zfs.{k}": v
                                   for k, v in self.pool.properties().items()})  # fmt: skip
