@@ -49,6 +49,7 @@ class TrialEnv:
     load_counters: dict[str, dict[str, float]] = field(default_factory=dict)  # not yet saved
     cgroup: Path | None = None  # the memory cgroup the server runs in (os.memory_limit)
     cluster_home: Path | None = None  # where clusters are made: the storage layer's mount
+    wal_home: Path | None = None  # where their pg_wal goes, when on a device of its own
     storage_key: str = ""  # the storage a cluster was built on: a new one needs a new cluster
     storage_devices: list[str] = field(default_factory=list)  # a ZFS pool's devices
     clusters_built: int = 0

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import proc
 from .errors import PgsweepError
 from .journal import UndoJournal
-from .layers.base import Source, Value
+from .layers.base import Source, Value, check_subtable
 from .units import parse_size
 
 # Properties a live dataset takes without new data: changing them restarts the server only.
@@ -78,21 +78,7 @@ class ZfsTable(BaseModel):
 
 def validate(base: dict[str, Any], factors: dict[str, list[Any]], source: Source) -> dict[str, Any]:
     """[storage.zfs] and storage.zfs.* levels; errors name the key and line."""
-    for key, levels in [(None, [base]), *((k, [{**base, k: lv} for lv in v])
-                                          for k, v in factors.items())]:  # fmt: skip
-        for data in levels:
-            try:
-                ZfsTable.model_validate(data)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                name = str(err["loc"][0]) if err["loc"] else ""
-                path = ("factors", "storage", "zfs", key) if key else ("storage", "zfs", name)
-                what = "unknown key" if err["type"] == "extra_forbidden" else \
-                    str(err["msg"]).removeprefix("Value error, ")  # fmt: skip
-                raise source.error(path, f"{what} (got {data.get(name)!r})",
-                                   expected=f"one of {', '.join(ZfsTable.model_fields)}"
-                                   if what == "unknown key" else None) from None  # fmt: skip
-    return dict(ZfsTable.model_validate(base).model_dump())
+    return check_subtable(ZfsTable, ("storage", "zfs"), base, factors, source)
 
 
 def _daemons() -> list[int]:

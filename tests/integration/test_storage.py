@@ -287,3 +287,33 @@ def _comm(path: Path) -> str:
         return path.read_text().strip()
     except OSError:
         return ""
+
+
+@requires_pg
+@root_only
+def test_wal_on_a_device_of_its_own_survives_snapshot_restores(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    body = HEAD.replace("rounds = 1", "rounds = 3") + """
+    [storage]
+    device = "loop:1GiB"
+    wal_device = "loop:512MiB"
+    [storage.wal]
+    filesystem = "xfs"
+    sector_size = 4096
+    """
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = trials(tmp_path / "r")
+    assert [t["status"] for t in rows] == ["ok"] * 3, [t["reason"] for t in rows]
+    assert "restore" in json.loads(rows[1]["events_json"])  # data and WAL snapshots put back
+    for t in rows:
+        seen = json.loads(t["effective_json"])
+        assert seen["storage.filesystem"] == "ext4" and seen["storage.wal.filesystem"] == "xfs"
+        data_loop = seen["storage.device"].removeprefix("/dev/")
+        wal_loop = seen["storage.wal.device"].removeprefix("/dev/")
+        assert data_loop != wal_loop
+        assert seen[f"storage.sector_size.{data_loop}"] == "512"
+        assert seen[f"storage.sector_size.{wal_loop}"] == "4096"
+        assert t["tps"] > 0
+    assert not ours()

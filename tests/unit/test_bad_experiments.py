@@ -163,6 +163,49 @@ CASES = [
         7,
     ),
     (
+        "storage-unknown-filesystem",
+        "[storage]\ndevice = 'loop:1GiB'\n[factors]\nstorage.filesystem = ['ext4', 'ntfs']\n",
+        ["factors.storage.filesystem", "'ntfs'"],
+        7,
+    ),
+    (
+        "storage-device-form",
+        "[storage]\ndevice = 'sdb'\n",
+        ["storage.device", "a device path under /dev"],
+        5,
+    ),
+    (
+        "zfs-fuse-has-no-sync",
+        "[storage]\ndevice = 'loop:1GiB'\nfilesystem = 'zfs'\n[factors]\n"
+        "storage.zfs.sync = ['standard', 'disabled']\n",
+        ["factors.storage.zfs.sync", "zfs-fuse 0.7 has no sync property"],
+        8,
+    ),
+    (
+        "zfs-fuse-has-no-lz4",
+        "[storage]\ndevice = 'loop:1GiB'\nfilesystem = 'zfs'\n[storage.zfs]\ncompression = 'lz4'\n",
+        ["storage.zfs.compression", "(no lz4)"],
+        8,
+    ),
+    (
+        "nocow-on-ext4",
+        "[storage]\ndevice = 'loop:1GiB'\nbtrfs_nocow = true\n",
+        ["storage.btrfs_nocow", "applies to btrfs, not ext4"],
+        6,
+    ),
+    (
+        "size-and-scale",
+        "[cluster]\nscale = 10\nsize = '50% of RAM'\n",
+        ["cluster.size", "both set the data size"],
+        6,
+    ),
+    (
+        "size-form",
+        "[cluster]\nsize = 'half of RAM'\n",
+        ["cluster.size", "50% of RAM"],
+        5,
+    ),
+    (
         "huge-pages-unknown-size",
         "[factors]\nos.huge_pages = ['off', '4MB']\n",
         ["factors.os.huge_pages", "'4MB'"],

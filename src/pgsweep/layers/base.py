@@ -152,3 +152,33 @@ def check_table(
             except ValidationError as exc:
                 raise fail(("factors", layer, key), dict(exc.errors()[0]), level) from None
     return instance
+
+
+def check_subtable(
+    model: type[Any],
+    path: tuple[str, ...],
+    base: dict[str, Any],
+    factors: dict[str, list[Any]],
+    source: Source,
+) -> dict[str, Any]:
+    """Validate a nested table such as [storage.zfs] (at `path`) and its factor levels
+    (`factors` keyed without the prefix); return the base values. Errors name the key."""
+    from pydantic import ValidationError
+
+    checks = [(None, base)] + [(k, {**base, k: lv}) for k, v in factors.items() for lv in v]
+    for factor, data in checks:
+        try:
+            model.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else ""
+            where = ("factors", *path, factor) if factor else (*path, name)
+            unknown = err["type"] == "extra_forbidden"
+            what = "unknown key" if unknown else str(err["msg"]).removeprefix("Value error, ")
+            raise source.error(
+                where,
+                f"{what} (got {data.get(name)!r})",
+                expected=f"one of {', '.join(model.model_fields)}" if unknown else None,
+                fix="see the README's experiment file reference for this key",
+            ) from None
+    return dict(model.model_validate(base).model_dump())

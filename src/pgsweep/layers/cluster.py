@@ -86,9 +86,11 @@ class ClusterLayer(Layer):
         env.clusters_built += 1
         number = env.clusters_built
         home = env.cluster_home or env.workdir
+        waldir = env.wal_home / f"cluster-{number}-wal" if env.wal_home else None
         cluster = Cluster(
-            env.binaries, env.user, home / f"cluster-{number}", env.socket_root / f"c{number}"
-        )
+            env.binaries, env.user, home / f"cluster-{number}", env.socket_root / f"c{number}",
+            waldir,
+        )  # fmt: skip
         env.cluster, env.cluster_key, env.devices = cluster, key, []
         try:
             cluster.create(initdb_options(values))

@@ -19,7 +19,7 @@ from ..collect import devices
 from ..journal import UndoJournal
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
-from .base import Cost, Layer, ValidationContext, Value, check_table
+from .base import Cost, Layer, ValidationContext, Value, check_subtable, check_table
 
 PACKAGES = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs", "zfs": "zfs-fuse"}
 
@@ -34,8 +34,9 @@ class StorageTable(BaseModel):
     mount_options: str = ""
     btrfs_nocow: bool = False
     loop_direct_io: bool = True  # the loop device bypasses the host page cache
+    wal_device: str | None = Field(None, description="a device of its own for pg_wal")
 
-    @field_validator("device")
+    @field_validator("device", "wal_device")
     @classmethod
     def _device(cls, v: str | None) -> str | None:
         if v is None:
@@ -46,6 +47,27 @@ class StorageTable(BaseModel):
         elif not v.startswith("/dev/"):
             raise ValueError('"loop:SIZE" (e.g. "loop:8GiB") or a device path under /dev')
         return v
+
+
+class WalTable(BaseModel):
+    """[storage.wal]: the WAL device's filesystem; unset keys follow the data device's."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    filesystem: Literal["ext4", "xfs", "btrfs"] | None = None
+    mkfs_options: str | None = None
+    mount_options: str | None = None
+    sector_size: Literal[512, 4096] | None = None
+
+
+SUBTABLES = {"zfs": zfsfuse.ZfsTable, "wal": WalTable}
+
+
+def wal_values(values: dict[str, Value]) -> dict[str, Value]:
+    """The WAL filesystem's settings: storage.wal.* over the data device's."""
+    keys = ("filesystem", "mkfs_options", "mount_options", "sector_size")
+    return {k: values[f"wal.{k}"] if values.get(f"wal.{k}") is not None else values[k]
+            for k in keys} | {"loop_direct_io": values["loop_direct_io"]}  # fmt: skip
 
 
 class StorageLayer(Layer):
@@ -65,14 +87,15 @@ class StorageLayer(Layer):
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
-        zfs_base = base.get("zfs", {})
-        plain_base = {k: v for k, v in base.items() if k != "zfs"}
-        plain = {k: v for k, v in factors.items() if not k.startswith("zfs.")}
+        plain_base = {k: v for k, v in base.items() if k not in SUBTABLES}
+        plain = {k: v for k, v in factors.items() if k.split(".")[0] not in SUBTABLES}
         table = check_table(StorageTable, self.name, plain_base, plain, ctx.source)
         values: dict[str, Value] = dict(table.model_dump())
-        zfs = zfsfuse.validate(zfs_base, {k[4:]: v for k, v in factors.items()
-                                          if k.startswith("zfs.")}, ctx.source)  # fmt: skip
-        values.update({f"zfs.{k}": v for k, v in zfs.items()})
+        for sub, model in SUBTABLES.items():
+            levels = {k[len(sub) + 1 :]: v for k, v in factors.items() if k.startswith(f"{sub}.")}
+            checked = check_subtable(model, ("storage", sub), base.get(sub, {}), levels,
+                                     ctx.source)  # fmt: skip
+            values.update({f"{sub}.{k}": v for k, v in checked.items()})
         self.used = bool(base or factors)
         if not self.used:
             return values
@@ -95,7 +118,8 @@ class StorageLayer(Layer):
                     fix=f"apt-get install {PACKAGES[str(fs)]}",
                 )  # fmt: skip
         self.where = {k: ctx.source.where(*(("factors", "storage", k) if k in factors
-                                            else ("storage", k))) for k in ("device",)}  # fmt: skip
+                                            else ("storage", k)))
+                      for k in ("device", "wal_device")}  # fmt: skip
         return values
 
     def check_configurations(
@@ -108,6 +132,12 @@ class StorageLayer(Layer):
                     ("storage", "btrfs_nocow"),
                     f"storage.btrfs_nocow applies to btrfs, not {mine.get('filesystem')}",
                     fix="vary btrfs_nocow in an experiment whose filesystem is btrfs",
+                )
+            if mine.get("wal_device") and wal_values(mine)["filesystem"] == "zfs":
+                raise ctx.source.error(
+                    ("storage", "wal_device"),
+                    "a WAL device on zfs is not supported (one pool per run here)",
+                    fix='set [storage.wal] filesystem = "ext4" (or xfs, btrfs)',
                 )
             zfs = [k for k, v in mine.items() if k.startswith("zfs.") and v is not None]
             if zfs and mine.get("filesystem") != "zfs":
@@ -124,10 +154,11 @@ class StorageLayer(Layer):
         """Real devices: named on the command line, and not in use. Changes nothing."""
         if any(v.get("filesystem") == "zfs" for v in values):
             zfsfuse.check_host()
-        for device in sorted({str(v["device"]) for v in values if v.get("device")}):
-            if not device.startswith("loop:"):
-                blockdev.check_real_device(Path(device), self.grant, workdir / "storage-cmd",
-                                           self.where.get("device", "storage.device"))  # fmt: skip
+        for key in ("device", "wal_device"):
+            for device in sorted({str(v[key]) for v in values if v.get(key)}):
+                if not device.startswith("loop:"):
+                    blockdev.check_real_device(Path(device), self.grant, workdir / "storage-cmd",
+                                               self.where.get(key, f"storage.{key}"))  # fmt: skip
 
     def cost(self, key: str) -> Cost:
         return Cost.RESTART if key.removeprefix("zfs.") in zfsfuse.LIVE else Cost.CLUSTER
@@ -166,34 +197,53 @@ class StorageLayer(Layer):
         env.events.append("new-storage")
 
     def _build(self, values: dict[str, Value], env: TrialEnv, scratch: Path) -> Path:
-        assert self.journal is not None
-        device_spec, n = str(values["device"]), self.built
-        env.storage_devices = []
-        if device_spec.startswith("loop:"):
-            image = env.workdir / "storage" / f"disk-{n}.img"
-            self.journal.record({"loop_image": str(image)})
-            sector = values.get("sector_size")
-            device = blockdev.attach_loop(image, parse_size(device_spec[5:]),
-                                          int(sector) if sector else None,
-                                          bool(values["loop_direct_io"]), scratch)  # fmt: skip
-        else:
-            device = Path(device_spec)
-            if self.grant.wipe:
-                blockdev.wipe(device, scratch)
+        """Data filesystem (and WAL filesystem) for this configuration; returns the data
+        mount point, sets env.wal_home."""
+        n = self.built
+        env.storage_devices, env.wal_home = [], None
+        device = self._device(str(values["device"]), values, f"disk-{n}.img", env, scratch)
         point = env.workdir / "storage" / f"mnt-{n}"
         if values["filesystem"] == "zfs":
+            assert self.journal is not None
             name = f"pgsweep{os.getpid()}n{n}"
             self.pool = zfsfuse.Pool.create(name, device, point, values, self.journal, scratch)
             env.storage_devices = [device.name]  # FUSE hides the pool's device from stat
-            return point
-        blockdev.make_filesystem(str(values["filesystem"]), device, str(values["mkfs_options"]),
-                                 scratch)  # fmt: skip
-        self.journal.record({"mount": str(point)})
-        blockdev.mount(str(values["filesystem"]), device, point, str(values["mount_options"]),
-                       scratch)  # fmt: skip
-        if values["filesystem"] == "btrfs" and values["btrfs_nocow"]:
-            blockdev.set_nocow(point, scratch)  # inherited by every file the cluster makes
+        else:
+            self._filesystem(values, device, point, scratch)
+        if values.get("wal_device"):
+            wal = wal_values(values)
+            wal_dev = self._device(str(values["wal_device"]), wal, f"disk-{n}-wal.img", env,
+                                   scratch)  # fmt: skip
+            env.wal_home = env.workdir / "storage" / f"mnt-{n}-wal"
+            self._filesystem(wal, wal_dev, env.wal_home, scratch)
+            if env.user is not None:
+                os.chown(env.wal_home, env.user.uid, env.user.gid)
         return point
+
+    def _device(
+        self, spec: str, values: dict[str, Value], image_name: str, env: TrialEnv, scratch: Path
+    ) -> Path:
+        assert self.journal is not None
+        if not spec.startswith("loop:"):
+            if self.grant.wipe:
+                blockdev.wipe(Path(spec), scratch)
+            return Path(spec)
+        image = env.workdir / "storage" / image_name
+        self.journal.record({"loop_image": str(image)})
+        sector = values.get("sector_size")
+        return blockdev.attach_loop(image, parse_size(spec[5:]), int(sector) if sector else None,
+                                    bool(values["loop_direct_io"]), scratch)  # fmt: skip
+
+    def _filesystem(
+        self, values: dict[str, Value], device: Path, point: Path, scratch: Path
+    ) -> None:
+        assert self.journal is not None
+        fs = str(values["filesystem"])
+        blockdev.make_filesystem(fs, device, str(values["mkfs_options"]), scratch)
+        self.journal.record({"mount": str(point)})
+        blockdev.mount(fs, device, point, str(values["mount_options"]), scratch)
+        if fs == "btrfs" and values.get("btrfs_nocow"):
+            blockdev.set_nocow(point, scratch)  # inherited by every file the cluster makes
 
     def _live_properties(self, values: dict[str, Value], env: TrialEnv) -> None:
         """Properties a live dataset takes: set them, restart the server if any changed."""
@@ -225,6 +275,11 @@ class StorageLayer(Layer):
         env.effective["storage.filesystem"] = mount.fstype
         env.effective["storage.mount_options"] = mount.options
         env.effective["storage.device"] = mount.source
+        if env.wal_home is not None:
+            wal = devices.mount_of(datadir / "pg_wal")
+            env.effective["storage.wal.filesystem"] = wal.fstype
+            env.effective["storage.wal.mount_options"] = wal.options
+            env.effective["storage.wal.device"] = wal.source
         _, primary = devices.for_cluster(datadir, env.storage_devices)
         for dev in primary:
             size = devices.SYS_BLOCK / dev / "queue" / "logical_block_size"

@@ -38,7 +38,12 @@ def chown_tree(path: Path, user: RunAs | None) -> None:
 
 class Cluster:
     def __init__(
-        self, binaries: Binaries, user: RunAs | None, root: Path, socket_dir: Path
+        self,
+        binaries: Binaries,
+        user: RunAs | None,
+        root: Path,
+        socket_dir: Path,
+        waldir: Path | None = None,
     ) -> None:
         self.binaries = binaries
         self.user = user
@@ -46,6 +51,9 @@ class Cluster:
         self.socket_dir = socket_dir
         self.datadir = root / "data"
         self.snapshot_dir = root / "snapshot"
+        # pg_wal elsewhere (initdb --waldir; storage.wal_device): snapshotted beside it
+        self.waldir = waldir
+        self.wal_snapshot = waldir.with_name(waldir.name + "-snapshot") if waldir else None
         self.logfile = root / "server.log"
         self.scratch = root / "cmd"
         self.cgroup: Path | None = None  # a cgroup the server starts in (os.memory_limit)
@@ -87,6 +95,8 @@ class Cluster:
             "--no-instructions",
             *initdb_options,
         ]
+        if self.waldir is not None:
+            argv.append(f"--waldir={self.waldir}")
         res = self._run(argv, "initdb")
         if not res.ok:
             raise ServerError(f"initdb failed: {res.describe_failure()}")
@@ -155,14 +165,21 @@ class Cluster:
         """Copy the stopped, loaded data directory aside (reflink where the fs can)."""
         self.stop()
         shutil.rmtree(self.snapshot_dir, ignore_errors=True)
-        _copy_tree(self.datadir, self.snapshot_dir)
+        _copy_tree(self.datadir, self.snapshot_dir, self.scratch / "cp.out")
+        if self.waldir is not None and self.wal_snapshot is not None:
+            shutil.rmtree(self.wal_snapshot, ignore_errors=True)
+            _copy_tree(self.waldir, self.wal_snapshot, self.scratch / "cp.out")
 
     def restore_snapshot(self) -> None:
         """Put the loaded data back, keeping the current pgsweep.conf."""
         self.stop()
         conf = (self.datadir / OWNED_FILE).read_text()
         shutil.rmtree(self.datadir)
-        _copy_tree(self.snapshot_dir, self.datadir)
+        _copy_tree(self.snapshot_dir, self.datadir, self.scratch / "cp.out")
+        if self.waldir is not None and self.wal_snapshot is not None:
+            shutil.rmtree(self.waldir)  # the WAL the copied pg_wal symlink points to
+            _copy_tree(self.wal_snapshot, self.waldir, self.scratch / "cp.out")
+            chown_tree(self.waldir, self.user)
         (self.datadir / OWNED_FILE).write_text(conf)
         chown_tree(self.datadir, self.user)
         # The copy left dirty pages; flush them now so their writeback does not land in
@@ -172,15 +189,14 @@ class Cluster:
     def destroy(self) -> None:
         self.stop(mode="immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+        for wal in (self.waldir, self.wal_snapshot):
+            if wal is not None:
+                shutil.rmtree(wal, ignore_errors=True)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
-def _copy_tree(src: Path, dst: Path) -> None:
+def _copy_tree(src: Path, dst: Path, out: Path) -> None:
     # `cp -a --reflink=auto` keeps owners and modes and clones blocks on btrfs/xfs/zfs.
-    res = proc.run(
-        ["cp", "-a", "--reflink=auto", str(src), str(dst)],
-        out=src.parent / "cmd" / "cp.out",
-        timeout=3600,
-    )
+    res = proc.run(["cp", "-a", "--reflink=auto", str(src), str(dst)], out=out, timeout=3600)
     if not res.ok:
         raise ServerError(f"copying {src} to {dst} failed: {res.describe_failure()}")
