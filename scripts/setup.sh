@@ -15,6 +15,10 @@ ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || need+=(postgresql postgr
 ls /usr/lib/postgresql/*/lib/pg_prewarm.so >/dev/null 2>&1 || need+=(postgresql-contrib)
 if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless browser
     command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
+    # the storage layer's tests build every filesystem it supports on loop devices
+    command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
+    command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+    command -v zfs-fuse >/dev/null || need+=(zfs-fuse)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -1,16 +1,20 @@
 """`pgsweep doctor`: what this machine offers the layers, read without changing anything:
 PostgreSQL installations, root, huge page sizes and counts, THP, schedulers per device,
-cgroup versions and memory controllers, and which layers can run."""
+cgroup versions and memory controllers, filesystem tools and ZFS, and which layers can
+run."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from . import blockdev, zfsfuse
 from .collect import devices
 from .journal import read_setting
 from .layers import hugepages
 from .layers.oslayer import THP_FILES
+from .layers.storage import PACKAGES
 
 HUGEPAGES = Path("/sys/kernel/mm/hugepages")
 CGROUP = Path("/sys/fs/cgroup")
@@ -44,12 +48,38 @@ def report() -> list[tuple[str, str, str]]:
             ("devices", dev, f"scheduler {queue.read_text().strip()}; read_ahead_kb {ahead}")
         )
     rows += _cgroups()
+    rows += _storage()
     rows.append(
         ("layers", "cluster, server, workload", "can run" if installs else "need PostgreSQL")
     )
     rows.append(("layers", "os (huge pages, THP, scheduler, read-ahead, sysctl, drop_caches, "
                  "memory_limit)",
                  "can run" if root else "needs root"))  # fmt: skip
+    loops = Path("/dev/loop-control").exists()
+    rows.append(("layers", "storage (loop devices, mkfs, mount, zfs-fuse)",
+                 "can run" if root and loops else "needs root and loop devices"))  # fmt: skip
+    return rows
+
+
+def _storage() -> list[tuple[str, str, str]]:
+    rows = []
+    for fs, argv in blockdev.MKFS.items():
+        tool = shutil.which(argv[0])
+        rows.append(("storage", fs, tool or f"no {argv[0]} (apt-get install {PACKAGES[fs]})"))
+    daemon = shutil.which("zfs-fuse")
+    running = zfsfuse.running_daemons()
+    state = (
+        f"running (PID {running[0]}): a pgsweep run's, or one pgsweep will not share"
+        if running
+        else "not running (pgsweep starts its own)"
+    )
+    rows.append(("storage", "zfs", f"{daemon}: {state}" if daemon
+                 else "no zfs-fuse (apt-get install zfs-fuse)"))  # fmt: skip
+    kernel_zfs = Path("/sys/module/zfs").exists()
+    rows.append(("storage", "kernel ZFS module", "loaded (not used yet)" if kernel_zfs
+                 else "absent: zfs-fuse is used"))  # fmt: skip
+    rows.append(("storage", "loop devices", "/dev/loop-control present"
+                 if Path("/dev/loop-control").exists() else "no /dev/loop-control"))  # fmt: skip
     return rows
 
 

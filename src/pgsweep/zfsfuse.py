@@ -81,7 +81,7 @@ def validate(base: dict[str, Any], factors: dict[str, list[Any]], source: Source
     return check_subtable(ZfsTable, ("storage", "zfs"), base, factors, source)
 
 
-def _daemons() -> list[int]:
+def running_daemons() -> list[int]:
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
@@ -94,7 +94,7 @@ def _daemons() -> list[int]:
 
 def check_host() -> None:
     """pgsweep runs its own daemon; it never shares or stops one it did not start."""
-    running = _daemons()
+    running = running_daemons()
     if running:
         raise PgsweepError(
             f"a zfs-fuse daemon pgsweep did not start is running (PID {running[0]})",
@@ -174,7 +174,7 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
     Raises OSError when it cannot, so the journal keeps the entry."""
     if "zpool" in entry:
         name = entry["zpool"]
-        if not _daemons() or not _run(["zpool", "list", name], scratch, "zpool-list").ok:
+        if not running_daemons() or not _run(["zpool", "list", name], scratch, "zpool-list").ok:
             return None
         for _ in range(10):  # "pool is busy" right after the server stopped
             res = _run(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
@@ -187,7 +187,7 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
         pid = int(pidfile.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    if pid not in _daemons():
+    if pid not in running_daemons():
         return None
     os.kill(pid, signal.SIGTERM)
     for _ in range(300):  # zfs-fuse takes 5-15 s to exit

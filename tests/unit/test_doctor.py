@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from conftest import pgsweep
@@ -35,4 +36,7 @@ def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
     for queue in devices.SYS_BLOCK.glob("*/queue/scheduler"):
         assert " ".join(queue.read_text().split()) in out
     assert "/usr/lib/postgresql" in out and "layers" in out
+    for fs, tool in (("ext4", "mkfs.ext4"), ("xfs", "mkfs.xfs"), ("btrfs", "mkfs.btrfs")):
+        found = shutil.which(tool)
+        assert f"storage │ {fs} │ {found}" in out if found else f"no {tool}" in out
     assert _snapshot() == before

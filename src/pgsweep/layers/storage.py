@@ -125,26 +125,30 @@ class StorageLayer(Layer):
     def check_configurations(
         self, configs: list[dict[str, dict[str, Value]]], ctx: ValidationContext
     ) -> None:
-        for values in configs:
-            mine = values[self.name]
-            if mine.get("btrfs_nocow") and mine.get("filesystem") != "btrfs":
-                raise ctx.source.error(
-                    ("storage", "btrfs_nocow"),
-                    f"storage.btrfs_nocow applies to btrfs, not {mine.get('filesystem')}",
-                    fix="vary btrfs_nocow in an experiment whose filesystem is btrfs",
-                )
-            if mine.get("wal_device") and wal_values(mine)["filesystem"] == "zfs":
+        """Settings of one filesystem apply where a configuration uses it ([storage.zfs]
+        beside filesystem = ["ext4", "zfs"] is fine); settings no configuration can use
+        are refused."""
+        mine = [values[self.name] for values in configs]
+        nocow = [v for v in mine if v.get("btrfs_nocow")]
+        if nocow and all(v.get("filesystem") != "btrfs" for v in nocow):
+            raise ctx.source.error(
+                ("storage", "btrfs_nocow"),
+                f"storage.btrfs_nocow applies to btrfs, not {nocow[0].get('filesystem')}",
+                fix='set filesystem = "btrfs", or remove btrfs_nocow',
+            )
+        zfs = [v for v in mine if any(k.startswith("zfs.") and x is not None for k, x in v.items())]
+        if zfs and all(v.get("filesystem") != "zfs" for v in zfs):
+            raise ctx.source.error(
+                ("storage", "zfs"),
+                f"[storage.zfs] applies to zfs, not {zfs[0].get('filesystem')}",
+                fix='set filesystem = "zfs", or remove the zfs settings',
+            )
+        for v in mine:
+            if v.get("wal_device") and wal_values(v)["filesystem"] == "zfs":
                 raise ctx.source.error(
                     ("storage", "wal_device"),
                     "a WAL device on zfs is not supported (one pool per run here)",
                     fix='set [storage.wal] filesystem = "ext4" (or xfs, btrfs)',
-                )
-            zfs = [k for k, v in mine.items() if k.startswith("zfs.") and v is not None]
-            if zfs and mine.get("filesystem") != "zfs":
-                raise ctx.source.error(
-                    ("storage", "zfs"),
-                    f"storage.{zfs[0]} applies to zfs, not {mine.get('filesystem')}",
-                    fix='set filesystem = "zfs", or remove the zfs settings',
                 )
 
     def authorize(self, grant: blockdev.Grant) -> None:
