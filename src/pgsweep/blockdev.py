@@ -163,13 +163,24 @@ def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> N
 
 
 def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -> None:
+    """Mount, or fail quoting the kernel: mount(8) only says "bad option", the kernel log
+    says which (`xfs: Unknown parameter 'nobarrier'`)."""
     point.mkdir(parents=True, exist_ok=True)
     argv = ["mount", "-t", fstype] + (["-o", options] if options else [])
+    before = _kernel_log(scratch)
     res = _run([*argv, str(device), str(point)], scratch, "mount")
     if not res.ok:
+        new = _kernel_log(scratch)[len(before) :]
+        said = [line for line in new if fstype in line.lower() or device.name in line]
+        kernel = f"; the kernel said: {' / '.join(said[-3:])}" if said else ""
         raise DeviceError(
-            f"mounting {fstype} with {options or 'defaults'!r} failed: {_message(res)}"
+            f"mounting {fstype} with {options or 'defaults'!r} failed: {_message(res)}{kernel}"
         )
+
+
+def _kernel_log(scratch: Path) -> list[str]:
+    res = _run(["dmesg", "--notime"], scratch, "dmesg")
+    return res.stdout.splitlines() if res.ok else []
 
 
 def is_mounted(point: Path) -> bool:

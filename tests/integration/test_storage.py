@@ -294,7 +294,9 @@ def _comm(path: Path) -> str:
 def test_wal_on_a_device_of_its_own_survives_snapshot_restores(
     tmp_path: Path, state_dir: Path
 ) -> None:
-    body = HEAD.replace("rounds = 1", "rounds = 3") + """
+    body = (
+        HEAD.replace("rounds = 1", "rounds = 3")
+        + """
     [storage]
     device = "loop:1GiB"
     wal_device = "loop:512MiB"
@@ -302,6 +304,7 @@ def test_wal_on_a_device_of_its_own_survives_snapshot_restores(
     filesystem = "xfs"
     sector_size = 4096
     """
+    )
     res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr + res.stdout
     rows = trials(tmp_path / "r")
@@ -317,3 +320,32 @@ def test_wal_on_a_device_of_its_own_survives_snapshot_restores(
         assert seen[f"storage.sector_size.{wal_loop}"] == "4096"
         assert t["tps"] > 0
     assert not ours()
+
+
+@requires_pg
+@root_only
+def test_a_mount_option_the_kernel_rejects_fails_the_trial_quoting_it(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    body = (
+        HEAD + '[storage]\ndevice = "loop:1GiB"\nfilesystem = "xfs"\nmount_options = "nobarrier"\n'
+    )
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 3, res.stderr + res.stdout
+    (row,) = trials(tmp_path / "r")
+    assert row["status"] == "failed"
+    assert "mounting xfs with 'nobarrier' failed" in row["reason"]
+    assert "xfs: Unknown parameter 'nobarrier'" in row["reason"], row["reason"]
+    assert not ours()
+
+
+@requires_pg
+@root_only
+def test_a_loop_image_larger_than_the_free_space_is_refused(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    body = HEAD + '[storage]\ndevice = "loop:100TiB"\n'
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "loop:100TiB may grow to 102400.0 GiB" in res.stderr and "GiB free" in res.stderr
+    assert not (tmp_path / "r").exists() and not ours()

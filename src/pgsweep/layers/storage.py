@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import blockdev, zfsfuse
 from ..collect import devices
+from ..errors import PgsweepError
 from ..journal import UndoJournal
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
@@ -158,6 +159,7 @@ class StorageLayer(Layer):
         """Real devices: named on the command line, and not in use. Changes nothing."""
         if any(v.get("filesystem") == "zfs" for v in values):
             zfsfuse.check_host()
+        _check_space(workdir, values, self.where.get("device", "storage.device"))
         for key in ("device", "wal_device"):
             for device in sorted({str(v[key]) for v in values if v.get(key)}):
                 if not device.startswith("loop:"):
@@ -306,3 +308,22 @@ class StorageLayer(Layer):
         if self.journal is not None:
             self.journal.restore()
         self.key, self.pool = None, None
+
+
+SPARE = 1024**3  # free space a loop image must leave on the work area's filesystem
+
+
+def _check_space(workdir: Path, values: list[dict[str, Value]], where: str) -> None:
+    """A sparse image can grow to its full size: refuse images the work area's filesystem
+    could not hold (with a GiB to spare), rather than fill the disk mid-run."""
+    free = shutil.disk_usage(workdir).free
+    for v in values:
+        specs = [str(v[k]) for k in ("device", "wal_device") if str(v.get(k)).startswith("loop:")]
+        need = sum(parse_size(spec[5:]) for spec in specs)
+        if need and need > free - SPARE:
+            raise PgsweepError(
+                f"{' + '.join(specs)} may grow to {need / 1024**3:.1f} GiB in {workdir}, whose "
+                f"filesystem has {free / 1024**3:.1f} GiB free (pgsweep keeps 1 GiB spare)",
+                where=where,
+                fix="a smaller loop device, or --results on a filesystem with more room",
+            )
