@@ -1,0 +1,33 @@
+"""Sizes and shares of RAM as people write them."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgsweep.blockdev import Grant
+from pgsweep.units import parse_size, ram_share
+
+
+def test_sizes_in_postgres_and_zfs_spellings() -> None:
+    assert parse_size("512MB") == 512 * 1024**2
+    assert parse_size("4GiB") == 4 * 1024**3
+    assert parse_size("8K") == 8192  # zfs recordsize
+    assert parse_size(4096) == 4096
+    with pytest.raises(ValueError, match="a size such as"):
+        parse_size("8 parsecs")
+
+
+def test_share_of_ram() -> None:
+    assert ram_share("25% of RAM") == 0.25
+    assert ram_share("200% of ram") == 2.0
+    assert ram_share("25%") is None and ram_share("200MB") is None and ram_share(5) is None
+
+
+def test_a_grant_names_the_device_not_a_prefix(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    disk = tmp_path / "sdb"
+    disk.touch()
+    link = tmp_path / "by-id"
+    link.symlink_to(disk)
+    grant = Grant((link,))
+    assert grant.allows(disk)  # the same device by another name
+    assert not grant.allows(tmp_path / "sdb1") and not Grant().allows(disk)
