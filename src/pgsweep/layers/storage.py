@@ -252,25 +252,31 @@ class StorageLayer(Layer):
             blockdev.set_nocow(point, scratch)  # inherited by every file the cluster makes
 
     def _live_properties(self, values: dict[str, Value], env: TrialEnv) -> None:
-        """Properties a live dataset takes: set them, restart the server if any changed."""
+        """Properties a live dataset takes: set them, restart the server if any changed.
+        The ARC is emptied when a cache property changed (what the last level cached must
+        not serve this one) and before every trial under os.drop_caches = "before_trial"
+        (on ZFS the ARC is the cache to drop)."""
         assert self.pool is not None
         wanted = {k[4:]: str(v) for k, v in values.items()
                   if k.startswith("zfs.") and k[4:] in zfsfuse.LIVE and v is not None}  # fmt: skip
         changed = {k: v for k, v in wanted.items() if self.live.get(k) != v}
-        if not changed:
+        cold = env.values.get("os", {}).get("drop_caches") == "before_trial"
+        drop = cold or bool(self.live and {"primarycache", "secondarycache"} & set(changed))
+        if not changed and not drop:
             return
         if env.cluster is not None and env.cluster.postmaster_pid():
             env.cluster.stop()
             env.server_settings = None
         try:
             self.pool.set_properties(changed)
-            if self.live and {"primarycache", "secondarycache"} & set(changed):
-                self.pool.drop_arc()  # what the last level cached must not serve this one
+            if drop:
+                self.pool.drop_arc()
                 env.events.append("arc-drop")
         except zfsfuse.ZfsError as exc:
             raise TrialFailure(str(exc)) from exc
         self.live.update(changed)
-        env.events.append("zfs-set")
+        if changed:
+            env.events.append("zfs-set")
 
     def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
         """Record what the data directory really sits on."""
