@@ -149,11 +149,17 @@ def attach_loop(
     return Path(res.stdout.strip())
 
 
-def loops_of(image: Path, scratch: Path) -> list[str]:
-    res = _run(
-        ["losetup", "--noheadings", "--output", "NAME", "-j", str(image)], scratch, "losetup-j"
-    )
-    return res.stdout.split() if res.ok else []
+def loops_of(image: Path) -> list[str]:
+    """Loop devices backed by `image`, also when the file was deleted under them."""
+    names = {str(image), f"{image} (deleted)"}
+    found = []
+    for backing in sorted(SYS_BLOCK.glob("loop*/loop/backing_file")):
+        try:
+            if backing.read_text().strip() in names:
+                found.append(f"/dev/{backing.parent.parent.name}")
+        except OSError:
+            continue
+    return found
 
 
 def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> None:
@@ -204,7 +210,7 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
         return f"unmounted {point}"
     image = Path(entry["loop_image"])
     done = []
-    for loop in loops_of(image, scratch):
+    for loop in loops_of(image):
         res = _run(["losetup", "-d", loop], scratch, "losetup-d")
         if not res.ok:
             raise OSError(f"losetup -d {loop}: {_message(res)}")

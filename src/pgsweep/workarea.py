@@ -85,8 +85,16 @@ class WorkArea:
         return area
 
     def remove(self) -> list[str]:
-        """Stop every postmaster under the work area, remove it, drop the registry entry."""
+        """Stop every postmaster under the work area, remove it, drop the registry entry.
+        A work area with a filesystem still mounted inside is kept (and its entry, so the
+        next `pgsweep restore` tries again): deleting through the mount would also delete
+        the loop image under it."""
         done = stop_postmasters_under(self.workdir)
+        inside = str(self.workdir).rstrip("/") + "/"
+        mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if line.split()[4].startswith(inside)]  # fmt: skip
+        if mounted:
+            return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]
         for d in (self.workdir, self.socket_root):
             if (d / MARKER).exists():
                 shutil.rmtree(d, ignore_errors=True)
@@ -127,7 +135,7 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _stale_areas() -> list[tuple[Path, WorkArea]]:
+def _stale_areas() -> list[WorkArea]:
     """Registry entries of runs that are no longer alive (after kill -9 or a crash)."""
     directory = registry_dir()
     if not directory.is_dir():
@@ -146,19 +154,18 @@ def _stale_areas() -> list[tuple[Path, WorkArea]]:
             Path(data["results"]),
             int(data["pid"]),
         )
-        out.append((entry, area))
+        out.append(area)
     return out
 
 
 def stop_stale_servers() -> list[str]:
     """Stop the servers of dead runs (they hold mounts, huge pages and cgroups)."""
-    return [line for _, area in _stale_areas() for line in stop_postmasters_under(area.workdir)]
+    return [line for area in _stale_areas() for line in stop_postmasters_under(area.workdir)]
 
 
 def cleanup_stale() -> list[str]:
     """Remove the work areas of runs that are no longer alive."""
     done: list[str] = []
-    for entry, area in _stale_areas():
-        done += area.remove()
-        entry.unlink(missing_ok=True)
+    for area in _stale_areas():
+        done += area.remove()  # drops the registry entry, unless a mount kept the area
     return done
