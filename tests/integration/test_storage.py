@@ -278,6 +278,7 @@ def test_zfs_live_property_changes_keep_the_cluster(
         seen = json.loads(t["effective_json"])
         assert t["status"] == "ok", t["reason"]
         assert seen["storage.filesystem"] == "fuse.zfs"
+        assert seen["storage.zfs.implementation"].startswith("zfs-fuse")
         assert (
             seen["storage.zfs.primarycache"] == levels[t["config_id"]]["storage.zfs.primarycache"]
         )

@@ -305,6 +305,7 @@ class StorageLayer(Layer):
         if env.storage_devices:
             env.effective["storage.pool_devices"] = ",".join(env.storage_devices)
         if self.pool is not None:
+            env.effective["storage.zfs.implementation"] = "zfs-fuse (FUSE page cache off)"
             env.effective.update({f"storage.zfs.{k}": v
                                   for k, v in self.pool.properties().items()})  # fmt: skip
 
