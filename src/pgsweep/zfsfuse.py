@@ -93,7 +93,15 @@ def running_daemons() -> list[int]:
 
 
 def check_host() -> None:
-    """pgsweep runs its own daemon; it never shares or stops one it did not start."""
+    """pgsweep runs its own daemon; it never shares or stops one it did not start. With the
+    kernel module loaded, zpool and zfs would talk to kernel ZFS, which pgsweep does not
+    drive yet: refuse rather than create pools it does not track."""
+    if Path("/sys/module/zfs").exists():
+        raise PgsweepError(
+            "kernel ZFS is loaded; pgsweep drives ZFS through zfs-fuse only (so far)",
+            fix="run ZFS experiments on a machine without the zfs module, or use another "
+            "filesystem",
+        )
     running = running_daemons()
     if running:
         raise PgsweepError(
