@@ -85,6 +85,8 @@ def test_each_level_is_mapped_by_the_server_and_pools_restored(
         assert m, seen["os.huge_pages"]
         # 64MB of buffers plus the rest of shared memory: more than 64 MiB in those pages
         assert int(m.group(2)) > 64 * 1024
+        # exactly the pages the server asked for are reserved, and it maps them all
+        assert int(seen["os.huge_pages.reserved"]) == int(m.group(1))
         if level == "2MB":  # meminfo's HugePages_* count the default (2 MB) pool
             total = mem[(t["id"], "mem.hugepages_total")]
             assert total >= int(m.group(1))

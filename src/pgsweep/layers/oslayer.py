@@ -72,6 +72,7 @@ class OsLayer(Layer):
         self.used: set[str] = set()  # keys set in the file, base or factor
         self.huge = hugepages.HugePages()
         self.huge_key: str | None = None  # level and restart settings the pools are sized for
+        self.huge_pages = 0  # pages reserved for the server now
         self.restart_settings: set[str] = set()  # server settings only a restart changes
         self.factor_keys: set[str] = set()
 
@@ -232,6 +233,8 @@ class OsLayer(Layer):
         self._memory_limit(limit, cluster, env)
         if huge_change:
             self._huge_pages(values.get("huge_pages"), huge_key, env)
+        if self.huge_pages:
+            env.effective["os.huge_pages.reserved"] = str(self.huge_pages)
         if drop:  # page cache is charged to its first reader: start the limited server cold
             os.sync()
             DROP_CACHES.write_text("3")
@@ -250,7 +253,7 @@ class OsLayer(Layer):
     def _huge_pages(self, level: Value | None, key: str | None, env: TrialEnv) -> None:
         """Size the huge page pools for this trial's server (stopped by now)."""
         assert self.journal is not None
-        self.huge_key = None  # until the reservation succeeded
+        self.huge_key, self.huge_pages = None, 0  # until the reservation succeeded
         if level is None:
             self.huge.release(self.journal)
             env.server_overrides = {}
@@ -258,11 +261,10 @@ class OsLayer(Layer):
         server = {k: as_pg_value(v) for k, v in env.values.get("server", {}).items()}
         env.server_settings = None
         env.server_overrides = {}
-        pages = self.huge.reserve(str(level), server, env.require_cluster(), self.journal)
+        self.huge_pages = self.huge.reserve(str(level), server, env.require_cluster(),
+                                            self.journal)  # fmt: skip
         env.server_overrides = self.huge.server_settings(str(level))
         env.events.append(f"huge-pages-{level}")
-        if pages:
-            env.effective["os.huge_pages.reserved"] = str(pages)
         self.huge_key = key
 
     def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
