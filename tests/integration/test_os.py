@@ -181,8 +181,7 @@ def test_scheduler_the_device_lacks_is_refused_before_anything_changes(
     assert res.returncode == 2, res.stderr + res.stdout
     assert "'cfq' is not offered by" in res.stderr and "expected: one of" in res.stderr
     assert _watched() == before
-    assert trials(tmp_path / "r") == []
-    assert not (tmp_path / "r" / "work").exists()
+    assert not (tmp_path / "r").exists(), "a refused run leaves no results folder"
 
 
 @requires_pg

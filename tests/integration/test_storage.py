@@ -41,6 +41,12 @@ def _db(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
     return rows
 
 
+def _run_ok(tmp_path: Path, body: str) -> Path:
+    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    return tmp_path / "r"
+
+
 def _levels(results: Path) -> dict[str, dict]:  # type: ignore[type-arg]
     rows = _db(results, "SELECT id, levels_json FROM configuration")
     return {c: json.loads(lv) for c, lv in rows}
@@ -74,8 +80,7 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
     storage.filesystem = ["ext4", "xfs", "btrfs"]
     """
     )
-    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    assert res.returncode == 0, res.stderr + res.stdout
+    _run_ok(tmp_path, body)
     levels = _levels(tmp_path / "r")
     written = dict(_db(tmp_path / "r", "SELECT trial_id, value FROM metric "
                                        "WHERE name = 'io.device_bytes_written'"))  # fmt: skip
@@ -110,8 +115,7 @@ def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
     storage.sector_size = [512, 4096]
     """
     )
-    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    assert res.returncode == 0, res.stderr + res.stdout
+    _run_ok(tmp_path, body)
     levels = _levels(tmp_path / "r")
     for t in trials(tmp_path / "r"):
         level, seen = levels[t["config_id"]], json.loads(t["effective_json"])
@@ -131,8 +135,7 @@ def test_size_as_a_share_of_the_memory_limit(tmp_path: Path, state_dir: Path) ->
     memory_limit = "2GiB"
     """
     )
-    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    assert res.returncode == 0, res.stderr + res.stdout
+    _run_ok(tmp_path, body)
     load = dict(_db(tmp_path / "r", "SELECT name, value FROM load_counter"))
     assert load["load.target_bytes"] == 512 * 1024**2
     assert abs(load["load.database_bytes"] / (512 * 1024**2) - 1) < 0.15, load
@@ -259,8 +262,7 @@ def test_zfs_live_property_changes_keep_the_cluster(
     )
     if cold:  # on ZFS, dropping caches before each trial empties the ARC too
         body += '[os]\ndrop_caches = "before_trial"\n'
-    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    assert res.returncode == 0, res.stderr + res.stdout
+    _run_ok(tmp_path, body)
     levels = _levels(tmp_path / "r")
     written = dict(_db(tmp_path / "r", "SELECT trial_id, value FROM metric "
                                        "WHERE name = 'io.device_bytes_written'"))  # fmt: skip
@@ -314,8 +316,7 @@ def test_wal_on_a_device_of_its_own_survives_snapshot_restores(
     sector_size = 4096
     """
     )
-    res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    assert res.returncode == 0, res.stderr + res.stdout
+    _run_ok(tmp_path, body)
     rows = trials(tmp_path / "r")
     assert [t["status"] for t in rows] == ["ok"] * 3, [t["reason"] for t in rows]
     assert "restore" in json.loads(rows[1]["events_json"])  # data and WAL snapshots put back
