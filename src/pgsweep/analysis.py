@@ -23,6 +23,9 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "io.device_bytes_written_per_tx": ("device bytes written / tx", False, "B"),
     "io.wal_bytes_per_tx": ("WAL bytes / tx", False, "B"),
 }
+# A workload that writes less than this per transaction (select-only) writes next to
+# nothing: ratios of such values are noise, so those trials are left out of the byte metrics.
+NEGLIGIBLE_BYTES = 64.0
 CV_WARN = 0.05
 WINDOW_TOLERANCE = 0.02
 
@@ -34,6 +37,7 @@ class Config:
     label: str
     group: int
     values: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> round -> v
+    negligible: list[str] = field(default_factory=list)  # byte metrics under NEGLIGIBLE_BYTES
     summary: dict[str, dict[str, Any]] = field(default_factory=dict)
     failed: int = 0
 
@@ -100,7 +104,12 @@ def _load(store: Store) -> list[Config]:
         f"t.id = m.trial_id WHERE t.status = 'ok' AND m.name IN ({marks})",
         names,
     ):
-        configs[r["config_id"]].values.setdefault(r["name"], {})[r["round"]] = r["value"]
+        c = configs[r["config_id"]]
+        if METRICS[r["name"]][2] == "B" and r["value"] < NEGLIGIBLE_BYTES:
+            if r["name"] not in c.negligible:
+                c.negligible.append(r["name"])
+            continue
+        c.values.setdefault(r["name"], {})[r["round"]] = r["value"]
     return list(configs.values())
 
 
@@ -215,6 +224,13 @@ def _warnings(configs: list[Config], cluster_factors: list[str], plan: dict[str,
                        f"{CV_WARN:.0%}); add rounds or longer windows")  # fmt: skip
         if c.failed:
             out.append(f"{c.id}: {c.failed} failed trial(s) (`pgsweep show` lists why)")
+    for name, (label, _, _) in METRICS.items():
+        quiet = [c.id for c in configs if name in c.negligible]
+        if quiet:
+            out.append(
+                f"{label}: {', '.join(quiet)} wrote under {NEGLIGIBLE_BYTES:.0f} B per "
+                "transaction in some trials; those trials are not compared on it"
+            )
     means: dict[int, list[float]] = {}
     for c in configs:
         for r, v in c.values.get("tps", {}).items():

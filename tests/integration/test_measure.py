@@ -136,3 +136,19 @@ def test_export_csv_and_parquet_hold_the_same_rows(results: Path, what: str) -> 
         for tid, r in rate.items():
             n = sum(row["n"] for row in from_parquet if row["trial_id"] == tid)
             assert n == ok[tid] if r == 1 else n > 0
+
+
+@requires_pg
+def test_a_read_only_workload_is_not_compared_on_bytes_per_transaction(results: Path) -> None:
+    """select-only writes no WAL: ratios of zeros and stray bytes are noise, not findings."""
+    res = pgsweep("report", str(results), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    for c in data["configurations"]:
+        assert "io.wal_bytes_per_tx" in c["negligible"]
+        assert "io.wal_bytes_per_tx" not in c["values"]
+    assert not [x for x in data["comparisons"] + data["effects"]
+                if x["metric"] == "io.wal_bytes_per_tx"]  # fmt: skip
+    assert any(
+        w.startswith("WAL bytes / tx: c01, c02, c03 wrote under 64 B") for w in data["warnings"]
+    )

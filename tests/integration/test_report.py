@@ -79,6 +79,7 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
         s = c["summary"]["tps"]
         assert s["n"] == 4 and s["ci_low"] < s["mean"] < s["ci_high"]
         assert sorted(c["values"]["tps"]) == ["1", "2", "3", "4"]
+        assert c["negligible"] == []  # tpcb-like writes hundreds of WAL bytes per transaction
     tps = [c for c in data["comparisons"] if c["metric"] == "tps"]
     assert len(tps) == 3 and all(c["p_adjusted"] >= c["p"] for c in tps)
     (it,) = data["interactions"]
