@@ -76,6 +76,7 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
         + """
     [storage]
     device = "loop:1GiB"
+    mount_options = "noatime"
     [factors]
     storage.filesystem = ["ext4", "xfs", "btrfs"]
     """
@@ -91,7 +92,9 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
         assert t["status"] == "ok", t["reason"]
         assert seen["storage.filesystem"] == fs
         assert seen["storage.device"].startswith("/dev/loop")
-        assert "rw" in seen["storage.mount_options"].split(",")
+        options = seen["storage.mount_options"].split(",")
+        assert "rw" in options and "noatime" in options  # the level's, read back from the kernel
+        assert len(options) == len(set(options))
         loop = seen["storage.device"].removeprefix("/dev/")
         assert seen[f"storage.sector_size.{loop}"] == "512"
         assert seen[f"storage.loop_direct_io.{loop}"] == "1"  # no host page cache under it

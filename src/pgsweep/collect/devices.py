@@ -36,7 +36,8 @@ def mount_of(path: Path) -> Mount:
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best.point):
             extra = fields[sep + 3] if len(fields) > sep + 3 else ""
-            best = Mount(point, fields[sep + 1], f"{fields[5]},{extra}".strip(","), fields[sep + 2])
+            options = ",".join(dict.fromkeys(f"{fields[5]},{extra}".strip(",").split(",")))
+            best = Mount(point, fields[sep + 1], options, fields[sep + 2])
     return best
 
 
