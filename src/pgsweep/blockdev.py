@@ -39,15 +39,6 @@ class Grant:
         return any(os.path.realpath(d) == os.path.realpath(device) for d in self.devices)
 
 
-def _run(argv: list[str], scratch: Path, name: str, timeout: float = 120) -> proc.Result:
-    scratch.mkdir(parents=True, exist_ok=True)
-    return proc.run(argv, out=scratch / f"{name}.out", timeout=timeout)
-
-
-def _message(res: proc.Result) -> str:
-    return (res.stderr.strip() or res.stdout.strip() or res.describe_failure()).splitlines()[-1]
-
-
 # ---- refusing a device in use ----------------------------------------------------------
 
 
@@ -93,13 +84,13 @@ def signatures(device: Path, scratch: Path) -> list[str]:
     """Filesystem, RAID, pool and partition-table signatures (`wipefs --json`, read-only,
     plus `blkid -p` for what wipefs does not list)."""
     found: list[str] = []
-    res = _run(["wipefs", "--json", str(device)], scratch, "wipefs")
+    res = proc.run_tool(["wipefs", "--json", str(device)], scratch, "wipefs")
     if res.ok and res.stdout.strip():
         for sig in json.loads(res.stdout).get("signatures", []):
             label = f"{sig.get('type')} (offset {sig.get('offset')})"
             if label not in found:
                 found.append(label)
-    res = _run(["blkid", "-p", "-o", "export", str(device)], scratch, "blkid")
+    res = proc.run_tool(["blkid", "-p", "-o", "export", str(device)], scratch, "blkid")
     for line in res.stdout.splitlines():
         key, _, value = line.partition("=")
         if key in ("TYPE", "PTTYPE") and not any(f.startswith(f"{value} ") for f in found):
@@ -143,9 +134,9 @@ def attach_loop(
     argv = ["losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}"]
     if sector_size:
         argv += ["--sector-size", str(sector_size)]
-    res = _run([*argv, str(image)], scratch, "losetup")
+    res = proc.run_tool([*argv, str(image)], scratch, "losetup")
     if not res.ok:
-        raise DeviceError(f"losetup failed: {_message(res)}")
+        raise DeviceError(f"losetup failed: {res.last_line()}")
     return Path(res.stdout.strip())
 
 
@@ -163,9 +154,11 @@ def loops_of(image: Path) -> list[str]:
 
 
 def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> None:
-    res = _run([*MKFS[fstype], *options.split(), str(device)], scratch, f"mkfs-{fstype}", 600)
+    res = proc.run_tool(
+        [*MKFS[fstype], *options.split(), str(device)], scratch, f"mkfs-{fstype}", 600
+    )
     if not res.ok:
-        raise DeviceError(f"mkfs.{fstype} {options} refused {device}: {_message(res)}")
+        raise DeviceError(f"mkfs.{fstype} {options} refused {device}: {res.last_line()}")
 
 
 def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -> None:
@@ -174,18 +167,18 @@ def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -
     point.mkdir(parents=True, exist_ok=True)
     argv = ["mount", "-t", fstype] + (["-o", options] if options else [])
     before = _kernel_log(scratch)
-    res = _run([*argv, str(device), str(point)], scratch, "mount")
+    res = proc.run_tool([*argv, str(device), str(point)], scratch, "mount")
     if not res.ok:
         new = _kernel_log(scratch)[len(before) :]
         said = [line for line in new if fstype in line.lower() or device.name in line]
         kernel = f"; the kernel said: {' / '.join(said[-3:])}" if said else ""
         raise DeviceError(
-            f"mounting {fstype} with {options or 'defaults'!r} failed: {_message(res)}{kernel}"
+            f"mounting {fstype} with {options or 'defaults'!r} failed: {res.last_line()}{kernel}"
         )
 
 
 def _kernel_log(scratch: Path) -> list[str]:
-    res = _run(["dmesg", "--notime"], scratch, "dmesg")
+    res = proc.run_tool(["dmesg", "--notime"], scratch, "dmesg")
     return res.stdout.splitlines() if res.ok else []
 
 
@@ -202,18 +195,18 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
         point = Path(entry["mount"])
         if not is_mounted(point):
             return None
-        res = _run(["umount", str(point)], scratch, "umount")
+        res = proc.run_tool(["umount", str(point)], scratch, "umount")
         if not res.ok:
-            res = _run(["umount", "--lazy", str(point)], scratch, "umount-lazy")
+            res = proc.run_tool(["umount", "--lazy", str(point)], scratch, "umount-lazy")
         if not res.ok:
-            raise OSError(f"umount {point}: {_message(res)}")
+            raise OSError(f"umount {point}: {res.last_line()}")
         return f"unmounted {point}"
     image = Path(entry["loop_image"])
     done = []
     for loop in loops_of(image):
-        res = _run(["losetup", "-d", loop], scratch, "losetup-d")
+        res = proc.run_tool(["losetup", "-d", loop], scratch, "losetup-d")
         if not res.ok:
-            raise OSError(f"losetup -d {loop}: {_message(res)}")
+            raise OSError(f"losetup -d {loop}: {res.last_line()}")
         done.append(f"detached {loop}")
     if image.exists():
         image.unlink()
@@ -223,16 +216,16 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
 
 def wipe(device: Path, scratch: Path) -> None:
     """Erase the signatures of a device the command line allowed with --wipe."""
-    res = _run(["wipefs", "--all", str(device)], scratch, "wipefs-all")
+    res = proc.run_tool(["wipefs", "--all", str(device)], scratch, "wipefs-all")
     if not res.ok:
-        raise DeviceError(f"wipefs --all {device} failed: {_message(res)}")
+        raise DeviceError(f"wipefs --all {device} failed: {res.last_line()}")
 
 
 def set_nocow(directory: Path, scratch: Path) -> None:
     """Btrfs "CoW off": chattr +C on an empty directory; new files inherit it."""
-    res = _run(["chattr", "+C", str(directory)], scratch, "chattr")
+    res = proc.run_tool(["chattr", "+C", str(directory)], scratch, "chattr")
     if not res.ok or not has_nocow(directory):
-        raise DeviceError(f"chattr +C {directory} failed: {_message(res)}")
+        raise DeviceError(f"chattr +C {directory} failed: {res.last_line()}")
 
 
 FS_IOC_GETFLAGS = 0x80086601  # linux/fs.h, as lsattr reads it

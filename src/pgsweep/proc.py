@@ -66,6 +66,11 @@ class Result:
         why = "timed out" if self.timed_out else f"exited with code {self.returncode}"
         return f"`{' '.join(self.argv)}` {why}:\n{self.tail()}"
 
+    def last_line(self) -> str:
+        """What a system tool said last (its error message), for one-line reasons."""
+        text = self.stderr.strip() or self.stdout.strip() or self.describe_failure()
+        return text.splitlines()[-1]
+
 
 def _env_for(user: RunAs | None, extra: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
@@ -148,3 +153,9 @@ def run(
         # On timeout, Ctrl-C or any other exception the child's group must not outlive us.
         kill_group(popen)
     return Result(argv, popen.returncode, out, err, time.monotonic() - began, timed_out)
+
+
+def run_tool(argv: list[str], scratch: Path, name: str, timeout: float = 120) -> Result:
+    """A system tool (mkfs, mount, losetup, zpool) run as root, its output in `scratch`."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    return run(argv, out=scratch / f"{name}.out", timeout=timeout)
