@@ -20,14 +20,14 @@ from . import (
     compare,
     doctor,
     export,
-    journal,
     report,
     runner,
     show,
     spec,
 )
-from .blockdev import Grant
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
+from .host import journal
+from .host.blockdev import Grant
 from .plan import estimate_seconds
 from .progress import ConsoleReporter
 

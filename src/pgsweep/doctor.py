@@ -9,9 +9,9 @@ import os
 import shutil
 from pathlib import Path
 
-from . import blockdev, zfsfuse
 from .collect import devices
-from .journal import read_setting
+from .host import blockdev, zfsfuse
+from .host.journal import read_setting
 from .layers import hugepages
 from .layers.oslayer import THP_FILES
 from .layers.storage import PACKAGES

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from . import proc
 from .collect import counters, devices, environment, metrics, txlog
+from .host import proc
 from .postgres import pgbench
 from .store import TrialRecord
 from .trialenv import TrialEnv, TrialFailure

@@ -14,7 +14,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .layers.base import Cost, Value
+from .core import Cost, Value
 
 
 @dataclass(frozen=True)

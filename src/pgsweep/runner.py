@@ -14,11 +14,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from . import __version__, journal, measure, workarea
+from . import __version__, measure
 from .collect import environment
+from .core import Cost, Value
 from .errors import PgsweepError
+from .host import journal, workarea
 from .layers import cluster as cluster_layer
-from .layers.base import Cost, Value
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
 from .postgres import pgbench
 from .postgres.cluster import ServerError

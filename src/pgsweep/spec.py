@@ -18,16 +18,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .blockdev import Grant
+from .core import Value
 from .errors import PgsweepError
-from .layers.base import Layer, Source, ValidationContext, Value
+from .host.blockdev import Grant
+from .host.proc import RunAs
+from .layers.base import Layer, Source, ValidationContext
 from .layers.cluster import ClusterLayer
 from .layers.oslayer import OsLayer
 from .layers.server import ServerLayer
 from .layers.storage import StorageLayer
 from .layers.workload import WorkloadLayer
 from .postgres import binaries as pgbin
-from .proc import RunAs
 
 
 class ExperimentTable(BaseModel):

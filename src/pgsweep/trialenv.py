@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from .host.proc import RunAs
 from .postgres.binaries import Binaries
 from .postgres.cluster import Cluster
 from .postgres.pgbench import Workload
-from .proc import RunAs
 
 
 class TrialFailure(Exception):

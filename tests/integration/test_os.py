@@ -18,7 +18,7 @@ import pytest
 
 from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
 from pgsweep.collect import devices
-from pgsweep.journal import read_setting
+from pgsweep.host.journal import read_setting
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")

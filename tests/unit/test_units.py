@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgsweep.blockdev import Grant
+from pgsweep.host.blockdev import Grant
 from pgsweep.units import parse_size, ram_share
 
 

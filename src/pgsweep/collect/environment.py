@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .. import proc
+from ..host import proc
 from ..postgres.binaries import Binaries
 from .devices import SYS_BLOCK, mount_of
 

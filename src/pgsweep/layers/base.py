@@ -6,30 +6,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..tomlpos import key_line
 
 if TYPE_CHECKING:
+    from ..host.proc import RunAs
     from ..postgres.binaries import Binaries, ValueChecker
-    from ..proc import RunAs
     from ..trialenv import TrialEnv
-
-Value = str | int | float | bool
-
-
-class Cost(IntEnum):
-    """What changing a key between two trials costs, cheapest first. The planner groups
-    configurations by every key whose cost is CLUSTER or more (a split-plot design)."""
-
-    NOTHING = 0  # e.g. pgbench client count
-    RELOAD = 1  # SIGHUP
-    RESTART = 2  # server restart
-    RESERVE = 3  # a server restart plus a kernel reservation that can fail (huge pages)
-    CLUSTER = 4  # a new cluster: initdb + load
 
 
 @dataclass

@@ -9,12 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import proc
 from ..collect import counters, devices, metrics
+from ..core import Cost, Value
+from ..host import proc
 from ..postgres.cluster import Cluster, ServerError
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import memory_total, parse_size, ram_share
-from .base import Cost, Layer, ValidationContext, Value, check_table
+from .base import Layer, ValidationContext, check_table
 
 
 class ClusterTable(BaseModel):

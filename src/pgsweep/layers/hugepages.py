@@ -12,7 +12,7 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from ..journal import UndoJournal, read_setting
+from ..host.journal import UndoJournal, read_setting
 from ..postgres.binaries import runtime_value
 from ..postgres.cluster import Cluster
 from ..trialenv import TrialEnv, TrialFailure

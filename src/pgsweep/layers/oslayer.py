@@ -13,13 +13,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..collect import devices
+from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..journal import UndoJournal, read_setting
+from ..host.journal import UndoJournal, read_setting
 from ..tomlpos import key_line
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
 from . import hugepages
-from .base import Cost, Layer, ValidationContext, Value, check_table
+from .base import Layer, ValidationContext, check_table
 from .server import as_pg_value
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")

@@ -8,10 +8,11 @@ import difflib
 import time
 from typing import Any
 
+from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..postgres.cluster import ServerError
 from ..trialenv import TrialEnv, TrialFailure
-from .base import Cost, Layer, ValidationContext, Value
+from .base import Layer, ValidationContext
 
 # pgsweep sets these itself: the private socket, and the log file it reads.
 MANAGED = {

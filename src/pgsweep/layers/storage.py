@@ -14,13 +14,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import blockdev, zfsfuse
 from ..collect import devices
+from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..journal import UndoJournal
+from ..host import blockdev, zfsfuse
+from ..host.journal import UndoJournal
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
-from .base import Cost, Layer, ValidationContext, Value, check_subtable, check_table
+from .base import Layer, ValidationContext, check_subtable, check_table
 
 PACKAGES = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs", "zfs": "zfs-fuse"}
 

@@ -9,10 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..core import Cost, Value
 from ..postgres import pgbench
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_duration
-from .base import Cost, Layer, ValidationContext, Value, check_table
+from .base import Layer, ValidationContext, check_table
 
 PGBENCH_TABLES = (
     "pgbench_accounts",

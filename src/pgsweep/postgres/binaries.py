@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import proc
 from ..errors import PgsweepError, internal
+from ..host import proc
 
 REQUIRED = ("postgres", "initdb", "pg_ctl", "pgbench")
 DEBIAN_ROOT = Path("/usr/lib/postgresql")

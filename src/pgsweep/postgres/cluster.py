@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 
-from .. import proc
-from ..proc import RunAs
+from ..host import proc
+from ..host.proc import RunAs
 from .binaries import Binaries
 
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only

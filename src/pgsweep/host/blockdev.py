@@ -13,8 +13,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import PgsweepError
 from . import proc
-from .errors import PgsweepError
 
 MKFS = {
     "ext4": ["mkfs.ext4", "-F", "-q"],

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..core import Value
+from ..errors import PgsweepError
+from ..units import parse_size
 from . import proc
-from .errors import PgsweepError
 from .journal import UndoJournal
-from .layers.base import Value
-from .units import parse_size
 
 # Properties a live dataset takes without new data: changing them restarts the server only.
 LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}

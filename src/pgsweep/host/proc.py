@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import internal
+from ..errors import internal
 
 
 @dataclass(frozen=True)
