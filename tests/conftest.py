@@ -100,7 +100,6 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
         if "pgsweep" in d or str(results) in d or "/var/tmp/" in d
     ]
     left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp if n.startswith("pgsweep-")]
-    if (results / "work").exists():
-        left.append(str(results / "work"))
+    left += [str(p) for p in results.glob(".pgsweep-work-*")]
     left += [str(p) for p in Path("/var/tmp").glob(f"pgsweep-work-{results.name}-*")]
     return left

@@ -234,7 +234,8 @@ def _warnings(configs: list[Config], cluster_factors: list[str], plan: dict[str,
     means: dict[int, list[float]] = {}
     for c in configs:
         for r, v in c.values.get("tps", {}).items():
-            means.setdefault(r, []).append(math.log(v))
+            if v > 0:  # a trial of 0 TPS has no place on a log scale
+                means.setdefault(r, []).append(math.log(v))
     trend = stats.drift({r: math.exp(sum(v) / len(v)) for r, v in means.items()})
     if trend and trend[1] < stats.ALPHA:
         out.append(

@@ -42,18 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sp = sub.add_parser("plan", help="validate an experiment file and print its plan")
     sp.add_argument("file", type=Path)
+    sp.add_argument("--results", type=Path, help="the results folder `run` would use")
+    _device_options(sp)
     sr = sub.add_parser("run", help="run an experiment")
     sr.add_argument("file", type=Path)
     sr.add_argument("--results", type=Path, help="results folder (default results/NAME-TIME)")
     sr.add_argument("--resume", action="store_true", help="run only the missing trials")
-    sr.add_argument(
-        "--allow-device", action="append", type=Path, default=[], metavar="PATH",
-        help="a real block device storage.device may format (destroying its contents)",
-    )  # fmt: skip
-    sr.add_argument(
-        "--wipe", action="store_true",
-        help="with --allow-device: format it even if it carries a filesystem or RAID signature",
-    )  # fmt: skip
+    _device_options(sr)
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
@@ -91,6 +86,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _device_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-device", action="append", type=Path, default=[], metavar="PATH",
+        help="a real block device storage.device may format (destroying its contents)",
+    )  # fmt: skip
+    p.add_argument(
+        "--wipe", action="store_true",
+        help="with --allow-device: format it even if it carries a filesystem or RAID signature",
+    )  # fmt: skip
+
+
+def _grant(args: argparse.Namespace) -> Grant:
+    if args.wipe and not args.allow_device:
+        raise PgsweepError("--wipe needs --allow-device naming the device",
+                           fix="pgsweep run FILE --allow-device /dev/DEVICE --wipe")  # fmt: skip
+    return Grant(tuple(args.allow_device), args.wipe)
+
+
 def _console() -> Console:
     # Logs and CI are not terminals: rich would assume 80 columns and crop the tables.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
@@ -99,6 +112,8 @@ def _console() -> Console:
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     exp = spec.load(args.file)
+    exp.grant = _grant(args)
+    runner.preflight(exp, args.results or Path("results") / exp.name)
     plan = runner.plan_for(exp)
     notes = (
         []
@@ -115,11 +130,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             "--resume needs --results naming the run to continue",
             fix="pgsweep run FILE --results DIR --resume",
         )
-    if args.wipe and not args.allow_device:
-        raise PgsweepError("--wipe needs --allow-device naming the device",
-                           fix="pgsweep run FILE --allow-device /dev/DEVICE --wipe")  # fmt: skip
+    grant = _grant(args)
     exp = spec.load(args.file)
-    exp.grant = Grant(tuple(args.allow_device), args.wipe)
+    exp.grant = grant
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     outcome = runner.run(exp, results, args.resume, ConsoleReporter(console))
     if outcome.interrupted:
@@ -150,9 +163,13 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
-    done = journal.recover_stale()
-    for line in done:
+    done, failed = journal.recover_stale()
+    for line in done + failed:
         console.print(line, markup=False)
+    if failed:
+        console.print(f"{len(failed)} items could not be put back (exit code 1); the journal "
+                      "keeps them: fix the cause and run `pgsweep restore` again", markup=False)
+        return EXIT_INTERNAL
     console.print("nothing left to clean up" if not done else f"{len(done)} items cleaned up")
     return EXIT_OK
 

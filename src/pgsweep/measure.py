@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from .collect import counters, devices, environment, metrics, txlog
-from .host import proc
+from .host import proc, safefs
 from .postgres import pgbench
 from .store import TrialRecord
 from .trialenv import TrialEnv, TrialFailure
@@ -37,9 +37,7 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     rate = sampling_rate(env.latency_log, w.rate, warmup_tps)
     log_dir = trial_dir / "txlog"
     if rate is not None:
-        log_dir.mkdir()
-        if env.user is not None:
-            os.chown(log_dir, env.user.uid, env.user.gid)
+        safefs.leaf_dir(log_dir, env.user)  # pgbench (the server user) writes it
     argv = w.argv(
         pgb,
         conn,
@@ -51,10 +49,12 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     record.pgbench_argv = json.dumps(argv)
     record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
     if not env.devices:
-        env.devices, env.primary_devices = devices.for_cluster(cluster.datadir, env.storage_devices)
-        record.environment[cluster.root.name] = environment.storage(cluster.datadir, env.devices)
+        env.devices, env.primary_devices = devices.for_cluster(cluster, env.storage_devices)
+        record.environment[cluster.root.name] = environment.storage(cluster, env.devices)
     if env.cgroup is not None:
         _check_in_cgroup(env)
+    if env.workload_writes:
+        env.data_dirty = True  # from here on, even if the trial fails
     before = snapshot(env)
     res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
     record.counters = counters.delta(before, snapshot(env))
@@ -63,8 +63,6 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
         mem.update(metrics.cgroup_memory(env.cgroup))
     record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
     record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
-    if env.workload_writes:
-        env.data_dirty = True
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
     if record.config_id not in env.settings_recorded:
@@ -82,7 +80,8 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     record.samples = [
         (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped) for p in progress
     ]
-    log = _reduce_log(log_dir, w.seconds) if rate is not None else None
+    uid = safefs.owner_ids(env.user)[0]
+    log = _reduce_log(log_dir, w.seconds, uid) if rate is not None else None
     _derive(record, env, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
 
@@ -115,14 +114,24 @@ def sampling_rate(
     return round(AUTO_LOGGED_PER_S / expected, 4)
 
 
-def _reduce_log(log_dir: Path, seconds: int) -> txlog.Reduction:
-    paths = sorted(log_dir.glob("tx.*"))
-    if not paths:
+def _reduce_log(log_dir: Path, seconds: int, uid: int) -> txlog.Reduction:
+    """Read pgbench's log files from a directory the server user owns: listed and opened
+    without following links, each a regular file owned by that user."""
+    names = [n for n in safefs.list_owned(log_dir) if n.startswith("tx.")]
+    if not names:
         raise TrialFailure(f"pgbench wrote no transaction log in {log_dir}")
+    files = []
     try:
-        return txlog.reduce(txlog.parse(paths), seconds)
+        for name in names:
+            files.append(os.fdopen(safefs.open_owned_in(log_dir, name, uid), "rb"))
+        return txlog.reduce(txlog.parse(files), seconds)
+    except safefs.UnsafePath as exc:
+        raise TrialFailure(f"the transaction log was not read: {exc}") from exc
     except txlog.LogError as exc:
         raise TrialFailure(str(exc)) from exc
+    finally:
+        for f in files:
+            f.close()
 
 
 def _derive(

@@ -52,7 +52,15 @@ class Plan:
     trials: tuple[Trial, ...]
 
     def config(self, config_id: str) -> Configuration:
-        return next(c for c in self.configurations if c.id == config_id)
+        return self._by_id()[config_id]
+
+    def _by_id(self) -> dict[str, Configuration]:
+        """Configurations by id, built once (plans reach 100,000 trials)."""
+        cache: dict[str, Configuration] | None = self.__dict__.get("_index")
+        if cache is None:
+            cache = {c.id: c for c in self.configurations}
+            object.__setattr__(self, "_index", cache)
+        return cache
 
     def grouped_factors(self) -> list[str]:
         return [f.name for f in self.factors if f.cost >= Cost.CLUSTER]
@@ -75,18 +83,14 @@ def expand(factors: list[PlanFactor]) -> list[Configuration]:
     names = [f.name for f in factors]
     expensive = [i for i, f in enumerate(factors) if f.cost >= Cost.CLUSTER]
     combos = list(itertools.product(*(f.levels for f in factors)))
-    group_keys: list[tuple[Value, ...]] = []
+    group_keys: dict[tuple[Value, ...], int] = {}
     configs = []
     width = max(2, len(str(len(combos))))
     for n, combo in enumerate(combos, start=1):
         key = tuple(combo[i] for i in expensive)
-        if key not in group_keys:
-            group_keys.append(key)
-        configs.append(
-            Configuration(
-                f"c{n:0{width}d}", dict(zip(names, combo, strict=True)), group_keys.index(key)
-            )
-        )
+        group = group_keys.setdefault(key, len(group_keys))
+        configs.append(Configuration(f"c{n:0{width}d}", dict(zip(names, combo, strict=True)),
+                                     group))  # fmt: skip
     return configs
 
 

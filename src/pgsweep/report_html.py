@@ -19,7 +19,9 @@ from .analysis import Analysis, Config
 from .report import levels_text
 from .store import Store
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100})
+# text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100,
+                     "text.parse_math": False})  # fmt: skip
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("pgsweep", "templates"),
     autoescape=True,

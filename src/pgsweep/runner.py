@@ -4,7 +4,6 @@ atomically, and always removes what it created, on success, error, SIGINT or SIG
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,11 +13,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+import psycopg
+
 from . import __version__, measure
 from .collect import environment
 from .core import Cost, Value
 from .errors import PgsweepError
-from .host import journal, workarea
+from .host import journal, proc, safefs, workarea
 from .layers import cluster as cluster_layer
 from .plan import Configuration, Plan, PlanFactor, Trial, TrialCost, make_plan
 from .postgres import pgbench
@@ -139,19 +140,31 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run the way Ctrl-C does: through cleanup."""
+def _stopped_by_signals() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP end the run through its cleanup. The first one raises
+    KeyboardInterrupt and from then on all three are ignored, so a second signal can cut
+    neither the unwinding nor the cleanup short. The handlers come back only after a run
+    that was not stopped: a stopped one is on its way out, and a signal arriving after its
+    cleanup must not turn exit code 130 into a kill."""
+    stopped = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        stopped.append(signum)
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        if not stopped:
+            for s, h in old.items():
+                signal.signal(s, h)
 
 
 @dataclass
@@ -162,52 +175,98 @@ class Outcome:
     interrupted: bool = False
 
 
+def preflight(exp: Experiment, results: Path) -> Path:
+    """Every read-only check of the machine before anything is made (`plan` runs it too):
+    the results folder is safe for root to write in, real devices are allowed and free,
+    schedulers are offered, loop images fit. Returns where the work area will live."""
+    safefs.trusted_dir(_existing(results), "the results folder")
+    base = workarea.work_base(results, exp.user)
+    per_config = [config_values(exp, c) for c in plan_for(exp).configurations]
+    exp.layer("storage").authorize(exp.grant)  # type: ignore[attr-defined]
+    for layer in exp.layers:
+        layer.check_host(_existing(base), [v[layer.name] for v in per_config])
+    return base
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_results_folder(results: Path, resume: bool) -> None:
+    """Never adopt a folder pgsweep did not write: an existing one must be empty, or hold
+    a run's results.db."""
+    if results.exists() and not results.is_dir():
+        raise PgsweepError(f"{results} exists and is not a folder", where=str(results),
+                           fix="choose another --results folder")  # fmt: skip
+    if results.is_dir() and not resume and any(results.iterdir()):
+        held = "already holds results" if (results / "results.db").exists() else "is not empty"
+        raise PgsweepError(
+            f"the results folder {results} {held}",
+            where=str(results),
+            fix="add --resume to continue that run, or choose a new or empty --results folder"
+            if held == "already holds results" else "choose a new or empty --results folder",
+        )  # fmt: skip
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Cleanup runs to its end: a further Ctrl-C or SIGTERM is ignored meanwhile."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
-    stale = journal.recover_stale()
+    proc.become_subreaper()  # a killed postmaster must not stay a zombie (see proc)
+    stale, unrestored = journal.recover_stale()
     notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
+    notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
+    _check_results_folder(results, resume)
+    preflight(exp, results)
     fresh = not results.exists()
     plan, store = open_results(exp, results, resume)
     done = store.done_trials()
     todo = [t for t in plan.trials if t.id not in done]
-    area = workarea.WorkArea.create(results, exp.user)
     try:
-        per_config = [config_values(exp, c) for c in plan.configurations]
-        exp.layer("storage").authorize(exp.grant)  # type: ignore[attr-defined]
-        for layer in exp.layers:
-            layer.check_host(area.workdir, [v[layer.name] for v in per_config])
-    except PgsweepError:  # refused before anything ran: leave nothing behind
-        area.remove()
+        area = workarea.WorkArea.create(results, exp.user)
+    except BaseException:
         store.close()
         if fresh:
-            shutil.rmtree(results, ignore_errors=True)
+            safefs.remove_tree(results)
         raise
     if not store.has_environment("host"):
-        store.save_environment("host", environment.host(exp.binaries, area.workdir))
+        store.save_environment("host", environment.host(exp.binaries, area.private))
     if area.note:
         notes.append(area.note)
     exp.layer("workload").freeze_scripts(results / "scripts")  # type: ignore[attr-defined]
     env = TrialEnv(exp.binaries, exp.user, area.workdir, area.socket_root, exp.canonical)
+    env.private = area.private
     reporter.started(plan, todo, results, notes)
     outcome = Outcome(results, len(plan.trials), 0)
-    try:
-        with _signals_as_interrupt():
+    with _stopped_by_signals():
+        try:
             for n, trial in enumerate(todo):
                 config = plan.config(trial.config)
                 reporter.trial_started(trial, config, n)
                 record = run_trial(exp, env, trial, config)
                 store.save_trial(record)
                 reporter.trial_finished(trial, record, n + 1)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let cleanup finish
-        try:
-            for layer in reversed(exp.layers):
-                layer.undo(env)
-            area.remove()
+        except KeyboardInterrupt:
+            outcome.interrupted = True
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            reporter.finished()
+            with _signals_ignored():
+                try:
+                    for layer in reversed(exp.layers):
+                        layer.undo(env)
+                finally:
+                    area.remove()
+                    reporter.finished()
     outcome.failed = len(store.rows("SELECT id FROM trial WHERE status = 'failed'"))
     store.close()
     return outcome
@@ -216,8 +275,8 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
 def run_trial(exp: Experiment, env: TrialEnv, trial: Trial, config: Configuration) -> TrialRecord:
     started = _now()
     env.events, env.effective = [], {}
-    trial_dir = env.workdir / "trials" / trial.id
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    (env.workdir / "trials").mkdir(mode=0o711, exist_ok=True)
+    trial_dir = safefs.private_dir(env.workdir / "trials" / trial.id, 0o711)
     record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
     log_offset = 0
     values = config_values(exp, config)
@@ -225,37 +284,24 @@ def run_trial(exp: Experiment, env: TrialEnv, trial: Trial, config: Configuratio
     try:
         for layer in exp.layers:
             if layer.name == "workload" and env.cluster is not None:
-                log_offset = _log_size(env)
+                log_offset = env.cluster.log_size()
             layer.apply(values[layer.name], env)
         for layer in exp.layers:
             layer.verify(values[layer.name], env)
         measure.measure(env, trial_dir, record)
     except TrialFailure as exc:
         record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail
-    except (ServerError, pgbench.ParseError, OSError) as exc:
-        record.status, record.reason = "failed", str(exc)
+    except (ServerError, pgbench.ParseError, OSError, psycopg.Error, PgsweepError) as exc:
+        # the server crashed or was killed, the kernel refused something: this trial failed
+        reason = exc.render() if isinstance(exc, PgsweepError) else str(exc)
+        record.status, record.reason = "failed", f"{type(exc).__name__}: {reason}".strip()
         record.log_tail = env.cluster.log_tail() if env.cluster else ""
+        env.server_settings = None  # whatever runs now is unknown: start it afresh
     record.events = list(env.events)
     record.effective = dict(env.effective)
     record.server_started_at = env.server_started_at.isoformat() if env.server_started_at else None
     if env.cluster is not None:
-        record.artifacts["server.log"] = _log_since(env, log_offset)
+        record.artifacts["server.log"] = env.cluster.log_since(log_offset)
     record.finished_at = _now()
-    shutil.rmtree(trial_dir, ignore_errors=True)
+    safefs.remove_tree(trial_dir)
     return record
-
-
-def _log_size(env: TrialEnv) -> int:
-    try:
-        return env.require_cluster().logfile.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _log_since(env: TrialEnv, offset: int) -> bytes:
-    try:
-        with open(env.require_cluster().logfile, "rb") as f:
-            f.seek(offset)
-            return f.read()
-    except FileNotFoundError:
-        return b""

@@ -7,11 +7,13 @@ against PostgreSQL's own catalog). Every error names the file, the key and its l
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import secrets
 import tempfile
 import tomllib
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -229,6 +231,64 @@ def resolve_user(setting: str | None, source: Source) -> RunAs | None:
         ) from None
 
 
+# Beyond these a plan is a mistake, not an experiment: 10,000 configurations of a 10 s
+# trial is a day per round.
+MAX_CONFIGURATIONS = 10_000
+MAX_TRIALS = 100_000
+
+
+def _check_text(source: Source, doc: dict[str, Any], path: tuple[str, ...] = ()) -> None:
+    """No control or invisible formatting character in any key or string of the file: they
+    would break the configuration files pgsweep writes (a newline in a setting), reach the
+    terminal (ANSI escapes) or hide what a level says (bidi overrides). The description
+    alone may hold newlines and tabs."""
+    for key, value in doc.items():
+        here = (*path, str(key))
+        texts = [("key", str(key))]
+        if isinstance(value, str):
+            texts.append(("value", value))
+        elif isinstance(value, list):
+            texts += [("level", v) for v in value if isinstance(v, str)]
+        for kind, text in texts:
+            free = "\n\t" if here == ("experiment", "description") and kind == "value" else ""
+            bad = [c for c in text if c not in free and unicodedata.category(c) in ("Cc", "Cf")]
+            if bad:
+                raise source.error(
+                    here, f"this {kind} holds the control character U+{ord(bad[0]):04X}",
+                    expected="printable text", fix="remove it (and any escape sequence)",
+                )  # fmt: skip
+        if isinstance(value, dict):
+            _check_text(source, value, here)
+
+
+def _check_size(source: Source, factors: list[Factor], rounds: int) -> None:
+    count = math.prod(len(f.levels) for f in factors)
+    if count > MAX_CONFIGURATIONS or count * rounds > MAX_TRIALS:
+        raise source.error(
+            ("factors",),
+            f"the full factorial has {count:,} configurations, {count * rounds:,} trials "
+            f"with {rounds} rounds (pgsweep runs at most {MAX_CONFIGURATIONS:,} "
+            f"configurations and {MAX_TRIALS:,} trials)",
+            fix="fewer factors or levels; split the question into smaller experiments",
+        )
+
+
+def _same_meaning(source: Source, factors: list[Factor], layers: list[Layer]) -> None:
+    """Two levels of one factor that mean the same ("1GB" and "1024MB") are refused."""
+    by_name = {layer.name: layer for layer in layers}
+    for f in factors:
+        seen: dict[object, Value] = {}
+        for level in f.levels:
+            meaning = by_name[f.layer].level_identity(f.key, level)
+            if meaning in seen:
+                raise source.error(
+                    ("factors", f.layer, *f.key.split(".", 1)),
+                    f"the levels {seen[meaning]!r} and {level!r} mean the same {f.name}",
+                    fix="keep one of them",
+                )  # fmt: skip
+            seen[meaning] = level
+
+
 def read_source(path: Path) -> tuple[Source, dict[str, Any]]:
     try:
         text = path.read_text()
@@ -304,8 +364,10 @@ def load(path: Path) -> Experiment:
             where=str(path),
             fix='add [experiment] with name = "my-experiment"',
         )
+    _check_text(source, doc)
     exp, pg, rep, report = (_fixed(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
+    _check_size(source, factors, rep.rounds)
     _check_baseline(source, report, factors)
     user = resolve_user(pg.user, source)
     bindir = pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
@@ -320,6 +382,10 @@ def load(path: Path) -> Experiment:
                 raise source.error((layer.name,), f"[{layer.name}] must be a table")
             mine = {f.key: list(f.levels) for f in factors if f.layer == layer.name}
             base[layer.name] = layer.validate(table, mine, ctx)
+        by_name = {layer.name: layer for layer in layers}
+        factors = [Factor(f.layer, by_name[f.layer].canonical_key(f.key), f.levels)
+                   for f in factors]  # fmt: skip
+        _same_meaning(source, factors, layers)
         configs = _configurations(base, factors)
         for layer in layers:
             layer.check_configurations(configs, ctx)

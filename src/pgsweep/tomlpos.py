@@ -6,14 +6,31 @@ from __future__ import annotations
 import re
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-_KEY = re.compile(
-    r"""^\s*((?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'))*)\s*="""
-)
+_PART = r"""(?:[A-Za-z0-9_\-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_KEY = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=")
+
+
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def _unescape(body: str) -> str:
+    """A TOML basic string's escapes (\\n, \\u001b, ...) as the parser reads them."""
+    return re.sub(
+        r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)",
+        lambda m: (
+            chr(int(m.group(1)[1:], 16))
+            if m.group(1)[0] in "uU" and len(m.group(1)) > 1
+            else _ESCAPES.get(m.group(1), m.group(0))
+        ),
+        body,
+    )
 
 
 def _split_dotted(text: str) -> tuple[str, ...]:
-    parts = re.findall(r"""[A-Za-z0-9_\-]+|"[^"]*"|'[^']*'""", text)
-    return tuple(p[1:-1] if p[:1] in "\"'" else p for p in parts)
+    parts = re.findall(r"""[A-Za-z0-9_\-]+|"(?:[^"\\]|\\.)*"|'[^']*'""", text)
+    return tuple(
+        _unescape(p[1:-1]) if p[:1] == '"' else p[1:-1] if p[:1] == "'" else p for p in parts
+    )
 
 
 def key_line(text: str, path: tuple[str, ...]) -> int | None:

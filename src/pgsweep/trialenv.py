@@ -30,6 +30,7 @@ class TrialEnv:
     socket_root: Path
     # server setting -> {level as written: value in base units} from `postgres -C`
     canonical: dict[str, dict[str, str]]
+    private: Path = Path("/nonexistent")  # root's 0700 scratch in the work area
     cluster: Cluster | None = None
     cluster_key: str | None = None
     cluster_failures: dict[str, str] = field(default_factory=dict)

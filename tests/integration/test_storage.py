@@ -19,19 +19,19 @@ from pathlib import Path
 import pytest
 
 from conftest import pgsweep, requires_pg, trials, write_experiment
+from pgsweep.collect import mounts as pgsweep_mounts
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and losetup need root")
 
 
 def ours() -> list[str]:
     """pgsweep's mounts and loop devices still on the machine."""
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if "/storage/mnt-" in line.split()[4]]  # fmt: skip
+    mounts = [m.point for m in pgsweep_mounts.mounts() if "/storage/mnt-" in m.point]
     loops = subprocess.run(["losetup", "--noheadings", "--output", "NAME,BACK-FILE"],
                            capture_output=True, text=True, check=True).stdout  # fmt: skip
     daemons = [f"zfs-fuse {p.parent.name}" for p in Path("/proc").glob("[0-9]*/comm")
                if _comm(p) == "zfs-fuse"]  # fmt: skip
-    return mounts + [line for line in loops.splitlines() if "/storage/disk-" in line] + daemons
+    return mounts + [line for line in loops.splitlines() if "/images/disk-" in line] + daemons
 
 
 def _db(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]

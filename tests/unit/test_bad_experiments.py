@@ -1,246 +1,102 @@
-"""Bad experiment files: exit code 2, a message naming the file, key and line, and nothing
-started or created. Server settings are checked by the real server binary."""
+"""Bad experiment files (the corpus in tests/data/bad/, every layer): `pgsweep plan` exits
+2 with a message naming the file, the key and its line, what was expected or how to fix
+it, and nothing on the machine changes: mounts, loop devices, huge pages, kernel values,
+cgroups, processes and pgsweep's temporary folders are compared before and after.
+
+Each file says what it expects in its leading comments: `# expect: TEXT` (in the message),
+`# expect-line: N`, `# args: ...` (extra command-line arguments). The CLI runs in-process:
+server settings are still checked by the real server binary."""
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, postmasters, requires_pg, write_experiment
+from conftest import DATA, pgsweep, postmasters, requires_pg, write_experiment
+from pgsweep import cli
 
-HEAD = """
-[experiment]
-name = "bad"
-seed = 1
-"""
-
-# (id, file body after HEAD, fragments the message must contain, line of the offending key)
-CASES = [
-    ("unknown-table", "[servr]\nwork_mem = '4MB'\n", ["servr", "unknown table"], 4),
-    ("unknown-key", "[workload]\nclient = 2\n", ["workload.client", "unknown key", "clients"], 5),
-    (
-        "unknown-setting",
-        "[factors]\nserver.shared_bufers = ['1GB']\n",
-        ["factors.server.shared_bufers", "no setting named", "did you mean shared_buffers"],
-        5,
-    ),
-    (
-        "bad-unit",
-        "[factors]\nserver.shared_buffers = ['128MB', '12XB']\n",
-        ["factors.server.shared_buffers", "12XB", "Valid units"],
-        5,
-    ),
-    (
-        "out-of-range",
-        "[server]\nmax_connections = 0\n",
-        ["server.max_connections", "outside the valid range", "between 1 and"],
-        5,
-    ),
-    (
-        "bad-enum",
-        "[server]\nwal_level = 'fast'\n",
-        ["server.wal_level", "Available values: minimal, replica, logical"],
-        5,
-    ),
-    (
-        "read-only-setting",
-        "[factors]\nserver.block_size = [4096]\n",
-        ["factors.server.block_size", "cannot be changed"],
-        5,
-    ),
-    ("managed-setting", "[server]\nport = 5433\n", ["server.port", "manages port"], 5),
-    (
-        "wrong-type",
-        "[workload]\nclients = 'four'\n",
-        ["workload.clients", "valid integer", "'four'"],
-        5,
-    ),
-    (
-        "empty-levels",
-        "[factors]\nworkload.clients = []\n",
-        ["factors.workload.clients", "at least one level"],
-        5,
-    ),
-    (
-        "levels-not-a-list",
-        "[factors]\nserver.work_mem = '4MB'\n",
-        ["factors.server.work_mem", "must be a list"],
-        5,
-    ),
-    (
-        "duplicate-level",
-        "[factors]\nworkload.clients = [1, 1]\n",
-        ["factors.workload.clients", "listed twice"],
-        5,
-    ),
-    (
-        "key-no-layer-owns",
-        "[factors]\ncluster.scal = [1, 2]\n",
-        ["factors.cluster.scal", "no layer owns cluster.scal", "scale"],
-        5,
-    ),
-    (
-        "unknown-layer",
-        "[factors]\nhardware.cpus = [1, 2]\n",
-        ["factors.hardware", "no layer named 'hardware'"],
-        5,
-    ),
-    (
-        "missing-script",
-        "[workload]\nscript = 'nope.sql'\n",
-        ["workload.script", "nope.sql", "does not exist"],
-        5,
-    ),
-    (
-        "bad-duration",
-        "[factors]\nworkload.duration = ['10s', 'ten seconds']\n",
-        ["factors.workload.duration", "a duration such as"],
-        5,
-    ),
-    ("zero-rounds", "[repeat]\nrounds = 0\n", ["repeat.rounds", "greater than or equal to 1"], 5),
-    ("bad-rebuild", "[repeat]\nrebuild = 'always'\n", ["repeat.rebuild", "always"], 5),
-    ("wal-segsize", "[cluster]\nwal_segsize = 3\n", ["cluster.wal_segsize", "power of two"], 5),
-    ("bad-protocol", "[workload]\nprotocol = 'binary'\n", ["workload.protocol", "binary"], 5),
-    ("negative-seed", "", ["experiment.seed", "greater than or equal to 0"], 3),
-    ("toml-syntax", "[server]\nwork_mem = 4MB\n", ["not valid TOML", "line 5"], None),
-    ("missing-name", "", ["[experiment] needs the key 'name'"], 1),
-    ("bad-bin", "[postgres]\nbin = '/nonexistent'\n", ["postgres.bin", "does not hold"], 5),
-    (
-        "baseline-not-a-factor",
-        "[factors]\nserver.work_mem = ['4MB', '8MB']\n[report]\n"
-        "baseline = { 'server.wal_level' = 'replica' }\n",
-        ["report.baseline", "not a factor", "server.work_mem"],
-        7,
-    ),
-    (
-        "baseline-not-a-level",
-        "[factors]\nserver.work_mem = ['4MB', '8MB']\n[report]\n"
-        "baseline = { 'server.work_mem' = '16MB' }\n",
-        ["report.baseline", "not a level", "4MB, 8MB"],
-        7,
-    ),
-    (
-        "margin-not-a-percentage",
-        "[report]\nmargin = '2 percent'\n",
-        ["report.margin", "2 percent"],
-        5,
-    ),
-    (
-        "latency-log-out-of-range",
-        "[workload]\nlatency_log = 1.5\n",
-        ["workload.latency_log", "sampling rate"],
-        5,
-    ),
-    (
-        "thp-level-not-offered",
-        "[factors]\nos.thp = ['never', 'sometimes']\n",
-        ["factors.os.thp", "offers no 'sometimes'", "expected: one of"],
-        5,
-    ),
-    (
-        "sysctl-unknown",
-        "[os.sysctl]\n'vm.no_such_knob' = 1\n",
-        ['os.sysctl."vm.no_such_knob"', "no sysctl 'vm.no_such_knob'"],
-        5,
-    ),
-    (
-        "memory-limit-too-small",
-        "[os]\nmemory_limit = '1MB'\n",
-        ["os.memory_limit", "at least 64MiB"],
-        5,
-    ),
-    (
-        "memory-limit-below-shared-memory",
-        "[os]\nmemory_limit = '256MiB'\n[factors]\nserver.shared_buffers = ['128MB', '512MB']\n",
-        ["os.memory_limit", "cannot hold the server's shared memory", "shared_buffers=512MB"],
-        5,
-    ),
-    (
-        "huge-pages-owns-server-setting",
-        "[os]\nhuge_pages = '2MB'\n[server]\nhuge_pages = 'try'\n",
-        ["server.huge_pages", "os.huge_pages sets the server's huge_pages"],
-        7,
-    ),
-    (
-        "storage-unknown-filesystem",
-        "[storage]\ndevice = 'loop:1GiB'\n[factors]\nstorage.filesystem = ['ext4', 'ntfs']\n",
-        ["factors.storage.filesystem", "'ntfs'"],
-        7,
-    ),
-    (
-        "storage-device-form",
-        "[storage]\ndevice = 'sdb'\n",
-        ["storage.device", "a device path under /dev"],
-        5,
-    ),
-    (
-        "zfs-fuse-has-no-sync",
-        "[storage]\ndevice = 'loop:1GiB'\nfilesystem = 'zfs'\n[factors]\n"
-        "storage.zfs.sync = ['standard', 'disabled']\n",
-        ["factors.storage.zfs.sync", "zfs-fuse 0.7 has no sync property"],
-        8,
-    ),
-    (
-        "zfs-fuse-has-no-lz4",
-        "[storage]\ndevice = 'loop:1GiB'\nfilesystem = 'zfs'\n[storage.zfs]\ncompression = 'lz4'\n",
-        ["storage.zfs.compression", "(no lz4)"],
-        8,
-    ),
-    (
-        "nocow-on-ext4",
-        "[storage]\ndevice = 'loop:1GiB'\nbtrfs_nocow = true\n",
-        ["storage.btrfs_nocow", "applies to btrfs, not ext4"],
-        6,
-    ),
-    (
-        "size-and-scale",
-        "[cluster]\nscale = 10\nsize = '50% of RAM'\n",
-        ["cluster.size", "both set the data size"],
-        6,
-    ),
-    (
-        "size-form",
-        "[cluster]\nsize = 'half of RAM'\n",
-        ["cluster.size", "50% of RAM"],
-        5,
-    ),
-    (
-        "huge-pages-unknown-size",
-        "[factors]\nos.huge_pages = ['off', '4MB']\n",
-        ["factors.os.huge_pages", "'4MB'"],
-        5,
-    ),
+CORPUS = sorted((DATA / "bad").glob("*.toml"))
+KERNEL_FILES = [
+    "/proc/sys/vm/swappiness",
+    "/proc/sys/vm/dirty_ratio",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/sys/kernel/mm/transparent_hugepage/defrag",
+    "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+    *map(str, Path("/sys/kernel/mm/hugepages").glob("*/nr_hugepages")),
+    *map(str, Path("/sys/class/block").glob("*/queue/scheduler")),
 ]
 
 
+def machine() -> dict[str, object]:
+    """What a bad file must never change."""
+
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return "(unreadable)"
+
+    return {
+        "mounts": read("/proc/self/mounts"),
+        "loops": sorted(p.name for p in Path("/sys/class/block").glob("loop*/loop")),
+        "kernel": {f: read(f) for f in KERNEL_FILES},
+        "cgroups": sorted(p.name for p in Path("/sys/fs/cgroup/memory").glob("pgsweep-*")),
+        "postmasters": sorted(postmasters()),
+        "tmp": sorted(n for n in os.listdir("/tmp") if n.startswith("pgsweep-")),
+        "var-tmp": sorted(n for n in os.listdir("/var/tmp") if n.startswith("pgsweep-")),
+    }
+
+
+def expectations(path: Path) -> tuple[list[str], int | None, list[str]]:
+    fragments, line, args = [], None, []
+    for text in path.read_text().splitlines():
+        if text.startswith("# expect: "):
+            fragments.append(text.removeprefix("# expect: "))
+        elif text.startswith("# expect-line: "):
+            line = int(text.removeprefix("# expect-line: "))
+        elif text.startswith("# args: "):
+            args = shlex.split(text.removeprefix("# args: "))
+    return fragments, line, args
+
+
+def test_the_corpus_is_large_and_covers_every_layer() -> None:
+    assert len(CORPUS) >= 60
+    text = "".join(p.read_text() for p in CORPUS)
+    for table in ("[storage", "[cluster]", "[os", "[server]", "[workload]", "[repeat]",
+                  "[report]", "[postgres]", "storage.zfs", "[factors]"):  # fmt: skip
+        assert table in text, table
+
+
 @requires_pg
-@pytest.mark.parametrize(("case", "body", "fragments", "line"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
 def test_bad_file_exits_2_naming_the_key(
-    tmp_path: Path, case: str, body: str, fragments: list[str], line: int | None
+    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    head = HEAD
-    if case == "negative-seed":
-        head = head.replace("seed = 1", "seed = -1")
-    if case == "missing-name":
-        head = "[experiment]\nseed = 1\n"
-    path = write_experiment(tmp_path, head + body)
-    before = set(postmasters())
-    res = pgsweep("plan", str(path))
-    assert res.returncode == 2, res.stderr + res.stdout
-    assert res.stderr.startswith("error: "), res.stderr
-    assert str(path) in res.stderr
+    monkeypatch.chdir(path.parent)
+    monkeypatch.setenv("NO_COLOR", "1")
+    fragments, line, args = expectations(path)
+    assert fragments, f"{path.name} states no expectation"
+    before = machine()
+    code = cli.main(["plan", str(path), *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: "), err
+    assert str(path) in err
     for fragment in fragments:
-        assert fragment in res.stderr, f"{fragment!r} not in {res.stderr!r}"
+        assert fragment in err, f"{fragment!r} not in {err!r}"
     if line is not None:
-        assert f"{path}:{line}:" in res.stderr, res.stderr
-    assert "fix:" in res.stderr or "expected:" in res.stderr or case == "toml-syntax"
-    assert set(postmasters()) == before
+        assert f"{path}:{line}:" in err, err
+    assert "fix:" in err or "expected:" in err or "not valid TOML" in err, err
+    assert machine() == before
 
 
 @requires_pg
 def test_run_with_bad_file_creates_nothing(tmp_path: Path) -> None:
-    path = write_experiment(tmp_path, HEAD + "[factors]\nserver.wal_level = ['replica', 'fast']\n")
+    path = write_experiment(tmp_path, "[experiment]\nname = 'bad'\n[factors]\n"
+                            "server.wal_level = ['replica', 'fast']\n")  # fmt: skip
     results = tmp_path / "results"
     res = pgsweep("run", str(path), "--results", str(results))
     assert res.returncode == 2
@@ -248,6 +104,53 @@ def test_run_with_bad_file_creates_nothing(tmp_path: Path) -> None:
     assert not results.exists()
 
 
-def test_missing_file(tmp_path: Path) -> None:
-    res = pgsweep("plan", str(tmp_path / "none.toml"))
-    assert res.returncode == 2 and "cannot read the experiment file" in res.stderr
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", str(tmp_path / "none.toml")]) == 2
+    assert "cannot read the experiment file" in capsys.readouterr().err
+
+
+@requires_pg
+def test_storage_device_given_only_as_a_factor_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_experiment(tmp_path, """
+        [experiment]
+        name = "devices"
+        seed = 1
+        [storage]
+        filesystem = "ext4"
+        [factors]
+        storage.device = ["loop:1GiB", "loop:2GiB"]
+        """)  # fmt: skip
+    code = cli.main(["plan", str(path), "--results", str(tmp_path / "res")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "loop:2GiB" in out.out
+
+
+@requires_pg
+def test_two_scripts_with_one_name_stay_apart(tmp_path: Path) -> None:
+    from pgsweep import spec
+    from pgsweep.host.proc import RunAs
+    from pgsweep.trialenv import TrialEnv
+
+    for sub, sql in (("a", "SELECT 1;\n"), ("b", "SELECT 2;\n")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "point.sql").write_text(sql)
+    path = write_experiment(tmp_path, """
+        [experiment]
+        name = "scripts"
+        [factors]
+        workload.script = ["a/point.sql", "b/point.sql"]
+        """)  # fmt: skip
+    exp = spec.load(path)
+    layer = exp.layer("workload")
+    work = tmp_path / "work"
+    work.mkdir()
+    user = RunAs("postgres") if os.geteuid() == 0 else None
+    env = TrialEnv(exp.binaries, user, work, tmp_path, {})
+    a, b = (layer._frozen(s, env) for s in ("a/point.sql", "b/point.sql"))  # type: ignore[attr-defined]
+    assert a != b and a.read_text() == "SELECT 1;\n" and b.read_text() == "SELECT 2;\n"
+    assert a.stat().st_mode & 0o777 == 0o400  # the server user's to read, nobody else's
+    (tmp_path / "a" / "point.sql").write_text("DROP TABLE x;\n")  # changed after validation
+    assert layer._frozen("a/point.sql", env).read_text() == "SELECT 1;\n"  # type: ignore[attr-defined]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from pgsweep.host.blockdev import Grant
@@ -23,11 +26,12 @@ def test_share_of_ram() -> None:
     assert ram_share("25%") is None and ram_share("200MB") is None and ram_share(5) is None
 
 
-def test_a_grant_names_the_device_not_a_prefix(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    disk = tmp_path / "sdb"
-    disk.touch()
+def test_a_grant_names_the_device_not_a_prefix(tmp_path: Path) -> None:
+    disk = Path("/dev") / sorted(os.listdir("/sys/class/block"))[0]  # any real block device
     link = tmp_path / "by-id"
     link.symlink_to(disk)
     grant = Grant((link,))
     assert grant.allows(disk)  # the same device by another name
-    assert not grant.allows(tmp_path / "sdb1") and not Grant().allows(disk)
+    assert not grant.allows(Path(f"{disk}1")) and not Grant().allows(disk)
+    # only device paths under /dev, never a path that climbs out of it
+    assert not Grant((Path("/etc/passwd"),)).allows(Path("/dev/../etc/passwd"))

@@ -4,10 +4,13 @@ also the devices under its backing file; device-mapper -> also the devices it ma
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from .mounts import Mount, mount_of
 
 SYS_BLOCK = Path("/sys/class/block")
+__all__ = ["SYS_BLOCK", "Mount", "devices_for", "for_cluster", "mount_of"]
 
 
 def _device_of(path: Path) -> str | None:
@@ -16,29 +19,6 @@ def _device_of(path: Path) -> str | None:
     if link.exists():
         return link.resolve().name
     return _from_mountinfo(path)  # btrfs and FUSE report anonymous device numbers
-
-
-@dataclass(frozen=True)
-class Mount:
-    point: str
-    fstype: str
-    options: str  # per-mount and superblock options
-    source: str
-
-
-def mount_of(path: Path) -> Mount:
-    """The mount holding `path`: the longest mount point that contains it."""
-    target = str(path.resolve())
-    best = Mount("", "", "", "")
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        point, sep = fields[4], fields.index("-")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best.point):
-            extra = fields[sep + 3] if len(fields) > sep + 3 else ""
-            options = ",".join(dict.fromkeys(f"{fields[5]},{extra}".strip(",").split(",")))
-            best = Mount(point, fields[sep + 1], options, fields[sep + 2])
-    return best
 
 
 def _from_mountinfo(path: Path) -> str | None:
@@ -79,18 +59,19 @@ def devices_for(path: Path) -> list[str]:
     return found
 
 
-def for_cluster(datadir: Path, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """All block devices under PGDATA and pg_wal, and the ones their filesystems sit on
-    (whose counters do not repeat the writes that the disks below them also count).
-    `pool`: the devices of a FUSE filesystem (zfs-fuse), which stat cannot see."""
-    found, primary = devices_for(datadir), []
+def for_cluster(cluster: Any, pool: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """All block devices under a cluster's data and WAL, and the ones their filesystems sit
+    on (whose counters do not repeat the writes that the disks below them also count).
+    Resolved from the directories pgsweep made for it (root's), never through paths inside
+    PGDATA. `pool`: the devices of a FUSE filesystem (zfs-fuse), which stat cannot see."""
+    found, primary = devices_for(cluster.root), []
     if not found and pool:
         for dev in pool:
             _expand(dev, found)
         primary += pool
     elif found:
         primary.append(found[0])
-    wal = devices_for(datadir / "pg_wal")
+    wal = devices_for(cluster.waldir.parent) if cluster.waldir is not None else []
     if wal and wal[0] not in primary:
         primary.append(wal[0])
     found += [d for d in wal if d not in found]

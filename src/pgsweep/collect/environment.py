@@ -60,9 +60,11 @@ def host(binaries: Binaries, scratch: Path) -> dict[str, str]:
     return env
 
 
-def storage(datadir: Path, devices: list[str]) -> dict[str, str]:
+def storage(cluster: Any, devices: list[str]) -> dict[str, str]:
+    """Filesystems (from the directories pgsweep made for the cluster) and devices."""
     env: dict[str, str] = {}
-    for label, path in (("pgdata", datadir), ("pg_wal", datadir / "pg_wal")):
+    wal_home = cluster.waldir.parent if cluster.waldir is not None else cluster.root
+    for label, path in (("pgdata", cluster.root), ("pg_wal", wal_home)):
         mount = mount_of(path)
         env[f"{label}.mount"] = mount.point
         env[f"{label}.fstype"] = mount.fstype

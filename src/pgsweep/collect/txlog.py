@@ -14,9 +14,11 @@ significant digits wide (at most 0.5% off, typically 0.1%)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numba
 import numpy as np
@@ -52,22 +54,24 @@ class Lines:
     fields: tuple[int, int]  # fewest and most fields seen
 
 
-def parse(paths: list[Path], threads: int | None = None) -> Lines:
-    """Parse pgbench's log files (one per thread) into one set of arrays. Fails on the first
-    line not understood, quoting it: a skipped line would bias every percentile."""
+def parse(sources: Sequence[Path | BinaryIO], threads: int | None = None) -> Lines:
+    """Parse pgbench's log files (one per thread; paths, or files already opened safely)
+    into one set of arrays. Fails on the first line not understood, naming its number and
+    file: a skipped line would bias every percentile. The line itself is not quoted: the
+    file lives where the server user can write, and its bytes do not belong in a report."""
     k = max(1, threads or numba.get_num_threads())
-    files = [_split(p, k) for p in paths]  # (path, buffer, starts, stops, lines per chunk)
+    files = [_split(s, k) for s in sources]  # (name, buffer, starts, stops, lines per chunk)
     total = sum(int(f[4].sum()) for f in files)
     if total >= 2**31:
         raise LogError(f"{total:,} lines is more than one trial's log can hold; sample it")
     lat, end = np.empty(total, np.int32), np.empty(total, np.int64)
     lag, retries = np.empty(total, np.int32), np.empty(total, np.int32)
     at, fmin, fmax = 0, 99, 0
-    for path, buf, starts, stops, lines in files:
+    for name, buf, starts, stops, lines in files:
         offsets = at + np.concatenate(([0], np.cumsum(lines)[:-1])).astype(np.int64)
         _, bads, fmins, fmaxs = parse_all(buf, starts, stops, offsets, lat, end, lag, retries)
         if (bads >= 0).any():
-            _fail(path, buf, int(bads[bads >= 0].min()))
+            _fail(name, buf, int(bads[bads >= 0].min()))
         seen = fmaxs > 0
         if seen.any():
             fmin, fmax = min(fmin, int(fmins[seen].min())), max(fmax, int(fmaxs[seen].max()))
@@ -75,16 +79,19 @@ def parse(paths: list[Path], threads: int | None = None) -> Lines:
     return Lines(lat, end, lag, retries, (fmin, fmax) if fmax else (0, 0))
 
 
-def _split(path: Path, k: int) -> tuple[Path, Any, I64, I64, I64]:
+def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
     """Map a file (no copy: the page cache is read in place) and cut it into k chunks at
     line ends; count each chunk's lines."""
-    size = path.stat().st_size
+    if isinstance(source, Path):
+        name, size = source.name, source.stat().st_size
+    else:
+        name, size = f"log file {source.name}", os.fstat(source.fileno()).st_size
     if size == 0:
         none = np.zeros(0, np.int64)
-        return path, np.zeros(1, np.uint8), none, none, none
-    buf = np.memmap(path, np.uint8, mode="r")
+        return name, np.zeros(1, np.uint8), none, none, none
+    buf = np.memmap(source, np.uint8, mode="r", shape=(size,))
     if buf[-1] != 10:
-        raise LogError(f"{path.name} does not end with a newline: was pgbench stopped mid-line?")
+        raise LogError(f"{name} does not end with a newline: was pgbench stopped mid-line?")
     bounds = [0]
     for j in range(1, k):
         nl = np.flatnonzero(buf[size * j // k : size * j // k + 4096] == 10)
@@ -92,14 +99,15 @@ def _split(path: Path, k: int) -> tuple[Path, Any, I64, I64, I64]:
             bounds.append(size * j // k + int(nl[0]) + 1)
     bounds.append(size)
     starts, stops = np.array(bounds[:-1], np.int64), np.array(bounds[1:], np.int64)
-    return path, buf, starts, stops, count_lines(buf, starts, stops)
+    return name, buf, starts, stops, count_lines(buf, starts, stops)
 
 
-def _fail(path: Path, buf: Any, at: int) -> None:
+def _fail(name: str, buf: Any, at: int) -> None:
     number = int(np.count_nonzero(buf[:at] == 10)) + 1
-    text = bytes(buf[at : at + 200]).split(b"\n")[0].decode(errors="replace")
+    length = len(bytes(buf[at : at + 4096]).split(b"\n")[0])
     raise LogError(
-        f"line {number} of {path.name} (pgbench's transaction log) is not understood: {text!r}"
+        f"line {number} of {name} (pgbench's transaction log, {length} bytes from offset "
+        f"{at}) is not a transaction log line"
     )
 
 

@@ -13,8 +13,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..collect import mounts
+from ..collect.mounts import Mount
 from ..errors import PgsweepError
-from . import proc
+from . import proc, safefs
 
 MKFS = {
     "ext4": ["mkfs.ext4", "-F", "-q"],
@@ -36,53 +38,115 @@ class Grant:
     wipe: bool = False
 
     def allows(self, device: Path) -> bool:
-        return any(os.path.realpath(d) == os.path.realpath(device) for d in self.devices)
+        try:
+            real = real_device(device)
+        except DeviceError:
+            return False
+        return any(os.path.realpath(d) == str(real) for d in self.devices)
 
 
 # ---- refusing a device in use ----------------------------------------------------------
 
 
-def in_use(device: Path, scratch: Path) -> list[str]:
-    """Why `device` must not be formatted without --wipe, or must never be: mounted (it or
-    a partition), the root filesystem, swap, partitions, holders, or a signature that
-    wipefs or blkid sees. Read-only."""
+@dataclass(frozen=True)
+class BlockView:
+    """What the kernel says about block devices: sysfs, the mount table, swap. The real
+    one by default; tests of partition layouts this kernel cannot make build their own."""
+
+    sysfs: Path = SYS_BLOCK
+    mount_table: tuple[Mount, ...] | None = None
+    swaps: str | None = None
+
+    def mount_list(self) -> tuple[Mount, ...]:
+        return self.mount_table if self.mount_table is not None else tuple(mounts.mounts())
+
+    def swap_names(self) -> list[str]:
+        text = self.swaps if self.swaps is not None else Path("/proc/swaps").read_text()
+        return [Path(line.split()[0]).name for line in text.splitlines()[1:] if line.strip()]
+
+    def disk_of(self, name: str) -> str:
+        """A partition's disk (sda1 -> sda); a disk is its own."""
+        entry = self.sysfs / name
+        return entry.resolve().parent.name if (entry / "partition").exists() else name
+
+    def partitions(self, disk: str) -> list[str]:
+        return sorted(p.name for p in (self.sysfs / disk).glob(f"{disk}*")
+                      if (p / "partition").exists())  # fmt: skip
+
+    def users(self, names: set[str]) -> list[str]:
+        """Mounts, swap and holders of any of these devices (by name or device number)."""
+        numbers = {(self.sysfs / n / "dev").read_text().strip() for n in names
+                   if (self.sysfs / n / "dev").exists()}  # fmt: skip
+        found = []
+        for m in self.mount_list():
+            if Path(m.source).name in names or m.device in numbers:
+                root = " (the root filesystem)" if m.point == "/" else ""
+                found.append(f"{Path(m.source).name or m.device} is mounted at {m.point}{root}")
+        found += [f"{n} is in use as swap" for n in self.swap_names() if n in names]
+        for n in sorted(names):
+            holders = sorted(p.name for p in (self.sysfs / n / "holders").glob("*"))
+            if holders:
+                found.append(f"{n} is held by {', '.join(holders)} (RAID, LVM or device-mapper)")
+        return found
+
+    def neighbours_in_use(self, name: str) -> list[str]:
+        """Mounts, swap and holders anywhere on the disk `name` is or is part of, and the
+        partitions of a whole disk: pgsweep never formats next to a live filesystem."""
+        disk = self.disk_of(name)
+        reasons = self.users({disk, *self.partitions(disk)})
+        own = self.partitions(name) if disk == name else []
+        if own:
+            reasons.append(f"it has partitions: {', '.join(own)}")
+        return reasons
+
+
+def real_device(device: Path) -> Path:
+    """The block device a path names, or DeviceError: only absolute paths under /dev with
+    no `..`, resolving to a block device under /dev (`/dev/../etc/passwd` is refused)."""
+    text = str(device)
+    if not text.startswith("/dev/") or ".." in device.parts or "//" in text:
+        raise DeviceError(f"{device} is not a device path under /dev")
     real = Path(os.path.realpath(device))
+    if real.parts[:2] != ("/", "dev"):
+        raise DeviceError(f"{device} resolves to {real}, outside /dev")
     try:
-        st = real.stat()
+        st = os.stat(real)
     except FileNotFoundError:
-        return [f"{device} does not exist"]
+        raise DeviceError(f"{device} does not exist") from None
     if not stat.S_ISBLK(st.st_mode):
-        return [f"{device} is not a block device"]
-    name = real.name
-    names = {name, *(p.name for p in (SYS_BLOCK / name).glob(f"{name}*") if p.is_dir())}
-    reasons = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        source = fields[fields.index("-") + 2]
-        numbers = fields[2]
-        if (
-            Path(source).name in names
-            or numbers == f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-        ):
-            reasons.append(
-                f"mounted at {fields[4]}" + (" (the root filesystem)" if fields[4] == "/" else "")
-            )
-    for line in Path("/proc/swaps").read_text().splitlines()[1:]:
-        if Path(line.split()[0]).name in names:
-            reasons.append("in use as swap")
-    partitions = sorted(n for n in names if n != name)
-    if partitions:
-        reasons.append(f"has partitions: {', '.join(partitions)}")
-    holders = sorted(p.name for p in (SYS_BLOCK / name / "holders").glob("*"))
-    if holders:
-        reasons.append(f"held by {', '.join(holders)} (RAID, LVM or device-mapper)")
-    reasons += [f"carries a signature: {s}" for s in signatures(real, scratch)]
+        raise DeviceError(f"{device} is not a block device")
+    return real
+
+
+def in_use(device: Path, scratch: Path, ours: frozenset[str] = frozenset()) -> list[str]:
+    """Why `device` must not be formatted: not a block device under /dev; mounted, swap or
+    held (it, a partition of it, or for a partition also its disk and sibling partitions:
+    pgsweep never formats next to a live filesystem on the same disk); partitions of its
+    own; open exclusively by the kernel; or a signature wipefs or blkid sees (signatures
+    whose UUID is in `ours`, filesystems pgsweep made itself in this run, do not count).
+    Read-only."""
+    try:
+        real = real_device(device)
+    except DeviceError as exc:
+        return [str(exc)]
+    reasons = BlockView().neighbours_in_use(real.name)
+    try:
+        os.close(os.open(real, os.O_RDONLY | os.O_EXCL | os.O_CLOEXEC))
+    except OSError as exc:
+        if exc.errno == 16:  # EBUSY: mounted, held, or opened exclusively by someone
+            reasons.append("the kernel reports it busy (O_EXCL open failed)")
+    reasons += [f"it carries a signature: {s}" for s in signatures(real, scratch, ours)]
     return reasons
 
 
-def signatures(device: Path, scratch: Path) -> list[str]:
+def signatures(device: Path, scratch: Path, ours: frozenset[str] = frozenset()) -> list[str]:
     """Filesystem, RAID, pool and partition-table signatures (`wipefs --json`, read-only,
-    plus `blkid -p` for what wipefs does not list)."""
+    plus `blkid -p` for what wipefs does not list), except a filesystem whose UUID is in
+    `ours`."""
+    res = proc.run_tool(["blkid", "-p", "-o", "export", str(device)], scratch, "blkid")
+    probed = dict(line.partition("=")[::2] for line in res.stdout.splitlines() if "=" in line)
+    if probed.get("UUID") in ours:
+        return []
     found: list[str] = []
     res = proc.run_tool(["wipefs", "--json", str(device)], scratch, "wipefs")
     if res.ok and res.stdout.strip():
@@ -90,33 +154,47 @@ def signatures(device: Path, scratch: Path) -> list[str]:
             label = f"{sig.get('type')} (offset {sig.get('offset')})"
             if label not in found:
                 found.append(label)
-    res = proc.run_tool(["blkid", "-p", "-o", "export", str(device)], scratch, "blkid")
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition("=")
-        if key in ("TYPE", "PTTYPE") and not any(f.startswith(f"{value} ") for f in found):
+    for key in ("TYPE", "PTTYPE"):
+        value = probed.get(key)
+        if value and not any(f.startswith(f"{value} ") for f in found):
             found.append(f"{value} (blkid {key})")
     return found
 
 
+def filesystem_uuid(device: Path, scratch: Path) -> str | None:
+    """The UUID blkid reads from a filesystem pgsweep just made (to know it again)."""
+    res = proc.run_tool(["blkid", "-p", "-o", "value", "-s", "UUID", str(device)], scratch,
+                        "blkid-uuid")  # fmt: skip
+    return res.stdout.strip() or None
+
+
 def check_real_device(device: Path, grant: Grant, scratch: Path, where: str) -> None:
     """Refuse (exit 2, nothing done) a real device the command line did not allow, or one
-    in use; a signature alone is overridden by --wipe."""
+    in use; a signature alone is overridden by --wipe. Read-only: `plan` runs it too."""
     if not grant.allows(device):
         raise PgsweepError(
             f"storage.device {device} is a real device, and the command line did not allow it",
             where=where,
             fix=f"if pgsweep may format {device} (destroying its contents), add "
-            f"--allow-device {device} to the run; an experiment file alone never can",
+            f"--allow-device {device} to the command; an experiment file alone never can",
         )
     reasons = in_use(device, scratch)
     fatal = [r for r in reasons if "signature" not in r]
     if fatal or (reasons and not grant.wipe):
         raise PgsweepError(
-            f"refusing to format {device}: it " + "; it ".join(reasons),
+            f"refusing to format {device}: " + "; ".join(reasons),
             where=where,
             fix="unmount it and free it first; a device whose only problem is a signature "
             "can be wiped with --allow-device DEVICE --wipe",
         )
+
+
+def check_before_format(device: Path, scratch: Path, ours: frozenset[str]) -> None:
+    """Right before every mkfs on a real device (a rebuild may come hours after the first
+    check): it must still be free, carrying at most a filesystem pgsweep made itself."""
+    reasons = in_use(device, scratch, ours)
+    if reasons:
+        raise DeviceError(f"refusing to format {device} now: " + "; ".join(reasons))
 
 
 # ---- making and taking down -------------------------------------------------------------
@@ -164,7 +242,7 @@ def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> N
 def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -> None:
     """Mount, or fail quoting the kernel: mount(8) only says "bad option", the kernel log
     says which (`xfs: Unknown parameter 'nobarrier'`)."""
-    point.mkdir(parents=True, exist_ok=True)
+    safefs.check_mountpoint(point)  # right before: a real directory only root can change
     argv = ["mount", "-t", fstype] + (["-o", options] if options else [])
     before = _kernel_log(scratch)
     res = proc.run_tool([*argv, str(device), str(point)], scratch, "mount")
@@ -182,18 +260,16 @@ def _kernel_log(scratch: Path) -> list[str]:
     return res.stdout.splitlines() if res.ok else []
 
 
-def is_mounted(point: Path) -> bool:
-    target = str(point)
-    return any(line.split()[4] == target
-               for line in Path("/proc/self/mountinfo").read_text().splitlines())  # fmt: skip
-
-
 def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
     """Take down one journaled mount or loop image; None when nothing was left to do.
-    Raises OSError when it cannot (kept in the journal for another try)."""
+    Raises OSError when it cannot (kept in the journal for another try). Only mount points
+    and images inside a pgsweep work area are touched: a journal is data."""
+    path = Path(entry.get("mount") or entry.get("loop_image") or "/")
+    if not in_work_area(path):
+        raise OSError(f"{path} is not inside a pgsweep work area; the journal entry is refused")
     if "mount" in entry:
         point = Path(entry["mount"])
-        if not is_mounted(point):
+        if not mounts.is_mounted(point):
             return None
         res = proc.run_tool(["umount", str(point)], scratch, "umount")
         if not res.ok:
@@ -212,6 +288,17 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
         image.unlink()
         done.append(f"removed {image}")
     return ", ".join(done) or None
+
+
+def in_work_area(path: Path) -> bool:
+    """Does `path` lie in a work area pgsweep made (a marked directory, named as pgsweep
+    names them)?"""
+    from .workarea import MARKER
+
+    return any(
+        p.name.startswith((".pgsweep-work-", "pgsweep-work-")) and (p / MARKER).is_file()
+        for p in path.parents
+    )
 
 
 def wipe(device: Path, scratch: Path) -> None:
@@ -234,7 +321,7 @@ FS_NOCOW_FL = 0x00800000
 
 def has_nocow(path: Path) -> bool:
     """The C (no copy-on-write) attribute, read as lsattr does."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | safefs.NOFOLLOW)  # never a planted link
     try:
         buf = fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("l", 0))
     except OSError:

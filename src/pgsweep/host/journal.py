@@ -2,8 +2,14 @@
 value is appended to a journal on disk and fsync'd; restoring writes the originals back,
 newest change first, then deletes the journal. Restoring twice is harmless: the second
 time finds no journal. A run's journal lives beside its registry entry
-(`workarea.registry_dir()/PID.undo`), so the next run, `pgsweep cleanup` and
-`pgsweep restore` find and replay the journals of runs that died (kill -9)."""
+(`registry_dir()/RUN.undo`, RUN being "PID-STARTTIME"), so the next run, `pgsweep
+cleanup` and `pgsweep restore` find and replay the journals of runs that died (kill -9),
+once they hold the dead run's lock (see workarea).
+
+Replay writes only files pgsweep may change (`ALLOWED`): a journal is data, and a damaged
+or planted one must not make root write anywhere else. When a value cannot be put back,
+the journal is rewritten to hold just what is still owed, and the file is not journaled
+again: its original is the one already recorded, not the value pgsweep left in it."""
 
 from __future__ import annotations
 
@@ -13,10 +19,22 @@ import re
 import tempfile
 from pathlib import Path
 
-from . import workarea
-from .workarea import alive, registry_dir
+from . import safefs, workarea
+from .workarea import registry_dir
 
 _SELECTED = re.compile(r"\[([^\]]+)\]")  # "always madvise [never]" -> never
+# The kernel files and cgroup directories pgsweep changes, and nothing else.
+ALLOWED = re.compile(
+    r"^(/proc/sys/[a-z0-9_][a-z0-9_./-]*"
+    r"|/sys/kernel/mm/transparent_hugepage/(enabled|defrag|shmem_enabled)"
+    r"|/sys/kernel/mm/hugepages/hugepages-\d+kB/nr_hugepages"
+    r"|/sys/(class/)?block/[A-Za-z0-9_.:-]+/queue/(scheduler|read_ahead_kb)"
+    r"|/sys/fs/cgroup/memory/pgsweep-[0-9-]+)$"
+)
+
+
+def allowed(path: str) -> bool:
+    return ALLOWED.match(path) is not None and "/../" not in path and not path.endswith("/..")
 
 
 def read_setting(path: Path) -> str:
@@ -37,12 +55,14 @@ class UndoJournal:
         """The journal of this run; `part` keeps a layer's journal apart ("storage": its
         mounts are restored after the os layer's kernel values, and on its own undo)."""
         suffix = f".{part}" if part else ""
-        return cls(registry_dir() / f"{os.getpid()}{suffix}.undo")
+        return cls(registry_dir() / f"{workarea.this_run()}{suffix}.undo")
 
     def set(self, path: Path, value: str) -> None:
         """Write `value` to the kernel file `path`, journaling its original first (once per
         file per run: the original is what was there before pgsweep touched it)."""
         key = str(path)
+        if not allowed(key):
+            raise OSError(f"pgsweep does not change {path}")
         if key not in self._recorded:
             self._append({"file": key, "original": read_setting(path)})
             self._recorded.add(key)
@@ -51,6 +71,8 @@ class UndoJournal:
     def made_dir(self, path: Path) -> None:
         """Journal a directory pgsweep creates in a kernel filesystem (a cgroup): restoring
         removes it, once its processes are gone."""
+        if not allowed(str(path)):
+            raise OSError(f"pgsweep does not make {path}")
         self._append({"dir": str(path)})
         path.mkdir()
 
@@ -61,63 +83,88 @@ class UndoJournal:
 
     def _append(self, entry: dict[str, str]) -> None:
         """On disk before the change it describes is made (file and directory fsync'd)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | safefs.NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a") as f:
             f.write(json.dumps(entry) + "\n")
             f.flush()
             os.fsync(f.fileno())
         _fsync_dir(self.path.parent)
 
     def restore(self) -> list[str]:
-        done = restore_journal(self.path)
-        self._recorded.clear()
+        done, owed = restore_journal(self.path)
+        self._recorded &= owed  # still owed: their recorded originals stand
         return done
 
 
-def restore_journal(journal: Path) -> list[str]:
-    """Write back every original, newest first; remove the journal once all are back.
-    A value that cannot be written back keeps the journal for another try."""
+def _undo_order(lines: list[str]) -> list[dict[str, str]]:
+    """Entries newest first; for a file journaled more than once (an older pgsweep, or a
+    retry), the oldest original is the one to put back."""
+    entries = []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a crash mid-write: its change was never made
+    first: dict[str, dict[str, str]] = {}
+    for e in entries:
+        if "file" in e:
+            first.setdefault(e["file"], e)
+    out, seen = [], set()
+    for e in reversed(entries):
+        if "file" in e:
+            if e["file"] in seen:
+                continue
+            seen.add(e["file"])
+            e = first[e["file"]]
+        out.append(e)
+    return out
+
+
+def restore_journal(journal: Path) -> tuple[list[str], set[str]]:
+    """Write back every original, newest first. Returns what was done (and what failed),
+    and the files still owed. The journal is removed once nothing is owed; otherwise it is
+    rewritten to hold only what is still owed, for another try."""
     try:
         lines = journal.read_text().splitlines()
     except FileNotFoundError:
-        return []
-    done, failed = [], []
-    seen: set[str] = set()
-    for line in reversed(lines):
+        return [], set()
+    done, failed, kept = [], [], []
+    for entry in _undo_order(lines):
         try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash mid-write: its change was never made
-        if "file" not in entry and "dir" not in entry:
-            try:
-                what = _undo_made(entry)
-                if what:
-                    done.append(what)
-            except OSError as exc:
-                failed.append(f"could not undo {entry}: {exc}")
-            continue
-        if "dir" in entry:
-            try:
-                Path(entry["dir"]).rmdir()
-                done.append(f"removed {entry['dir']}")
-            except FileNotFoundError:
-                pass
-            except OSError as exc:  # processes still inside: keep the journal for later
-                failed.append(f"could not remove {entry['dir']}: {exc}")
-            continue
-        target = Path(entry["file"])
-        if entry["file"] in seen:
-            continue
-        seen.add(entry["file"])
-        try:
-            if read_setting(target) != entry["original"]:
-                target.write_text(entry["original"])
-                done.append(f"restored {target} = {entry['original']}")
+            what = _undo(entry)
         except OSError as exc:
-            failed.append(f"could not restore {target} = {entry['original']}: {exc}")
-    if not failed:
+            failed.append(f"could not undo {json.dumps(entry)}: {exc}")
+            kept.append(entry)
+            continue
+        if what:
+            done.append(what)
+    if kept:
+        text = "".join(json.dumps(e) + "\n" for e in reversed(kept))
+        safefs.write_file(journal, text)
+    else:
         journal.unlink(missing_ok=True)
-    return done + failed
+    return done + failed, {e["file"] for e in kept if "file" in e}
+
+
+def _undo(entry: dict[str, str]) -> str | None:
+    if "file" in entry:
+        target = Path(entry["file"])
+        if not allowed(entry["file"]):
+            raise OSError("not a file pgsweep changes; the journal entry is refused")
+        if read_setting(target) == entry["original"]:
+            return None
+        target.write_text(entry["original"])
+        return f"restored {target} = {entry['original']}"
+    if "dir" in entry:
+        if not allowed(entry["dir"]):
+            raise OSError("not a directory pgsweep makes; the journal entry is refused")
+        try:
+            Path(entry["dir"]).rmdir()  # fails while processes are inside: kept for later
+        except FileNotFoundError:
+            return None
+        return f"removed {entry['dir']}"
+    return _undo_made(entry)
 
 
 def _undo_made(entry: dict[str, str]) -> str | None:
@@ -131,24 +178,6 @@ def _undo_made(entry: dict[str, str]) -> str | None:
         return blockdev.undo_entry(entry, Path(scratch))
 
 
-def restore_stale() -> list[str]:
-    """Replay the journals of runs that are no longer alive: kernel values first, then the
-    storage (mounts, loop devices, pools) beneath them."""
-    directory = registry_dir()
-    done: list[str] = []
-    if not directory.is_dir():
-        return done
-    journals = sorted(directory.glob("*.undo"), key=lambda j: (j.name.count("."), j.name))
-    for journal in journals:
-        try:
-            pid = int(journal.name.split(".")[0])
-        except ValueError:
-            continue
-        if not alive(pid):
-            done += restore_journal(journal)
-    return done
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -157,7 +186,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def recover_stale() -> list[str]:
-    """After kill -9: stop the dead runs' servers, put back their kernel values, take down
-    their storage, then remove their work areas (the mounts live inside them)."""
-    return workarea.stop_stale_servers() + restore_stale() + workarea.cleanup_stale()
+def recover_stale() -> tuple[list[str], list[str]]:
+    """After kill -9, for each dead run (holding its lock meanwhile): stop its servers, put
+    back its kernel values, take down its storage, then remove its work area (the mounts
+    live inside it). Returns what was done and what could not be put back."""
+    done: list[str] = []
+    failed: list[str] = []
+    directory = registry_dir()
+    for run in workarea.stale_runs():
+        with workarea.dead_run(run) as dead:
+            if not dead:
+                continue
+            done += workarea.stop_stale_servers(run)
+            owed = False
+            for journal in (directory / f"{run}.undo", directory / f"{run}.storage.undo"):
+                lines, still = restore_journal(journal)
+                done += [line for line in lines if not line.startswith("could not")]
+                failed += [line for line in lines if line.startswith("could not")]
+                owed = owed or bool(still) or journal.exists()
+            kept = workarea.cleanup_stale(run)
+            done += [line for line in kept if not line.startswith("kept")]
+            failed += [line for line in kept if line.startswith("kept")]
+            if not owed and not (directory / f"{run}.json").exists():
+                workarea.forget_lock(run)
+    return done, failed

@@ -3,6 +3,7 @@ kill the whole group, output to files, and the tail of that output quoted in err
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import signal
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import internal
+from . import safefs
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,11 @@ def start(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group with stdout/stderr going to files."""
+    """Start a process in its own process group with stdout/stderr going to files, which
+    must be in a directory root owns (a link planted at the name is refused)."""
     err = err or out.with_suffix(out.suffix + ".err")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as fout, open(err, "wb") as ferr:
+    fout, ferr = safefs.open_output(out), safefs.open_output(err)
+    try:
         try:
             return subprocess.Popen(
                 argv,
@@ -112,6 +115,9 @@ def start(
             )
         except FileNotFoundError as exc:
             raise internal(f"cannot run {argv[0]}: {exc.strerror}") from exc
+    finally:
+        os.close(fout)
+        os.close(ferr)
 
 
 def kill_group(popen: subprocess.Popen[bytes], grace: float = 5.0) -> None:
@@ -157,5 +163,34 @@ def run(
 
 def run_tool(argv: list[str], scratch: Path, name: str, timeout: float = 120) -> Result:
     """A system tool (mkfs, mount, losetup, zpool) run as root, its output in `scratch`."""
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
     return run(argv, out=scratch / f"{name}.out", timeout=timeout)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants (the postmaster pg_ctl forks and leaves) become this process's
+    children, so their exit is collected here (`reap`). Where PID 1 does not reap orphans
+    (some container inits, this machine's), a killed postmaster would stay a zombie that
+    PostgreSQL takes for a live server, and no new one would start on its data."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap(pid: int) -> None:
+    """Collect an exited child (a postmaster adopted through `become_subreaper`)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited: no /proc entry, or a zombie nobody collected yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

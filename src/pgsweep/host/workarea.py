@@ -1,22 +1,34 @@
 """Where a run keeps its clusters and sockets, and the registry that lets `pgsweep cleanup`
-find what a killed run left behind. Only directories pgsweep created and registered are
-ever removed, and only postmasters whose data directory lies inside them are stopped."""
+find what a killed run left behind.
+
+A run is known by its PID and its start time (a PID alone can be reused), and holds an
+exclusive lock on its registry entry for as long as it lives: another pgsweep can tell a
+dead run from a live one by trying the lock, and the one that gets it cleans up while it
+holds it, so two cleanups never replay one journal twice. Work areas are directories
+pgsweep makes fresh (never one that existed), root-owned; only directories pgsweep
+created and registered are ever removed, and only postmasters that the run's server user
+started from inside them are stopped."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import shutil
 import signal
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .proc import RunAs
+from ..collect import mounts
+from . import safefs
+from .proc import RunAs, gone, reap
 
 MARKER = ".pgsweep-workarea"
+_held: dict[str, int] = {}  # run id -> descriptor of the lock this process holds
 
 
 def registry_dir() -> Path:
@@ -27,6 +39,57 @@ def registry_dir() -> Path:
         return Path("/var/lib/pgsweep/runs")
     state = os.environ.get("XDG_STATE_HOME", str(Path.home() / ".local" / "state"))
     return Path(state) / "pgsweep" / "runs"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text.rsplit(")", 1)[1].split()[19]
+
+
+def this_run() -> str:
+    """This process's run id ("PID-STARTTIME"), with its lock taken for its lifetime."""
+    run = f"{os.getpid()}-{_start_time(os.getpid())}"
+    if run not in _held:
+        directory = registry_dir()
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(directory / f"{run}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _held[run] = fd
+    return run
+
+
+@contextmanager
+def dead_run(run: str) -> Iterator[bool]:
+    """True (holding its lock meanwhile) when the run `run` is dead; False when it lives.
+    Entries of older pgsweep versions (a bare PID, no lock) are judged by the PID alone."""
+    if run in _held:
+        yield False
+        return
+    if "-" not in run:
+        yield run.isdigit() and not alive(int(run))
+        return
+    try:
+        fd = os.open(registry_dir() / f"{run}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                     0o600)  # fmt: skip
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.close(fd)
+
+
+def forget_lock(run: str) -> None:
+    """Remove a dead run's lock file once nothing of it is left (held by the caller)."""
+    (registry_dir() / f"{run}.lock").unlink(missing_ok=True)
 
 
 def traversable_by(path: Path, user: RunAs | None) -> bool:
@@ -50,38 +113,50 @@ def traversable_by(path: Path, user: RunAs | None) -> bool:
     return True
 
 
+def work_base(results: Path, user: RunAs | None) -> Path:
+    """Where a run's work area will be made: in the results folder when the server user
+    can reach it, else under /var/tmp."""
+    probe = results
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return results if traversable_by(probe.resolve(), user) else Path("/var/tmp")
+
+
 @dataclass
 class WorkArea:
-    workdir: Path  # clusters and snapshots
+    workdir: Path  # clusters, trials, storage: root-owned 0711
     socket_root: Path  # short path under /tmp: Unix socket paths are limited to 107 bytes
     results: Path
-    pid: int
+    run: str
+    server_uid: int
     note: str = ""
 
     @property
+    def private(self) -> Path:
+        """Root's own corner (0700): command output, loop images, pid files."""
+        return self.workdir / "private"
+
+    @property
     def entry(self) -> Path:
-        return registry_dir() / f"{self.pid}.json"
+        return registry_dir() / f"{self.run}.json"
 
     @classmethod
     def create(cls, results: Path, user: RunAs | None) -> WorkArea:
-        workdir, note = results / "work", ""
-        if not traversable_by(results.resolve(), user):
-            workdir = Path(tempfile.mkdtemp(prefix=f"pgsweep-work-{results.name}-", dir="/var/tmp"))
-            note = (
-                f"the server user {user.name if user else ''} cannot reach {results}; "
-                f"clusters live in {workdir} instead"
-            )
-        workdir.mkdir(parents=True, exist_ok=True)
+        """A fresh work area (never one that existed before this run) and its entry."""
+        base, note = work_base(results, user), ""
+        if base != results:
+            note = (f"the server user {user.name if user else ''} cannot reach {results}; "
+                    "its clusters live under /var/tmp instead")  # fmt: skip
+        prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-"
+        workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         socket_root = Path(tempfile.mkdtemp(prefix="pgsweep-", dir="/tmp"))
-        area = cls(workdir.resolve(), socket_root, results.resolve(), os.getpid(), note)
-        for d in (area.workdir, area.socket_root):
-            (d / MARKER).write_text(str(area.pid))
-            if user:
-                os.chown(d, user.uid, user.gid)
-        area.entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = area.entry.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: str(v) for k, v in asdict(area).items()}))
-        tmp.replace(area.entry)
+        area = cls(workdir, socket_root, results.resolve(), this_run(),
+                   safefs.owner_ids(user)[0], note)  # fmt: skip
+        for d in (workdir, socket_root):
+            safefs.write_file(d / MARKER, area.run)
+            os.chmod(d, 0o711)  # the server user passes through to its leaves, no more
+        safefs.private_dir(area.private)
+        safefs.write_file(area.entry, json.dumps({k: str(v) for k, v in asdict(area).items()}))
         return area
 
     def remove(self) -> list[str]:
@@ -89,39 +164,53 @@ class WorkArea:
         A work area with a filesystem still mounted inside is kept (and its entry, so the
         next `pgsweep restore` tries again): deleting through the mount would also delete
         the loop image under it."""
-        done = stop_postmasters_under(self.workdir)
-        inside = str(self.workdir).rstrip("/") + "/"
-        mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-                   if line.split()[4].startswith(inside)]  # fmt: skip
+        done = stop_postmasters_under(self.workdir, self.server_uid)
+        mounted = mounts.mounted_under(self.workdir)
         if mounted:
             return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]
         for d in (self.workdir, self.socket_root):
             if (d / MARKER).exists():
-                shutil.rmtree(d, ignore_errors=True)
+                safefs.remove_tree(d)
                 done.append(f"removed {d}")
         self.entry.unlink(missing_ok=True)
         return done
 
 
-def stop_postmasters_under(root: Path) -> list[str]:
-    """SIGQUIT (immediate shutdown) each postmaster whose postmaster.pid lies under root
-    and whose command line names that data directory: never a process we did not start."""
-    done = []
-    for pidfile in root.glob("**/postmaster.pid"):
-        datadir = pidfile.parent
+def postmasters_under(root: Path, uid: int) -> list[int]:
+    """Postmasters run by `uid` whose command line names a directory under `root` with -D
+    (pg_ctl starts them so): never a process pgsweep did not start."""
+    inside = str(root).rstrip("/") + "/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            pid = int(pidfile.read_text().split("\n", 1)[0])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            owner = entry.stat().st_uid
+        except OSError:
             continue
-        if str(datadir).encode() not in cmdline:
+        if owner != uid or b"-D" not in argv or not argv[0].endswith(b"postgres"):
             continue
-        os.kill(pid, signal.SIGQUIT)
-        for _ in range(100):
-            if not Path(f"/proc/{pid}").exists():
+        datadir = argv[argv.index(b"-D") + 1].decode(errors="replace")
+        if datadir.startswith(inside):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_postmasters_under(root: Path, uid: int) -> list[str]:
+    """SIGQUIT (immediate shutdown) each postmaster `postmasters_under` finds."""
+    done = []
+    for pid in postmasters_under(root, uid):
+        try:
+            os.kill(pid, signal.SIGQUIT)
+        except ProcessLookupError:
+            continue
+        for _ in range(200):
+            reap(pid)
+            if gone(pid):
                 break
             time.sleep(0.05)
-        done.append(f"stopped postmaster {pid} of {datadir}")
+        done.append(f"stopped postmaster {pid} under {root}")
     return done
 
 
@@ -135,37 +224,33 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _stale_areas() -> list[WorkArea]:
-    """Registry entries of runs that are no longer alive (after kill -9 or a crash)."""
+def _entry(path: Path) -> WorkArea | None:
+    try:
+        data = json.loads(path.read_text())
+        run = str(data.get("run", data.get("pid")))
+        uid = int(data.get("server_uid", -1))
+        return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
+                        run, uid)  # fmt: skip
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def stale_runs() -> list[str]:
+    """Run ids with a registry entry, journal or lock, newest last."""
     directory = registry_dir()
     if not directory.is_dir():
         return []
-    out = []
-    for entry in sorted(directory.glob("*.json")):
-        try:
-            data = json.loads(entry.read_text())
-        except (OSError, ValueError):
-            continue
-        if alive(int(data["pid"])):
-            continue
-        area = WorkArea(
-            Path(data["workdir"]),
-            Path(data["socket_root"]),
-            Path(data["results"]),
-            int(data["pid"]),
-        )
-        out.append(area)
-    return out
+    runs = {p.name.split(".", 1)[0] for p in directory.iterdir() if not p.name.startswith(".")}
+    return sorted(r for r in runs if r not in _held)
 
 
-def stop_stale_servers() -> list[str]:
-    """Stop the servers of dead runs (they hold mounts, huge pages and cgroups)."""
-    return [line for area in _stale_areas() for line in stop_postmasters_under(area.workdir)]
+def stop_stale_servers(run: str) -> list[str]:
+    """Stop the servers of a dead run (they hold mounts, huge pages and cgroups)."""
+    area = _entry(registry_dir() / f"{run}.json")
+    return stop_postmasters_under(area.workdir, area.server_uid) if area else []
 
 
-def cleanup_stale() -> list[str]:
-    """Remove the work areas of runs that are no longer alive."""
-    done: list[str] = []
-    for area in _stale_areas():
-        done += area.remove()  # drops the registry entry, unless a mount kept the area
-    return done
+def cleanup_stale(run: str) -> list[str]:
+    """Remove the work area of a dead run."""
+    area = _entry(registry_dir() / f"{run}.json")
+    return area.remove() if area else []

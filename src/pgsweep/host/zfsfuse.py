@@ -80,8 +80,9 @@ def running_daemons() -> list[int]:
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == "zfs-fuse":
-                pids.append(int(comm.parent.name))
+            pid = int(comm.parent.name)
+            if comm.read_text().strip() == "zfs-fuse" and not proc.gone(pid):
+                pids.append(pid)  # a zombie (exited, not yet collected) runs no more
         except OSError:
             continue
     return pids
@@ -190,10 +191,16 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
         return None
     os.kill(pid, signal.SIGTERM)
     for _ in range(300):  # zfs-fuse takes 5-15 s to exit
-        if not Path(f"/proc/{pid}").exists():
+        proc.reap(pid)  # our child when this run started it (pgsweep is a subreaper)
+        if proc.gone(pid):
             break
         time.sleep(0.1)
     else:
         os.kill(pid, signal.SIGKILL)
+    for _ in range(50):
+        proc.reap(pid)
+        if proc.gone(pid):
+            break
+        time.sleep(0.1)
     pidfile.unlink(missing_ok=True)
     return f"stopped zfs-fuse {pid}"

@@ -5,7 +5,7 @@ of a configuration to a trial, and undoes what it did. The planner only sees cos
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from ..trialenv import TrialEnv
 
 
+def printable(text: str) -> str:
+    """Text from the file as it may be shown: control and formatting characters as escapes."""
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+
+
 @dataclass
 class Source:
     """The experiment file, for messages that name the file, key and line."""
@@ -28,7 +33,7 @@ class Source:
 
     def where(self, *path: str) -> str:
         line = key_line(self.text, tuple(path))
-        key = ".".join(f'"{p}"' if "." in p else p for p in path)
+        key = ".".join(f'"{p}"' if "." in p else p for p in map(printable, path))
         return f"{self.path}:{line}: {key}" if line else f"{self.path}: {key}"
 
     def error(self, path: tuple[str, ...], what: str, **kw: Any) -> PgsweepError:
@@ -41,6 +46,9 @@ class ValidationContext:
     binaries: Binaries
     checker: ValueChecker
     user: RunAs | None
+    # "layer.key" -> the TOML path it was written at: a layer refusing a combination names
+    # another layer's key where the file has it ("HUGE_PAGES" for server.huge_pages)
+    where: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Layer(ABC):
@@ -63,6 +71,15 @@ class Layer(ABC):
     @abstractmethod
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
         """Bring the trial environment to `values`, as cheaply as the cost allows."""
+
+    def canonical_key(self, key: str) -> str:
+        """The key as the layer names it (server settings ignore case)."""
+        return key
+
+    def level_identity(self, key: str, level: Value) -> object:
+        """What a level means, to refuse two levels of one factor that mean the same
+        ("30s" and 30, "1GiB" and "1024MiB"); called after `validate` succeeded."""
+        return repr(level)
 
     def undo(self, env: TrialEnv) -> None:  # noqa: B027 - optional for layers with no state
         """Remove whatever `apply` created. Called on every path, Ctrl-C included."""

@@ -69,6 +69,12 @@ class ClusterLayer(Layer):
             )
         return dict(table.model_dump())
 
+    def level_identity(self, key: str, level: Value) -> object:
+        if key == "size" and isinstance(level, str):
+            share = ram_share(level)
+            return ("share", share) if share is not None else parse_size(level)
+        return repr(level)
+
     def cost(self, key: str) -> Cost:
         return Cost.CLUSTER
 
@@ -143,7 +149,8 @@ def _pgbench_init(cluster: Cluster, scale: int) -> None:
     argv = [cluster.binaries.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
-    res = proc.run(argv, out=cluster.root / "load.out", timeout=120 + scale * 5, user=cluster.user)
+    res = proc.run(argv, out=cluster.scratch / "load.out", timeout=120 + scale * 5,
+                   user=cluster.user)  # fmt: skip
     if not res.ok:
         raise ServerError(f"loading the data failed: {res.describe_failure()}")
 
@@ -166,7 +173,7 @@ def _load(
     target size the scale is measured first (cluster.size)."""
     if target is not None:
         scale = scale_for(cluster, target)
-    devs, primary = devices.for_cluster(cluster.datadir, pool)
+    devs, primary = devices.for_cluster(cluster, pool)
     before = _load_snapshot(cluster, devs)
     started = time.monotonic()
     _pgbench_init(cluster, scale)

@@ -73,8 +73,8 @@ class HugePages:
             return 0
         settings = {**server, **self.server_settings(level)}
         need = runtime_value(
-            cluster.binaries, cluster.datadir, "shared_memory_size_in_huge_pages", settings,
-            cluster.user,
+            cluster.binaries, cluster.conf, "shared_memory_size_in_huge_pages", settings,
+            cluster.user, cluster.scratch,
         )  # fmt: skip
         pages = int(need)
         nr = pool(wanted) / "nr_hugepages"

@@ -7,6 +7,7 @@ and after kill -9 by the next run or `pgsweep restore`. Huge pages are in hugepa
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,6 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host.journal import UndoJournal, read_setting
-from ..tomlpos import key_line
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
 from . import hugepages
@@ -55,8 +55,38 @@ class OsTable(BaseModel):
         return v
 
 
+# Sysctls an experiment may set: the ones that shape performance. Never those that name a
+# program or path the kernel runs or writes as root (core_pattern, modprobe), switch off a
+# protection, stop the machine, or that pgsweep manages itself.
+SYSCTL_PREFIXES = ("vm.", "kernel.sched_", "kernel.numa_balancing", "kernel.shm", "kernel.sem",
+                   "kernel.msg", "fs.", "net.")  # fmt: skip
+SYSCTL_REFUSED = re.compile(
+    r"^(vm\.(drop_caches|nr_hugepages|nr_overcommit_hugepages|panic_on_oom|mmap_min_addr"
+    r"|nr_hugepages_mempolicy)|fs\.(suid_dumpable|protected_\w+|binfmt_misc\..*)"
+    r"|kernel\.(core_pattern|modprobe|hotplug|poweroff_cmd|usermodehelper\..*))$"
+)
+_SYSCTL_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
+
+
 def sysctl_file(name: str) -> Path:
-    return SYSCTL / name.replace(".", "/")
+    """/proc/sys/NAME with dots as slashes; ValueError when the name is not a sysctl's, or
+    the file it names is not under /proc/sys."""
+    if not _SYSCTL_NAME.match(name):
+        raise ValueError("letters, digits, _ and -, joined by dots (e.g. vm.swappiness)")
+    path = SYSCTL / name.replace(".", "/")
+    if not str(path.resolve()).startswith(f"{SYSCTL}/"):
+        raise ValueError(f"{path} resolves outside {SYSCTL}")
+    return path
+
+
+def sysctl_refusal(name: str) -> str | None:
+    """Why an experiment may not set this sysctl, or None."""
+    if SYSCTL_REFUSED.match(name):
+        return "it names a program or file the kernel uses as root, weakens a protection, " \
+               "or is one pgsweep manages (os.drop_caches, os.huge_pages)"
+    if not name.startswith(SYSCTL_PREFIXES):
+        return f"pgsweep sets only sysctls under {', '.join(SYSCTL_PREFIXES)}"
+    return None
 
 
 def menu(path: Path) -> list[str]:
@@ -141,8 +171,16 @@ class OsLayer(Layer):
 
     def _check_sysctl(self, key: str, ctx: ValidationContext, in_factors: bool) -> None:
         name = key.split(".", 1)[1]
-        path = sysctl_file(name)
         where = ("factors", "os", "sysctl", name) if in_factors else ("os", "sysctl", name)
+        try:
+            path = sysctl_file(name)
+        except ValueError as exc:
+            raise ctx.source.error(where, f"{name!r} is not a sysctl name: {exc}",
+                                   expected="a name such as vm.swappiness") from None  # fmt: skip
+        refusal = sysctl_refusal(name)
+        if refusal:
+            raise ctx.source.error(where, f"sysctl {name} cannot be set here: {refusal}",
+                                   fix="remove it from the experiment file")  # fmt: skip
         if not path.is_file():
             raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
                                    fix="check the name with `sysctl -a`")  # fmt: skip
@@ -161,9 +199,8 @@ class OsLayer(Layer):
             if mine.get("huge_pages") is not None:
                 for name in ("huge_pages", "huge_page_size"):
                     if name in server:
-                        in_base = key_line(ctx.source.text, ("server", name)) is not None
                         raise ctx.source.error(
-                            ("server", name) if in_base else ("factors", "server", name),
+                            ctx.where.get(f"server.{name}", ("server", name)),
                             f"os.huge_pages sets the server's {name} itself",
                             fix=f"remove server.{name}, or remove os.huge_pages",
                         )  # fmt: skip
@@ -199,6 +236,9 @@ class OsLayer(Layer):
                         fix="pick a scheduler the device lists (`modprobe` may add bfq/kyber)",
                     )
 
+    def level_identity(self, key: str, level: Value) -> object:
+        return parse_size(level) if key == "memory_limit" else repr(level)
+
     def cost(self, key: str) -> Cost:
         if key == "huge_pages":
             return Cost.RESERVE
@@ -225,7 +265,7 @@ class OsLayer(Layer):
         ]
         targets += [(k, sysctl_file(k.split(".", 1)[1]), v) for k, v in values.items()
                     if k.startswith("sysctl.")]  # fmt: skip
-        for dev, queue in _queues(cluster.datadir).items():
+        for dev, queue in _queues(cluster).items():
             for key, file in (("io_scheduler", "scheduler"), ("read_ahead_kb", "read_ahead_kb")):
                 if values.get(key) is not None:
                     targets.append((f"{key}.{dev}", queue / file, values[key]))
@@ -311,13 +351,11 @@ class OsLayer(Layer):
             self.journal.restore()
 
 
-def _queues(path: Path) -> dict[str, Path]:
-    """Block devices under `path` that have a request queue (disks, loop, dm; not
-    partitions), with their queue directory."""
-    if (path / "pg_wal").exists():
-        found, _ = devices.for_cluster(path)
-    else:  # the work area before any cluster exists
-        found = devices.devices_for(path)
+def _queues(where: Any) -> dict[str, Path]:
+    """Block devices under a cluster (or, before any exists, a path on the filesystem the
+    work area will be on) that have a request queue (disks, loop, dm; not partitions), with
+    their queue directory."""
+    found = devices.devices_for(where) if isinstance(where, Path) else devices.for_cluster(where)[0]
     out = {}
     for dev in found:
         queue = devices.SYS_BLOCK / dev / "queue"

@@ -5,6 +5,7 @@ setting's context requires, and read back from pg_settings before the trial may 
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from typing import Any
 
@@ -14,7 +15,9 @@ from ..postgres.cluster import ServerError
 from ..trialenv import TrialEnv, TrialFailure
 from .base import Layer, ValidationContext
 
-# pgsweep sets these itself: the private socket, and the log file it reads.
+# pgsweep sets these itself: the private socket, no TCP, its own hba file and log. Names
+# are compared after normalising to the catalog's (lower-case) spelling: PostgreSQL's
+# setting names are case-insensitive, so "LISTEN_ADDRESSES" is listen_addresses.
 MANAGED = {
     "listen_addresses",
     "port",
@@ -28,6 +31,8 @@ MANAGED = {
     "external_pid_file",
     "logging_collector",
 }
+# An extension's setting (pg_prewarm.autoprewarm): identifiers joined by dots, nothing else.
+_CUSTOM = re.compile(r"^[a-z_][a-z0-9_$]*(\.[a-z_][a-z0-9_$]*)+$")
 RESTART_CONTEXTS = {"postmaster", "internal"}
 _FIXES = {
     "ENUM": "use one of the values the server lists",
@@ -48,6 +53,7 @@ class ServerLayer(Layer):
 
     def __init__(self) -> None:
         self._contexts: dict[str, str] = {}
+        self.renames: dict[str, str] = {}  # as written -> the catalog's spelling
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -57,11 +63,31 @@ class ServerLayer(Layer):
         checks: list[tuple[tuple[str, ...], str, list[Any]]]
         checks = [(("server", k), k, [v]) for k, v in base.items()]
         checks += [(("factors", "server", k), k, levels) for k, levels in factors.items()]
-        for path, name, values in checks:
+        seen: dict[str, tuple[str, ...]] = {}
+        for path, raw, values in checks:
+            name = raw.lower()
+            if name in seen and seen[name] != path:
+                raise ctx.source.error(
+                    path, f"{raw} names the setting {name} again (setting names ignore case)",
+                    fix=f"set {name} once: in [server], or as a factor",
+                )  # fmt: skip
+            seen[name] = path
+            ctx.where[f"server.{name}"] = path
+            self.renames[raw] = name
             self._check_name(path, name, ctx)
+            meanings: dict[str, Any] = {}
             for value in values:
-                self._check_value(path, name, value, ctx)
-        return {k: base[k] for k in base}
+                meaning = self._check_value(path, name, value, ctx)
+                if meaning in meanings:
+                    raise ctx.source.error(
+                        path, f"the levels {meanings[meaning]!r} and {value!r} mean the same "
+                        f"{name} ({meaning!r})", fix="keep one of them",
+                    )  # fmt: skip
+                meanings[meaning] = value
+        return {k.lower(): base[k] for k in base}
+
+    def canonical_key(self, key: str) -> str:
+        return self.renames.get(key, key)
 
     def _check_name(self, path: tuple[str, ...], name: str, ctx: ValidationContext) -> None:
         catalog = ctx.binaries.settings
@@ -71,8 +97,16 @@ class ServerLayer(Layer):
                 f"pgsweep manages {name} itself (a private Unix socket and its own log)",
                 fix=f"remove {name} from the experiment file",
             )
-        if name in catalog or "." in name:  # dotted names are extension settings
+        if name in catalog:
             return
+        if "." in name:  # an extension's setting
+            if _CUSTOM.match(name):
+                return
+            raise ctx.source.error(
+                path, f"{name!r} is not a setting name",
+                expected="letters, digits and underscores, joined by dots for an extension's "
+                "setting (e.g. pg_prewarm.autoprewarm)",
+            )  # fmt: skip
         hidden = ctx.checker.hidden(name)
         if hidden == "settable":  # context unknown: changes restart the server, the safe way
             return
@@ -96,14 +130,15 @@ class ServerLayer(Layer):
 
     def _check_value(
         self, path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext
-    ) -> None:
+    ) -> str:
+        """The value as the server reads it (base units), or an error naming the key."""
         if not isinstance(value, str | int | float | bool):
             raise ctx.source.error(
                 path, f"{name} must be a string, number or boolean, not {type(value).__name__}"
             )
         text = as_pg_value(value)
         try:
-            ctx.checker.canonical(name, text)
+            return ctx.checker.canonical(name, text)
         except PgsweepError as exc:
             setting = ctx.binaries.settings.get(name)
             expected = None

@@ -9,60 +9,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..host import blockdev, zfsfuse
+from ..host import blockdev, safefs, zfsfuse
 from ..host.journal import UndoJournal
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_size
 from .base import Layer, ValidationContext, check_subtable, check_table
+from .storage_tables import LIVE, StorageTable, WalTable, ZfsTable, check_mkfs_options
 
 PACKAGES = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs", "zfs": "zfs-fuse"}
 
 
-class StorageTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    device: str | None = Field(None, description='"loop:8GiB" or a block device path')
-    sector_size: Literal[512, 4096] | None = None
-    filesystem: Literal["ext4", "xfs", "btrfs", "zfs"] = "ext4"
-    mkfs_options: str = ""
-    mount_options: str = ""
-    btrfs_nocow: bool = False
-    loop_direct_io: bool = True  # the loop device bypasses the host page cache
-    wal_device: str | None = Field(None, description="a device of its own for pg_wal")
-
-    @field_validator("device", "wal_device")
-    @classmethod
-    def _device(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if v.startswith("loop:"):
-            if parse_size(v.removeprefix("loop:")) < 256 * 1024**2:
-                raise ValueError('a loop device of at least 256MiB, e.g. "loop:8GiB"')
-        elif not v.startswith("/dev/"):
-            raise ValueError('"loop:SIZE" (e.g. "loop:8GiB") or a device path under /dev')
-        return v
-
-
-class WalTable(BaseModel):
-    """[storage.wal]: the WAL device's filesystem; unset keys follow the data device's."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    filesystem: Literal["ext4", "xfs", "btrfs"] | None = None
-    mkfs_options: str | None = None
-    mount_options: str | None = None
-    sector_size: Literal[512, 4096] | None = None
-
-
-SUBTABLES = {"zfs": zfsfuse.ZfsTable, "wal": WalTable}
+SUBTABLES = {"zfs": ZfsTable, "wal": WalTable}
 
 
 def wal_values(values: dict[str, Value]) -> dict[str, Value]:
@@ -84,6 +48,7 @@ class StorageLayer(Layer):
         self.failures: dict[str, str] = {}
         self.built = 0
         self.pool: zfsfuse.Pool | None = None
+        self.ours: dict[str, set[str]] = {}  # real device -> UUIDs of filesystems we made
         self.where: dict[str, str] = {}
 
     def validate(
@@ -101,7 +66,7 @@ class StorageLayer(Layer):
         self.used = bool(base or factors)
         if not self.used:
             return values
-        devices_given = [values["device"], *factors.get("device", [])]
+        devices_given = factors.get("device") or [values["device"]]
         if any(d is None for d in devices_given):
             raise ctx.source.error(
                 ("storage", "device"), "the storage layer needs a device",
@@ -152,6 +117,26 @@ class StorageLayer(Layer):
                     "a WAL device on zfs is not supported (one pool per run here)",
                     fix='set [storage.wal] filesystem = "ext4" (or xfs, btrfs)',
                 )
+            self._check_pairing(v, ctx)
+
+    def _check_pairing(self, v: dict[str, Value], ctx: ValidationContext) -> None:
+        """Per configuration: mkfs options suit its filesystem, and the WAL device is not
+        the data device (nor a partition of the same disk)."""
+        for key, values in (("mkfs_options", v), ("wal.mkfs_options", wal_values(v))):
+            try:
+                check_mkfs_options(str(values["filesystem"]), str(values["mkfs_options"] or ""))
+            except ValueError as exc:
+                raise ctx.source.error(
+                    ("storage", *key.split(".")), str(exc),
+                    fix="use options this filesystem's mkfs takes that name no device or file",
+                ) from None  # fmt: skip
+        data, wal = str(v.get("device") or ""), str(v.get("wal_device") or "")
+        if data.startswith("/dev/") and wal.startswith("/dev/") and _same_disk(data, wal):
+            raise ctx.source.error(
+                ("storage", "wal_device"),
+                f"storage.wal_device {wal} is the data device {data}, or shares its disk",
+                fix="give pg_wal a device of its own, or remove wal_device",
+            )
 
     def authorize(self, grant: blockdev.Grant) -> None:
         self.grant = grant
@@ -161,14 +146,24 @@ class StorageLayer(Layer):
         if any(v.get("filesystem") == "zfs" for v in values):
             zfsfuse.check_host()
         _check_space(workdir, values, self.where.get("device", "storage.device"))
-        for key in ("device", "wal_device"):
-            for device in sorted({str(v[key]) for v in values if v.get(key)}):
-                if not device.startswith("loop:"):
-                    blockdev.check_real_device(Path(device), self.grant, workdir / "storage-cmd",
-                                               self.where.get(key, f"storage.{key}"))  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="pgsweep-devcheck-") as scratch:
+            for key in ("device", "wal_device"):
+                for device in sorted({str(v[key]) for v in values if v.get(key)}):
+                    if not device.startswith("loop:"):
+                        where = self.where.get(key, f"storage.{key}")
+                        blockdev.check_real_device(Path(device), self.grant, Path(scratch), where)
+
+    def level_identity(self, key: str, level: Value) -> object:
+        if key in ("device", "wal_device") and str(level).startswith("loop:"):
+            return ("loop", parse_size(str(level)[5:]))
+        if key in ("device", "wal_device"):
+            return os.path.realpath(str(level))
+        if key in ("zfs.recordsize", "zfs.arc_max"):
+            return parse_size(level)
+        return repr(level)
 
     def cost(self, key: str) -> Cost:
-        return Cost.RESTART if key.removeprefix("zfs.") in zfsfuse.LIVE else Cost.CLUSTER
+        return Cost.RESTART if key.removeprefix("zfs.") in LIVE else Cost.CLUSTER
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
         if not self.used:
@@ -191,15 +186,13 @@ class StorageLayer(Layer):
         self.undo(env)
         self.journal = UndoJournal.for_this_run("storage")
         self.built += 1
-        scratch = env.workdir / "storage-cmd"
+        scratch = env.private / "storage-cmd"
         try:
             home = self._build(values, env, scratch)
-        except (blockdev.DeviceError, zfsfuse.ZfsError) as exc:
+        except (blockdev.DeviceError, zfsfuse.ZfsError, safefs.UnsafePath) as exc:
             self.failures[key] = str(exc)
             self.undo(env)
             raise TrialFailure(str(exc)) from exc
-        if env.user is not None:
-            os.chown(home, env.user.uid, env.user.gid)
         env.cluster_home, self.key, self.live = home, key, {}
         env.events.append("new-storage")
 
@@ -209,7 +202,8 @@ class StorageLayer(Layer):
         n = self.built
         env.storage_devices, env.wal_home = [], None
         device = self._device(str(values["device"]), values, f"disk-{n}.img", env, scratch)
-        point = env.workdir / "storage" / f"mnt-{n}"
+        (env.workdir / "storage").mkdir(mode=0o711, exist_ok=True)
+        point = safefs.private_dir(env.workdir / "storage" / f"mnt-{n}", 0o711)
         if values["filesystem"] == "zfs":
             assert self.journal is not None
             name = f"pgsweep{os.getpid()}n{n}"
@@ -221,10 +215,8 @@ class StorageLayer(Layer):
             wal = wal_values(values)
             wal_dev = self._device(str(values["wal_device"]), wal, f"disk-{n}-wal.img", env,
                                    scratch)  # fmt: skip
-            env.wal_home = env.workdir / "storage" / f"mnt-{n}-wal"
+            env.wal_home = safefs.private_dir(env.workdir / "storage" / f"mnt-{n}-wal", 0o711)
             self._filesystem(wal, wal_dev, env.wal_home, scratch)
-            if env.user is not None:
-                os.chown(env.wal_home, env.user.uid, env.user.gid)
         return point
 
     def _device(
@@ -232,10 +224,15 @@ class StorageLayer(Layer):
     ) -> Path:
         assert self.journal is not None
         if not spec.startswith("loop:"):
-            if self.grant.wipe:
-                blockdev.wipe(Path(spec), scratch)
-            return Path(spec)
-        image = env.workdir / "storage" / image_name
+            device = blockdev.real_device(Path(spec))
+            ours = frozenset(self.ours.get(str(device), set()))
+            if self.grant.wipe and not ours:
+                blockdev.wipe(device, scratch)
+            blockdev.check_before_format(device, scratch, ours)
+            return device
+        images = env.private / "images"
+        images.mkdir(mode=0o700, exist_ok=True)
+        image = images / image_name
         self.journal.record({"loop_image": str(image)})
         sector = values.get("sector_size")
         return blockdev.attach_loop(image, parse_size(spec[5:]), int(sector) if sector else None,
@@ -247,8 +244,13 @@ class StorageLayer(Layer):
         assert self.journal is not None
         fs = str(values["filesystem"])
         blockdev.make_filesystem(fs, device, str(values["mkfs_options"]), scratch)
+        if not device.name.startswith("loop"):  # know our own filesystem at the next rebuild
+            uuid = blockdev.filesystem_uuid(device, scratch)
+            if uuid:
+                self.ours.setdefault(str(device), set()).add(uuid)
         self.journal.record({"mount": str(point)})
         blockdev.mount(fs, device, point, str(values["mount_options"]), scratch)
+        os.chmod(point, 0o711)  # the new filesystem's root: root's, the server passes through
         if fs == "btrfs" and values.get("btrfs_nocow"):
             blockdev.set_nocow(point, scratch)  # inherited by every file the cluster makes
 
@@ -259,7 +261,7 @@ class StorageLayer(Layer):
         (on ZFS the ARC is the cache to drop)."""
         assert self.pool is not None
         wanted = {k[4:]: str(v) for k, v in values.items()
-                  if k.startswith("zfs.") and k[4:] in zfsfuse.LIVE and v is not None}  # fmt: skip
+                  if k.startswith("zfs.") and k[4:] in LIVE and v is not None}  # fmt: skip
         changed = {k: v for k, v in wanted.items() if self.live.get(k) != v}
         cold = env.values.get("os", {}).get("drop_caches") == "before_trial"
         drop = cold or bool(self.live and {"primarycache", "secondarycache"} & set(changed))
@@ -283,17 +285,17 @@ class StorageLayer(Layer):
         """Record what the data directory really sits on."""
         if not self.used:
             return
-        datadir = env.require_cluster().datadir
-        mount = devices.mount_of(datadir)
+        cluster = env.require_cluster()
+        mount = devices.mount_of(cluster.root)
         env.effective["storage.filesystem"] = mount.fstype
         env.effective["storage.mount_options"] = mount.options
         env.effective["storage.device"] = mount.source
-        if env.wal_home is not None:
-            wal = devices.mount_of(datadir / "pg_wal")
+        if cluster.waldir is not None:
+            wal = devices.mount_of(cluster.waldir.parent)
             env.effective["storage.wal.filesystem"] = wal.fstype
             env.effective["storage.wal.mount_options"] = wal.options
             env.effective["storage.wal.device"] = wal.source
-        _, primary = devices.for_cluster(datadir, env.storage_devices)
+        _, primary = devices.for_cluster(cluster, env.storage_devices)
         for dev in primary:
             size = devices.SYS_BLOCK / dev / "queue" / "logical_block_size"
             if size.exists():
@@ -302,7 +304,7 @@ class StorageLayer(Layer):
             if dio.exists():
                 env.effective[f"storage.loop_direct_io.{dev}"] = dio.read_text().strip()
         if values["filesystem"] == "btrfs":
-            env.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(datadir / "base"))
+            env.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(cluster.datadir))
         if env.storage_devices:
             env.effective["storage.pool_devices"] = ",".join(env.storage_devices)
         if self.pool is not None:
@@ -316,6 +318,19 @@ class StorageLayer(Layer):
         if self.journal is not None:
             self.journal.restore()
         self.key, self.pool = None, None
+
+
+def _same_disk(a: str, b: str) -> bool:
+    """Two device paths name the same device, or partitions of one disk."""
+    ra, rb = os.path.realpath(a), os.path.realpath(b)
+    if ra == rb:
+        return True
+    disks = []
+    for real in (ra, rb):
+        entry = devices.SYS_BLOCK / Path(real).name
+        disks.append(entry.resolve().parent.name if (entry / "partition").exists()
+                     else Path(real).name)  # fmt: skip
+    return disks[0] == disks[1]
 
 
 SPARE = 1024**3  # free space a loop image must leave on the work area's filesystem

@@ -3,13 +3,13 @@ costs nothing; it decides the pgbench command line of the trial."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import Cost, Value
+from ..host import safefs
 from ..postgres import pgbench
 from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_duration
@@ -79,7 +79,7 @@ class WorkloadLayer(Layer):
     name = "workload"
 
     def __init__(self) -> None:
-        self.scripts: dict[str, Path] = {}  # as written -> resolved path of a custom script
+        self.scripts: dict[str, tuple[Path, str]] = {}  # as written -> (resolved path, text)
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -88,42 +88,33 @@ class WorkloadLayer(Layer):
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
         for path, script in scripts:
-            if script in pgbench.BUILTIN_SCRIPTS:
-                continue
-            resolved = (ctx.source.path.parent / script).resolve()
-            if not resolved.is_file():
-                raise ctx.source.error(
-                    path,
-                    f"the custom script {script!r} does not exist (looked at {resolved})",
-                    expected=f"one of {', '.join(pgbench.BUILTIN_SCRIPTS)} or a path to a .sql "
-                    "file, relative to the experiment file",
-                    fix="fix the path or use a builtin script",
-                )
-            self.scripts[script] = resolved
+            if script not in pgbench.BUILTIN_SCRIPTS and script not in self.scripts:
+                self.scripts[script] = _read_script(ctx, path, script)
         return dict(table.model_dump())
+
+    def level_identity(self, key: str, level: Value) -> object:
+        if key in ("duration", "warmup"):
+            return parse_duration(level)
+        if key == "latency_limit":
+            return parse_duration(level, default_unit="ms")
+        return repr(level)
 
     def cost(self, key: str) -> Cost:
         return Cost.NOTHING
 
     def freeze_scripts(self, into: Path) -> None:
-        """Copy custom scripts next to the results, so the run and the record use one text."""
-        into.mkdir(parents=True, exist_ok=True)
-        for i, src in enumerate(self.scripts.values()):
-            shutil.copyfile(src, into / f"{i}-{src.name}")
+        """Copy custom scripts next to the results (the text validated, not the file as it
+        is now), so the run and the record use one text."""
+        into.mkdir(exist_ok=True)
+        for i, (src, text) in enumerate(self.scripts.values()):
+            safefs.write_file(into / f"{i}-{src.name}", text, 0o644)
 
     def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
         script = str(values["script"])
         custom_sql = None
         if script not in pgbench.BUILTIN_SCRIPTS:
-            src = self.scripts[script]
-            frozen = env.workdir / "scripts" / src.name
-            if not frozen.exists():
-                frozen.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, frozen)
-                frozen.parent.chmod(0o755)
-                frozen.chmod(0o644)
-            custom_sql = frozen.read_text()
-            script = str(frozen)
+            custom_sql = self.scripts[script][1]
+            script = str(self._frozen(script, env))
         limit = values.get("latency_limit")
         env.workload = pgbench.Workload(
             script=script,
@@ -141,8 +132,47 @@ class WorkloadLayer(Layer):
         if values.get("prewarm") and env.prewarmed_for != env.server_started_at:
             _prewarm(env)
 
+    def _frozen(self, script: str, env: TrialEnv) -> Path:
+        """The copy pgbench reads: numbered (two scripts may share a name), in a root-owned
+        directory, readable by the server user only."""
+        i = list(self.scripts).index(script)
+        frozen = env.workdir / "scripts" / f"{i}-{self.scripts[script][0].name}"
+        if not frozen.exists():
+            (env.workdir / "scripts").mkdir(mode=0o711, exist_ok=True)
+            safefs.write_file(frozen, self.scripts[script][1], 0o400, safefs.owner_ids(env.user))
+        return frozen
+
     def undo(self, env: TrialEnv) -> None:
         env.workload = None
+
+
+MAX_SCRIPT_BYTES = 1 << 20
+
+
+def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> tuple[Path, str]:
+    """A custom pgbench script: a regular `.sql` file of UTF-8 text next to (or under) a
+    path relative to the experiment file; read once, here."""
+    resolved = (ctx.source.path.parent / script).resolve()
+    expected = (f"one of {', '.join(pgbench.BUILTIN_SCRIPTS)} or a path to a .sql file, "
+                "relative to the experiment file")  # fmt: skip
+    if not resolved.is_file():
+        raise ctx.source.error(path, f"the custom script {script!r} does not exist (looked at "
+                               f"{resolved})", expected=expected,
+                               fix="fix the path or use a builtin script")  # fmt: skip
+    if resolved.suffix != ".sql":
+        raise ctx.source.error(path, f"the custom script {script!r} is not a .sql file",
+                               expected=expected, fix="name pgbench scripts NAME.sql")  # fmt: skip
+    raw = resolved.read_bytes()
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        text = ""
+    if len(raw) > MAX_SCRIPT_BYTES or not text or "\0" in text:
+        what = f"UTF-8 text up to {MAX_SCRIPT_BYTES >> 20} MiB"
+        raise ctx.source.error(path, f"the custom script {script!r} is not a pgbench script "
+                               f"({what})", expected=expected,
+                               fix="point it at a pgbench .sql script")  # fmt: skip
+    return resolved, text
 
 
 def _prewarm(env: TrialEnv) -> None:

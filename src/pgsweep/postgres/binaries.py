@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PgsweepError, internal
-from ..host import proc
+from ..host import proc, safefs
 
 REQUIRED = ("postgres", "initdb", "pg_ctl", "pgbench")
 DEBIAN_ROOT = Path("/usr/lib/postgresql")
@@ -107,34 +107,41 @@ def inspect(bindir: Path, scratch: Path) -> Binaries:
 
 
 class ValueChecker:
-    """Asks `postgres -C` what a value means, caching answers. Use as a context manager."""
+    """Asks `postgres -C` what a value means, caching answers. Use as a context manager.
+
+    Its scratch directory is root's (0711): the server user reads the empty
+    postgresql.conf there but cannot plant anything; command output goes to a 0700
+    directory inside it, and the one scratch data directory the server user must own (for
+    `shared_memory_size`) is a leaf of its own."""
 
     def __init__(self, binaries: Binaries, user: proc.RunAs | None) -> None:
         self.binaries = binaries
         self.user = user
         self._cache: dict[tuple[str, str], str] = {}
         self._dir: Path | None = None
+        self._out: Path | None = None
 
     def __enter__(self) -> ValueChecker:
         self._dir = Path(tempfile.mkdtemp(prefix="pgsweep-check-"))
-        (self._dir / "postgresql.conf").write_text("")
-        if self.user:
-            for p in (self._dir, self._dir / "postgresql.conf"):
-                os.chown(p, self.user.uid, self.user.gid)
+        os.chmod(self._dir, 0o711)
+        self._out = safefs.private_dir(self._dir / "out")
+        safefs.write_file(self._dir / "postgresql.conf", "", 0o644)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            safefs.remove_tree(self._dir)
+
+    def _postgres(self, *args: str) -> proc.Result:
+        assert self._dir is not None and self._out is not None, "ValueChecker outside `with`"
+        argv = [self.binaries.path("postgres"), "-D", str(self._dir), *args]
+        return proc.run(argv, out=self._out / "postgres.out", timeout=30, user=self.user)
 
     def canonical(self, name: str, value: str) -> str:
         """The value in PostgreSQL's base units, or PgsweepError(what=server's message)."""
         key = (name, value)
         if key not in self._cache:
-            assert self._dir is not None, "ValueChecker used outside `with`"
-            argv = [self.binaries.path("postgres"), "-D", str(self._dir), "-C", name]
-            argv += ["-c", f"{name}={value}"]
-            res = proc.run(argv, out=self._dir / "out", timeout=30, user=self.user)
+            res = self._postgres("-C", name, "-c", f"{name}={value}")
             if not res.ok:
                 msgs = re.findall(r"(?:FATAL|ERROR|HINT):\s+(.*)", res.stderr)
                 raise PgsweepError("; ".join(msgs) or res.tail(3))
@@ -145,15 +152,10 @@ class ValueChecker:
         """For a name missing from --describe-config: None when the server does not know it,
         "read-only" for settings fixed at build or initdb time (block_size), "settable" for
         the few settable ones --describe-config leaves out (application_name)."""
-        assert self._dir is not None, "ValueChecker used outside `with`"
-        argv = [self.binaries.path("postgres"), "-D", str(self._dir), "-C", name]
-        res = proc.run(argv, out=self._dir / "out", timeout=30, user=self.user)
+        res = self._postgres("-C", name)
         if not res.ok:
             return None
-        again = proc.run(
-            [*argv, "-c", f"{name}={res.stdout.strip()}"], out=self._dir / "out", timeout=30,
-            user=self.user,
-        )  # fmt: skip
+        again = self._postgres("-C", name, "-c", f"{name}={res.stdout.strip()}")
         return "read-only" if "cannot be changed" in again.stderr else "settable"
 
     def answers(self) -> dict[tuple[str, str], str]:
@@ -163,16 +165,19 @@ class ValueChecker:
         """MB of shared memory a server with `settings` allocates, as the server computes
         it (`postgres -C shared_memory_size` needs a real, stopped data directory, so the
         first call runs a scratch initdb, about half a second)."""
-        assert self._dir is not None, "ValueChecker used outside `with`"
+        assert self._dir is not None and self._out is not None, "ValueChecker outside `with`"
         data = self._dir / "shm-data"
         if not data.exists():
+            safefs.leaf_dir(data, self.user)
             res = proc.run(
                 [self.binaries.path("initdb"), "-N", "-D", str(data), "--no-instructions"],
-                out=self._dir / "initdb.out", timeout=120, user=self.user,
+                out=self._out / "initdb.out", timeout=120, user=self.user,
             )  # fmt: skip
             if not res.ok:
                 raise internal(f"scratch initdb failed: {res.describe_failure()}")
-        return int(runtime_value(self.binaries, data, "shared_memory_size", settings, self.user))
+        value = runtime_value(self.binaries, data, "shared_memory_size", settings, self.user,
+                              self._out)  # fmt: skip
+        return int(value)
 
 
 def runtime_value(
@@ -181,6 +186,7 @@ def runtime_value(
     name: str,
     settings: dict[str, str],
     user: proc.RunAs | None,
+    scratch: Path,
 ) -> str:
     """A runtime-computed setting (shared_memory_size, shared_memory_size_in_huge_pages)
     of a stopped data directory under `settings`, from `postgres -C`. PostgreSQL 15+."""
@@ -192,7 +198,7 @@ def runtime_value(
     argv = [binaries.path("postgres"), "-D", str(datadir), "-C", name]
     for key, value in sorted(settings.items()):
         argv += ["-c", f"{key}={value}"]
-    res = proc.run(argv, out=datadir.parent / f"{name}.out", timeout=30, user=user)
+    res = proc.run(argv, out=scratch / f"{name}.out", timeout=30, user=user)
     if not res.ok:
         msgs = re.findall(r"(?:FATAL|ERROR):\s+(.*)", res.stderr)
         raise PgsweepError(f"postgres -C {name} failed: {'; '.join(msgs) or res.tail(3)}")

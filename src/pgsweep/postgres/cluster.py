@@ -1,39 +1,53 @@
-"""A throwaway PostgreSQL cluster: initdb, start/stop/restart/reload, snapshot and restore
-of the loaded data directory. It listens only on a private Unix socket and runs as an
-unprivileged user when pgsweep runs as root."""
+"""A throwaway PostgreSQL cluster: initdb, start/stop/reload, snapshot and restore of the
+loaded data directory. It listens only on a private Unix socket and runs as an
+unprivileged user when pgsweep runs as root.
+
+Layout (see host/safefs.py for why):
+
+    HOME/cN/           root 0711   the cluster's own directory
+      conf/            root 0711   postgresql.conf, pg_hba.conf, pg_ident.conf (root:server
+                                   0640): the server reads them, only root writes them
+      cmd/             root 0700   output of every command pgsweep runs for this cluster
+      data/            server 0700 PGDATA
+      snapshot/        server 0700 the loaded data directory, copied aside
+      log/             server 0700 server.log
+    SOCKETS/cN/        server 0700 the private Unix socket
+    WALHOME/cN-wal[-snapshot]/  server 0700  pg_wal on a device of its own (initdb --waldir)
+
+The server reads pgsweep's configuration through `config_file` in `conf/`, so root never
+writes inside PGDATA; the settings pgsweep manages (socket, port, no TCP, the hba file)
+are also given on the server's command line, which outranks every configuration file
+(postgresql.auto.conf included). Copies of the data directory run as the server user."""
 
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from ..host import proc
+from ..errors import PgsweepError
+from ..host import proc, safefs
 from ..host.proc import RunAs
 from .binaries import Binaries
 
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
-OWNED_FILE = "pgsweep.conf"  # the configuration file pgsweep owns; postgresql.conf includes it
-BASE_FILE = "pgsweep-base.conf"
+HBA = "local all all trust\nlocal replication all trust\n"  # no host lines: no TCP at all
 
 
 class ServerError(Exception):
     """The server would not start, stop or answer; the message carries its log tail."""
 
 
-def chown_tree(path: Path, user: RunAs | None) -> None:
-    if user is None:
-        return
-    for root, dirs, files in os.walk(path):
-        os.chown(root, user.uid, user.gid)
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), user.uid, user.gid)
+def conf_line(name: str, value: str) -> str:
+    """`name = 'value'` as postgresql.conf reads it back: backslashes and quotes escaped
+    (the value was refused earlier if it held a control character)."""
+    return f"{name} = '{value.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'\n"
 
 
 class Cluster:
@@ -47,27 +61,57 @@ class Cluster:
     ) -> None:
         self.binaries = binaries
         self.user = user
+        self.uid, self.gid = safefs.owner_ids(user)
         self.root = root
-        self.socket_dir = socket_dir
+        self.conf = root / "conf"
+        self.scratch = root / "cmd"
         self.datadir = root / "data"
         self.snapshot_dir = root / "snapshot"
+        self.logfile = root / "log" / "server.log"
+        self.socket_dir = socket_dir
         # pg_wal elsewhere (initdb --waldir; storage.wal_device): snapshotted beside it
         self.waldir = waldir
         self.wal_snapshot = waldir.with_name(waldir.name + "-snapshot") if waldir else None
-        self.logfile = root / "server.log"
-        self.scratch = root / "cmd"
         self.cgroup: Path | None = None  # a cgroup the server starts in (os.memory_limit)
+        self._settings: dict[str, str] = {}
 
     # ---- helpers -------------------------------------------------------------------
     def _run(self, argv: list[str], name: str, timeout: float = 120) -> proc.Result:
         return proc.run(argv, out=self.scratch / f"{name}.out", timeout=timeout, user=self.user)
 
     def log_tail(self, lines: int = 20) -> str:
+        """The end of the server log, read without following a link the server user may
+        have put in its place."""
         try:
-            text = self.logfile.read_text(errors="replace")
+            raw = safefs.read_owned(self.logfile, self.uid, limit=64 * 1024, tail=True)
         except FileNotFoundError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        except (OSError, safefs.UnsafePath) as exc:
+            return f"(server log not read: {exc})"
+        return "\n".join(raw.decode(errors="replace").splitlines()[-lines:])
+
+    def log_size(self) -> int:
+        try:
+            fd = safefs.open_owned_in(self.logfile.parent, self.logfile.name, self.uid)
+        except (OSError, safefs.UnsafePath):
+            return 0
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def log_since(self, offset: int, limit: int = 8 << 20) -> bytes:
+        """The server log written after `offset` (at most `limit` bytes)."""
+        try:
+            fd = safefs.open_owned_in(self.logfile.parent, self.logfile.name, self.uid)
+        except (OSError, safefs.UnsafePath):
+            return b""
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.read(limit)
+        finally:
+            os.close(fd)
 
     def conninfo(self, dbname: str = "postgres") -> dict[str, Any]:
         return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname}
@@ -80,50 +124,58 @@ class Cluster:
         with psycopg.connect(**self.conninfo(dbname), autocommit=True, connect_timeout=10) as c:
             yield c
 
+    def managed(self) -> dict[str, str]:
+        """The settings pgsweep owns: private socket, no TCP, its own hba and log."""
+        return {
+            "data_directory": str(self.datadir),
+            "hba_file": str(self.conf / "pg_hba.conf"),
+            "ident_file": str(self.conf / "pg_ident.conf"),
+            "listen_addresses": "",
+            "unix_socket_directories": str(self.socket_dir),
+            "unix_socket_permissions": "0700",
+            "unix_socket_group": "",
+            "port": str(PORT),
+            "logging_collector": "off",
+        }
+
     # ---- life cycle ----------------------------------------------------------------
     def create(self, initdb_options: list[str]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.scratch.mkdir(exist_ok=True)
-        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        chown_tree(self.root, self.user)
-        chown_tree(self.socket_dir, self.user)
+        safefs.private_dir(self.root, 0o711)
+        safefs.private_dir(self.conf, 0o711)
+        safefs.private_dir(self.scratch, 0o700)
+        for leaf in (self.datadir, self.logfile.parent, self.socket_dir):
+            safefs.leaf_dir(leaf, self.user)
+        if self.waldir is not None:
+            safefs.leaf_dir(self.waldir, self.user)
         argv = [self.binaries.path("initdb"), "-D", str(self.datadir), "-U", ROLE]
-        argv += [
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--locale=C",
-            "--no-instructions",
-            *initdb_options,
-        ]
+        argv += ["--auth-local=trust", "--auth-host=reject", "--encoding=UTF8", "--locale=C"]
+        argv += ["--no-instructions", *initdb_options]
         if self.waldir is not None:
             argv.append(f"--waldir={self.waldir}")
         res = self._run(argv, "initdb")
         if not res.ok:
             raise ServerError(f"initdb failed: {res.describe_failure()}")
-        base = [
-            "listen_addresses = ''",
-            f"unix_socket_directories = '{self.socket_dir}'",
-            "unix_socket_permissions = 0700",
-            f"port = {PORT}",
-            "logging_collector = off",
-            "log_line_prefix = '%m [%p] '",
-        ]
-        (self.datadir / BASE_FILE).write_text("\n".join(base) + "\n")
-        (self.datadir / OWNED_FILE).write_text("")
-        with open(self.datadir / "postgresql.conf", "a") as conf:
-            conf.write(f"\n# added by pgsweep\ninclude '{BASE_FILE}'\ninclude '{OWNED_FILE}'\n")
-        chown_tree(self.datadir, self.user)
+        readable = (0, self.gid)
+        safefs.write_file(self.conf / "pg_hba.conf", HBA, 0o640, readable)
+        safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
+        self.write_settings({})
 
     def write_settings(self, settings: dict[str, str]) -> None:
-        lines = [f"{k} = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in sorted(settings.items())]
-        path = self.datadir / OWNED_FILE
-        path.write_text("".join(line + "\n" for line in lines))
-        if self.user:
-            os.chown(path, self.user.uid, self.user.gid)
+        """The configuration file: the experiment's settings first, pgsweep's own last (a
+        setting named twice takes its last value), in a file only root can write."""
+        self._settings = dict(settings)
+        text = "# written by pgsweep: the experiment's settings, then pgsweep's own\n"
+        text += "".join(conf_line(k, v) for k, v in sorted(settings.items()))
+        text += "".join(conf_line(k, v) for k, v in self.managed().items())
+        safefs.write_file(self.conf / "postgresql.conf", text, 0o640, (0, self.gid))
 
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
-        argv = [self.binaries.path("pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile)]
+        argv = [self.binaries.path("pg_ctl"), "-D", str(self.conf), "-l", str(self.logfile)]
         argv += ["-w", "-t", str(int(timeout)), *extra, action]
+        if action == "start":
+            # pg_ctl hands these to the server through a shell: quote every value
+            opts = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in self.managed().items())
+            argv[-1:-1] = ["-o", opts]
         if action == "start" and self.cgroup is not None:
             # the unprivileged pg_ctl moves itself in (its cgroup.procs is chowned to the
             # server user), so the postmaster it forks starts inside the cgroup
@@ -132,16 +184,19 @@ class Cluster:
         return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
 
     def start(self) -> None:
+        self.postmaster_pid()  # collects a postmaster that died, whose PID would block this
         res = self.pg_ctl("start")
         if not res.ok:
             raise ServerError(f"the server did not start:\n{self.log_tail()}")
 
     def stop(self, mode: str = "fast") -> None:
-        if self.postmaster_pid() is None:
+        pid = self.postmaster_pid()
+        if pid is None:
             return
         res = self.pg_ctl("stop", "-m", mode, timeout=60)
         if not res.ok and self.postmaster_pid() is not None:
             self.pg_ctl("stop", "-m", "immediate", timeout=30)
+        proc.reap(pid)
 
     def reload(self) -> None:
         res = self.pg_ctl("reload")
@@ -149,54 +204,61 @@ class Cluster:
             raise ServerError(f"reload failed: {res.describe_failure()}")
 
     def postmaster_pid(self) -> int | None:
-        """PID of a live postmaster for this data directory, or None."""
+        """PID of a live postmaster of this cluster (run by the server user, started with
+        this cluster's configuration directory), or None."""
         try:
-            pid = int((self.datadir / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (FileNotFoundError, ValueError):
+            raw = safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
+            pid = int(raw.split(b"\n", 1)[0])
+        except (OSError, ValueError, safefs.UnsafePath):
             return None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except FileNotFoundError:
-            return None
-        return pid if str(self.datadir).encode() in cmdline else None
+        if is_postmaster_of(pid, self.conf, self.uid):
+            return pid
+        proc.reap(pid)  # a postmaster that died (killed): collect it, or it blocks the next
+        return None
 
     # ---- data snapshot -------------------------------------------------------------
     def take_snapshot(self) -> None:
         """Copy the stopped, loaded data directory aside (reflink where the fs can)."""
         self.stop()
-        shutil.rmtree(self.snapshot_dir, ignore_errors=True)
-        _copy_tree(self.datadir, self.snapshot_dir, self.scratch / "cp.out")
+        self._copy(self.datadir, self.snapshot_dir)
         if self.waldir is not None and self.wal_snapshot is not None:
-            shutil.rmtree(self.wal_snapshot, ignore_errors=True)
-            _copy_tree(self.waldir, self.wal_snapshot, self.scratch / "cp.out")
+            self._copy(self.waldir, self.wal_snapshot)
 
     def restore_snapshot(self) -> None:
-        """Put the loaded data back, keeping the current pgsweep.conf."""
+        """Put the loaded data back."""
         self.stop()
-        conf = (self.datadir / OWNED_FILE).read_text()
-        shutil.rmtree(self.datadir)
-        _copy_tree(self.snapshot_dir, self.datadir, self.scratch / "cp.out")
+        self._copy(self.snapshot_dir, self.datadir)
         if self.waldir is not None and self.wal_snapshot is not None:
-            shutil.rmtree(self.waldir)  # the WAL the copied pg_wal symlink points to
-            _copy_tree(self.wal_snapshot, self.waldir, self.scratch / "cp.out")
-            chown_tree(self.waldir, self.user)
-        (self.datadir / OWNED_FILE).write_text(conf)
-        chown_tree(self.datadir, self.user)
+            self._copy(self.wal_snapshot, self.waldir)  # the WAL the copied pg_wal link names
         # The copy left dirty pages; flush them now so their writeback does not land in
         # the next measurement window.
         os.sync()
 
+    def _copy(self, src: Path, dst: Path) -> None:
+        """Replace `dst` by a copy of `src`. Root removes the old tree (through directory
+        descriptors, never following a link) and makes the empty leaf; the server user
+        copies (`cp -a --reflink=auto` keeps modes and clones blocks on btrfs/xfs/zfs)."""
+        safefs.remove_tree(dst)
+        safefs.leaf_dir(dst, self.user)
+        res = self._run(["cp", "-a", "--reflink=auto", f"{src}/.", f"{dst}/"], "cp", 3600)
+        if not res.ok:
+            raise ServerError(f"copying {src} to {dst} failed: {res.describe_failure()}")
+
     def destroy(self) -> None:
         self.stop(mode="immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
-        for wal in (self.waldir, self.wal_snapshot):
-            if wal is not None:
-                shutil.rmtree(wal, ignore_errors=True)
-        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        for tree in (self.root, self.waldir, self.wal_snapshot, self.socket_dir):
+            if tree is not None:
+                with suppress(PgsweepError):  # best effort: the work area's removal follows
+                    safefs.remove_tree(tree)
 
 
-def _copy_tree(src: Path, dst: Path, out: Path) -> None:
-    # `cp -a --reflink=auto` keeps owners and modes and clones blocks on btrfs/xfs/zfs.
-    res = proc.run(["cp", "-a", "--reflink=auto", str(src), str(dst)], out=out, timeout=3600)
-    if not res.ok:
-        raise ServerError(f"copying {src} to {dst} failed: {res.describe_failure()}")
+def is_postmaster_of(pid: int, confdir: Path, uid: int) -> bool:
+    """Is `pid` a postgres process run by `uid` whose command line names `confdir` with -D
+    (pg_ctl starts the postmaster so)? Never a process pgsweep did not start."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        owner = Path(f"/proc/{pid}").stat().st_uid
+    except OSError:
+        return False
+    named = b"-D" in argv and str(confdir).encode() in argv
+    return owner == uid and named and not proc.gone(pid)

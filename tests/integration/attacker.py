@@ -1,0 +1,132 @@
+"""The attacker of test_safety: runs as the server user (postgres) while pgsweep runs as
+root, and keeps planting symbolic links to a root-only file at every name root might
+write, read or delete in, knowing pgsweep's layout (it reads plan.json for trial ids and
+guesses the rest, as someone who read the code would). It also asks its own server to
+listen on TCP through postgresql.auto.conf. Every attempt is logged, one per line:
+`planted PATH`, `denied PATH` (the kernel refused), `tamper PATH`.
+
+usage: attacker.py RESULTS CANARY LOG [PREFIX]
+  with PREFIX: attack the directories in RESULTS whose names start with it (the value
+  checker's scratch under /tmp) instead of a run's work area."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT_NAMES = (
+    "postgresql.conf",
+    "pg_hba.conf",
+    "pgsweep.conf",
+    "postgres.out",
+    "initdb.out",
+    "cp.out",
+    "load.out",
+    "pgbench.out",
+    "warmup.out",
+    "disk-1.img",
+    "zfs-fuse.pid",
+)
+LEAF_NAMES = ("pgsweep.conf", "postgresql.conf", "tx.99999", "evil-link")
+running = True
+
+
+def stop(*_: object) -> None:
+    global running
+    running = False
+
+
+def plant(path: Path, target: Path, log: list[str]) -> None:
+    try:
+        if path.is_symlink():
+            return
+    except PermissionError:
+        log.append(f"denied {path}")
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        tmp.symlink_to(target)
+        os.replace(tmp, path)  # replaces a file of ours; a root-owned dir refuses us
+        log.append(f"planted {path}")
+    except PermissionError:
+        log.append(f"denied {path}")
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, OSError):
+        pass
+
+
+def tamper(data: Path, log: list[str]) -> None:
+    auto = data / "postgresql.auto.conf"
+    try:
+        text = auto.read_text()
+        if "listen_addresses" not in text:
+            with open(auto, "a") as f:
+                f.write("listen_addresses = '*'\nport = 5432\n")
+            log.append(f"tamper {auto}")
+    except OSError:
+        pass
+
+
+def work_targets(results: Path) -> list[tuple[Path, bool]]:
+    """(directory, is a server-user leaf) pairs pgsweep's layout makes for a run."""
+    out: list[tuple[Path, bool]] = []
+    try:
+        plan = json.loads((results / "plan.json").read_text())
+        trials = [t["id"] for t in plan["trials"]]
+    except (OSError, ValueError):
+        trials = []
+    for work in results.glob(".pgsweep-work-*"):
+        out += [(work, False), (work / "private", False), (work / "trials", False)]
+        for n in range(1, 5):
+            c = work / f"cluster-{n}"
+            out += [(c, False), (c / "conf", False), (c / "cmd", False)]
+            out += [(c / "data", True), (c / "snapshot", True), (c / "log", True)]
+        for t in trials:
+            out += [(work / "trials" / t, False), (work / "trials" / t / "txlog", True)]
+    return out
+
+
+def main() -> None:
+    results, canary, log_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    prefix = sys.argv[4] if len(sys.argv) > 4 else None
+    signal.signal(signal.SIGTERM, stop)
+    log: list[str] = []
+    try:
+        attack(results, canary, prefix, log)
+    finally:
+        log_path.write_text("".join(f"{line}\n" for line in dict.fromkeys(log)))
+
+
+def attack(results: Path, canary: Path, prefix: str | None, log: list[str]) -> None:
+    while running:
+        if prefix:
+            targets = [(d, False) for d in results.glob(f"{prefix}*")]
+            targets += [(d / "out", False) for d, _ in list(targets)]
+        else:
+            targets = work_targets(results)
+        for directory, leaf in targets:
+            try:
+                if not directory.is_dir():
+                    continue
+            except PermissionError:
+                continue
+            loaded = (directory.parent / "snapshot" / "PG_VERSION").exists()
+            if directory.name in ("data", "snapshot") and not loaded:
+                continue  # once loaded: earlier, a link only makes initdb (the server user) fail
+            for name in LEAF_NAMES if leaf else ROOT_NAMES:
+                plant(directory / name, canary.parent if name == "evil-link" else canary, log)
+            if leaf and directory.name == "data":
+                tamper(directory, log)
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    main()

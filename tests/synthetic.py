@@ -1,0 +1,48 @@
+"""Results folders written through the real store from numbers a test chooses: reports,
+drift warnings and plots are tested on them where a real run could not give the numbers
+(a trend across rounds, a trial of 0 TPS, a level that reads as mathtext)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from pgsweep.core import Cost
+from pgsweep.plan import PlanFactor, make_plan
+from pgsweep.store import Store, TrialRecord
+
+
+def make_results(
+    folder: Path,
+    factors: dict[str, list[Any]],
+    tps: dict[tuple[int, int], float],
+    rounds: int,
+    *,
+    name: str = "synthetic",
+    cost: Cost = Cost.RESTART,
+    metrics: dict[tuple[int, int], dict[str, float]] | None = None,
+) -> Path:
+    """A results folder whose trial (configuration index, round) has TPS tps[(c, r)];
+    configurations in factorial order, as `pgsweep run` numbers them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plan = make_plan([PlanFactor(n, tuple(v), cost) for n, v in factors.items()], rounds, 1)
+    store = Store(folder / "results.db")
+    text = f'[experiment]\nname = "{name}"\n'
+    store.write_experiment(
+        {"name": name, "file_text": text, "fingerprint": "{}", "seed": 1,
+         "plan_json": plan.to_json(), "created_at": "2026-11-22T00:00:00+00:00",
+         "pgsweep_version": "test", "postgres_version": "15.18"},
+        [(c.id, c.label(), json.dumps(c.levels), c.group) for c in plan.configurations],
+    )  # fmt: skip
+    index = {c.id: i for i, c in enumerate(plan.configurations)}
+    clock = itertools.count()
+    for t in plan.trials:
+        key = (index[t.config], t.round)
+        at = f"2026-11-22T00:{next(clock) // 60:02d}:{next(clock) % 60:02d}+00:00"
+        record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=tps[key])
+        record.metrics = dict((metrics or {}).get(key, {}))
+        store.save_trial(record)
+    store.close()
+    return folder
