@@ -1,0 +1,376 @@
+"""Rounds over time: how many to plan, when an adaptive run may stop, and what changed
+between them.
+
+Adaptive rounds (`[repeat] rounds = "auto"`) look at the results after planned rounds and
+stop as soon as every comparison asked for is decided, or every interval is narrower than
+the precision, or futility says a difference of interest can no longer be found. Looking
+repeatedly at a fixed 5% test would find false differences far more often than 5%, so the
+looks use group-sequential boundaries: O'Brien-Fleming-type alpha spending (Lan-DeMets),
+which spends almost nothing early and keeps nearly the whole 5% for the last look. For a
+family of contrasts the boundaries are placed on the family's max |Z| (simulated paths with
+the family's correlation), so the family, not each contrast, spends 5% over all looks.
+Boundaries are for z statistics; with few degrees of freedom they are carried over to t by
+keeping each look's nominal significance level (Jennison & Turnbull's "significance level
+approach"): a look whose family boundary has single-look tail 0.27% judges the family at its
+max-|t| quantile at 0.27% with that look's df. The intervals shown at a look are repeated
+confidence intervals, consistent with the decisions, and a decision once made stays made.
+
+The maximum number of rounds fixes the information scale, so the plan is fixed at the first
+look. Resuming with more rounds after looking is refused unless the plan is extended with
+`extend_plan`, which keeps the boundaries already used and spends only the alpha that is
+left over the new looks; once the last planned look has been made the alpha is spent and no
+extension can add valid verdicts."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+from . import statmodel as sm
+
+FUTILITY_POWER = 0.20  # stop for futility when conditional power falls below this
+GRID = 801  # points of the numerical integration of the boundary crossing probabilities
+MC_PATHS = 1 << 16  # simulated paths for a family's boundaries
+MIN_HITS = 64  # fewer crossing paths than this cannot place a boundary
+
+
+def obf_spending(t: float, alpha: float = sm.ALPHA) -> float:
+    """Lan-DeMets O'Brien-Fleming-type spending of a two-sided alpha by information
+    fraction t, as two one-sided halves (each 2 - 2 Phi(z_{1-alpha/4} / sqrt t)): the
+    convention of the published two-sided tables (K = 5 equal looks at 5%: 4.877, 3.357,
+    2.680, 2.290, 2.031) and of gsDesign/EAST."""
+    if t <= 0:
+        return 0.0
+    return float(4 * sps.norm.sf(sps.norm.isf(alpha / 4) / math.sqrt(min(t, 1.0))))
+
+
+def boundaries(
+    times: list[float], spend: list[float], fixed: tuple[float, ...] = ()
+) -> list[float]:
+    """Two-sided z boundaries at information fractions `times`, so that the probability of
+    first crossing at look k under no difference is spend[k]; the first len(fixed) looks
+    keep the boundaries given. Numerical integration of the Brownian motion's density over
+    the continuation region (Armitage-McPherson-Rowe recursion) on a fine grid."""
+    out: list[float] = []
+    grid, dens, prev = np.zeros(1), np.ones(1), 0.0
+    for k, t in enumerate(times):
+        step = math.sqrt(t - prev)
+        weights = dens * _trapezoid(grid)
+        if k < len(fixed):
+            c = fixed[k]
+        elif spend[k] <= 0:
+            c = math.inf
+        else:
+            c = float(optimize.brentq(
+                lambda c, t=t, s=step, g=grid, w=weights, a=spend[k]:
+                    _exit(c * math.sqrt(t), s, g, w) - a, 1e-6, 40.0, xtol=1e-10))  # fmt: skip
+        out.append(c)
+        b = min(c, 9.0) * math.sqrt(t)
+        new = np.linspace(-b, b, GRID)
+        kernel = sps.norm.pdf((new[:, None] - grid[None, :]) / step) / step
+        dens = kernel @ weights
+        grid, prev = new, t
+    return out
+
+
+def _exit(b: float, step: float, grid: np.ndarray, weights: np.ndarray) -> float:
+    """Probability of crossing +-b at the next look from the (sub-)density on `grid`."""
+    return float(np.sum(weights * (sps.norm.cdf((-b - grid) / step)
+                                   + sps.norm.sf((b - grid) / step))))  # fmt: skip
+
+
+def _trapezoid(x: np.ndarray) -> np.ndarray:
+    if len(x) == 1:
+        return np.ones(1)
+    w = np.full(len(x), x[1] - x[0])
+    w[0] = w[-1] = (x[1] - x[0]) / 2
+    return w
+
+
+@dataclass(frozen=True)
+class SequentialPlan:
+    max_rounds: int
+    looks: tuple[int, ...]  # rounds after which the results are looked at
+    alpha: float
+    spent: tuple[float, ...]  # alpha spent at each look
+    z: tuple[float, ...]  # two-sided z boundary at each look
+    nominal: tuple[float, ...]  # each look's two-sided level for one contrast: 2(1 - Phi(z))
+    frozen: int = 0  # looks whose boundaries were already used when this plan was computed
+    note: str = ""
+
+    def critical_t(self, look: int, df: float) -> float:
+        """One contrast's critical |t| at a look: the z boundary's level carried to t."""
+        return float(sps.t.isf(self.nominal[look] / 2, df)) if self.nominal[look] else math.inf
+
+
+def make_plan(max_rounds: int, min_rounds: int = 3, looks: list[int] | None = None,
+              alpha: float = sm.ALPHA) -> SequentialPlan:  # fmt: skip
+    """Looks after every round from `min_rounds` to `max_rounds` unless given."""
+    chosen = tuple(looks) if looks else tuple(range(min_rounds, max_rounds + 1))
+    if not chosen or list(chosen) != sorted(set(chosen)) or chosen[-1] != max_rounds:
+        raise ValueError(f"looks must increase and end at max_rounds ({max_rounds}): {chosen}")
+    if chosen[0] < 2:
+        raise ValueError("the first look needs at least 2 rounds")
+    times = [r / max_rounds for r in chosen]
+    cumulative = [obf_spending(t, alpha) for t in times]
+    spent = [b - a for a, b in zip([0.0, *cumulative[:-1]], cumulative, strict=True)]
+    return _plan(max_rounds, chosen, alpha, spent, ())
+
+
+def _plan(max_rounds: int, looks: tuple[int, ...], alpha: float, spent: list[float],
+          fixed: tuple[float, ...], note: str = "") -> SequentialPlan:  # fmt: skip
+    z = boundaries([r / max_rounds for r in looks], spent, fixed)
+    nominal = tuple(float(2 * sps.norm.sf(c)) for c in z)
+    return SequentialPlan(max_rounds, looks, alpha, tuple(spent), tuple(z), nominal, len(fixed),
+                          note)  # fmt: skip
+
+
+def check_resume(plan: SequentialPlan, looks_made: int, rounds: int) -> str | None:
+    """Why running to `rounds` after `looks_made` looks would inflate the error rate, or
+    None when it is fine as the plan stands."""
+    if rounds <= plan.max_rounds:
+        return None
+    if looks_made == 0:
+        return (f"the plan stops at {plan.max_rounds} rounds; nothing has been looked at yet, "
+                f"so make a new plan for {rounds}")  # fmt: skip
+    if looks_made >= len(plan.looks):
+        return (f"the last planned look (round {plan.looks[-1]}) has been made and the whole "
+                f"{sm.format_percent(plan.alpha)} was spent on it: more rounds cannot give "
+                "valid verdicts; start a new experiment and treat this one as a pilot")  # fmt: skip
+    return (f"{looks_made} look(s) already made: extend the plan with extend_plan, which keeps "
+            f"their boundaries and spends only the alpha left over the new rounds")  # fmt: skip
+
+
+def extend_plan(plan: SequentialPlan, looks_made: int, max_rounds: int,
+                looks: list[int] | None = None) -> SequentialPlan:  # fmt: skip
+    """A longer plan that keeps the boundaries of the looks already made and spends the
+    alpha the original plan had left (O'Brien-Fleming-shaped over the new information
+    fractions). Exact when the decision to extend does not depend on the interim estimates;
+    raises ValueError with the reason when no alpha is left."""
+    if looks_made == 0:
+        return make_plan(max_rounds, plan.looks[0], looks, plan.alpha)
+    if looks_made >= len(plan.looks):
+        raise ValueError(check_resume(plan, looks_made, max_rounds))
+    past = plan.looks[:looks_made]
+    future = [r for r in (looks or range(past[-1] + 1, max_rounds + 1)) if r > past[-1]]
+    if not future or future[-1] != max_rounds:
+        raise ValueError(f"new looks must end at {max_rounds}")
+    left = plan.alpha - sum(plan.spent[:looks_made])
+    start = obf_spending(past[-1] / max_rounds, plan.alpha)
+    shape = [(obf_spending(r / max_rounds, plan.alpha) - start) / (plan.alpha - start)
+             for r in future]  # fmt: skip
+    steps = [left * (b - a) for a, b in zip([0.0, *shape[:-1]], shape, strict=True)]
+    note = (f"extended from {plan.max_rounds} to {max_rounds} rounds after {looks_made} "
+            "look(s); valid if the extension was not chosen because of the estimates")  # fmt: skip
+    return _plan(max_rounds, (*past, *future), plan.alpha, [*plan.spent[:looks_made], *steps],
+                 plan.z[:looks_made], note)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=128)
+def _family_z(times: tuple[float, ...], spent: tuple[float, ...], corr_key: tuple[float, ...],
+              m: int) -> tuple[float, ...]:  # fmt: skip
+    """z boundaries for the family's max |Z| with the plan's spending: simulated paths of
+    the m contrasts (seeded, correlated as the family), and at each look the boundary that
+    the surviving paths cross with the alpha due by then. The plan's own boundaries are for
+    one contrast; used on the maximum of several they would spend a little more (5.3%
+    instead of 5% for 11 contrasts looked at 8 times). Where too few paths would cross to
+    place a boundary (the first looks spend 1e-4), Bonferroni on that look alone is used
+    and the unspent alpha carried to the later looks."""
+    corr = np.array(corr_key).reshape(m, m)
+    w, v = np.linalg.eigh(corr)
+    root = v * np.sqrt(np.clip(w, 0.0, None))
+    rng = np.random.default_rng(sm.MC_SEED)
+    s, alive, prev, crossed, due = np.zeros((MC_PATHS, m)), np.ones(MC_PATHS, bool), 0.0, 0, 0.0
+    out = []
+    for t, a in zip(times, spent, strict=True):
+        s += math.sqrt(t - prev) * rng.standard_normal((MC_PATHS, m)) @ root.T
+        z = np.abs(s).max(axis=1) / math.sqrt(t)
+        due += a
+        hits = round(due * MC_PATHS) - crossed
+        if hits < MIN_HITS:
+            c = float(sps.norm.isf(a / (2 * m))) if a > 0 else math.inf
+        else:
+            c = float(np.sort(z[alive])[-hits])
+        crossed += int(np.sum(alive & (z >= c)))
+        alive &= z < c
+        out.append(c)
+        prev = t
+    return tuple(out)
+
+
+def look_level(plan: SequentialPlan, look: int) -> Callable[[np.ndarray], float]:
+    """The level a family is judged at on this look, as a function of its correlation: the
+    single-look tail of max |Z| at the family's z boundary (significance level approach)."""
+
+    def level(corr: np.ndarray) -> float:
+        m = corr.shape[0]
+        if m == 1:
+            return plan.nominal[look]
+        times = tuple(r / plan.max_rounds for r in plan.looks)
+        c = _family_z(times, plan.spent, sm.corr_key(corr), m)[look]
+        return float(sm.max_t_sf(c, corr, 1e7)[0]) if math.isfinite(c) else 0.0
+
+    return level
+
+
+@dataclass(frozen=True)
+class Look:
+    rounds: int
+    index: int  # which planned look, from 0
+    stop: bool
+    reason: str
+    family: sm.Family  # this look's repeated confidence intervals
+    decided: dict[str, sm.Contrast]  # label -> the contrast as first decided, at any look
+
+    def contrasts(self) -> list[sm.Contrast]:
+        """The answers so far: a contrast decided at an earlier look keeps that look's
+        interval and decision (repeated confidence intervals hold for all looks at once)."""
+        return [self.decided.get(c.label, c) for c in self.family.contrasts]
+
+
+def decide_at_look(plan: SequentialPlan, obs: sm.Observations, decide: str = "baseline",
+                   precision: float = 0.02, interest: float | None = None,
+                   decided: dict[str, sm.Contrast] | None = None,
+                   resolution: float | None = None) -> Look:  # fmt: skip
+    """Look at the experiment cut to the rounds so far. `precision` is the equivalence
+    margin and the interval half-width that is precise enough; `interest` the difference
+    futility asks about (default: the precision); `decided` the previous look's, so a
+    decision once made stays made. Raises ValueError when the rounds are not a planned
+    look."""
+    if obs.n_rounds > plan.max_rounds:
+        raise ValueError(f"{obs.n_rounds} rounds but the plan stops at {plan.max_rounds}: "
+                         "extend_plan first (check_resume says if that is allowed)")  # fmt: skip
+    if obs.n_rounds not in plan.looks:
+        raise ValueError(f"round {obs.n_rounds} is not a planned look {plan.looks}")
+    k = plan.looks.index(obs.n_rounds)
+    family_of = sm.baseline_family if decide == "baseline" else sm.effects_family
+    model = sm.fit(obs, resolution)
+    seen: list[np.ndarray] = []  # the family's correlation, for the futility rule
+
+    def level(corr: np.ndarray) -> float:
+        seen.append(corr)
+        return look_level(plan, k)(corr)
+
+    fam = family_of(model, level, precision)
+    now = {c.label: c for c in fam.contrasts if c.decision != "undecided"}
+    done = {**now, **(decided or {})}
+
+    def look(stop: bool, reason: str) -> Look:
+        return Look(obs.n_rounds, k, stop, reason, fam, done)
+
+    last = k == len(plan.looks) - 1
+    if not fam.contrasts:
+        return look(last, "nothing to judge yet")
+    open_ = [c for c in fam.contrasts if c.label not in done]
+    if not open_:
+        return look(True, "every comparison decided")
+    if max(math.log(c.high / c.low) / 2 for c in open_) <= math.log1p(precision):
+        return look(True, "every interval within the precision")
+    if last:
+        return look(True, "maximum rounds reached")
+    final = look_level(plan, len(plan.looks) - 1)(seen[0])
+    wanted = precision if interest is None else interest
+    if all(_conditional_power(c, obs.n_rounds, plan.max_rounds, seen[0], final, wanted)
+           < FUTILITY_POWER for c in open_):  # fmt: skip
+        return look(True, f"futility: a difference of {sm.format_percent(wanted)} could no "
+                    "longer be found")  # fmt: skip
+    return look(False, f"{len(open_)} comparison(s) undecided")
+
+
+def _conditional_power(c: sm.Contrast, rounds: int, max_rounds: int, corr: np.ndarray,
+                       final_level: float, interest: float) -> float:  # fmt: skip
+    """Probability that the last look calls c different if the rounds still to come carried
+    a true change of +-interest (the larger of the two), given the estimate so far: normal
+    increments, the last look's family critical value at the df the last look will have
+    (df grows with rounds - 1). Non-binding: the efficacy boundaries ignore it, so stopping
+    for futility can only lower the false "different" rate."""
+    info, info_end = 1 / c.se**2, max_rounds / rounds / c.se**2
+    df_end = c.df * (max_rounds - 1) / max(rounds - 1, 1)
+    crit = sm.max_t_quantile(corr, df_end, final_level)
+    best = 0.0
+    for delta in (math.log1p(interest), -math.log1p(interest)):
+        mean = (math.log(c.ratio) * info + delta * (info_end - info)) / math.sqrt(info_end)
+        sd = math.sqrt((info_end - info) / info_end)
+        best = max(best, float(sps.norm.sf((crit - mean) / sd) + sps.norm.cdf((-crit - mean) / sd)))
+    return best
+
+
+# ---- planning -------------------------------------------------------------------------
+
+
+def sensitivity_for(sigma_log: float, rounds: int, n_configs: int, *, alpha: float = sm.ALPHA,
+                    power: float = sm.POWER, comparisons: int | None = None,
+                    sigma_df: float | None = None) -> float:  # fmt: skip
+    """The smallest ratio change of one configuration against the baseline that `rounds`
+    complete rounds detect with `power`, at the baseline family's (Dunnett) critical value.
+    sigma_log: SD of one trial's log value around its round and configuration (the model's
+    residual SD; 0.05 is about 5% noise). With sigma_df, the SD's 80% upper bound is used,
+    as the report does."""
+    k = n_configs - 1 if comparisons is None else comparisons
+    df = (rounds - 1) * (n_configs - 1)
+    corr = np.full((k, k), 0.5) + 0.5 * np.eye(k)
+    q = sm.max_t_quantile(corr, df, alpha)
+    sigma = sm.sd_upper(sigma_log, sigma_df) if sigma_df else sigma_log
+    return math.expm1(sm.noncentrality(q, df, power) * sigma * math.sqrt(2 / rounds))
+
+
+def rounds_needed(sigma_log: float, effect: float, n_configs: int, *, alpha: float = sm.ALPHA,
+                  power: float = sm.POWER, comparisons: int | None = None,
+                  sigma_df: float | None = None, max_rounds: int = 1000) -> int | None:  # fmt: skip
+    """The fewest rounds (at least 2) whose sensitivity reaches `effect` (0.05 = 5%), or
+    None if even max_rounds do not."""
+    for rounds in range(2, max_rounds + 1):
+        if sensitivity_for(sigma_log, rounds, n_configs, alpha=alpha, power=power,
+                           comparisons=comparisons, sigma_df=sigma_df) <= effect:  # fmt: skip
+            return rounds
+    return None
+
+
+# ---- drift ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    per_round: float  # fitted trend of the round effects, ratio change per round
+    over_run: float  # that trend from the first round to the last
+    spread: float  # SD of the round effects net of their estimation noise, as a ratio change
+    p: float | None  # the trend's p-value, for information only
+    judged: float  # the smallest difference being judged
+    large: bool
+    reason: str
+
+
+def drift(model: sm.Model, judged: float) -> Drift:
+    """How much the machine moved between rounds, from the round effects of the two-way
+    model, against the smallest difference being judged (a margin, or the smallest
+    sensitivity of the report). Large when the typical swing (2 SD) or the trend over the
+    run reaches that difference: blocked comparisons remove it, but per-configuration
+    means and comparisons across clusters built once carry it, and a trend that size also
+    moves trials within a round against each other. Not a significance test: a drift can
+    be certain and harmless, or unproven and large."""
+    plain = sm.fit(replace(model.obs, whole_plot_factors=()), model.resolution)
+    c = model.obs.n_configs
+    rounds = [r for r in range(model.obs.n_rounds) if np.any(plain.blocks[:, r] >= 0)]
+    effects = np.array([plain.sub.coef[c + plain.blocks[plain.blocks[:, r] >= 0, r][0]]
+                        for r in rounds])  # fmt: skip
+    effects -= effects.mean()
+    counts = np.array([np.sum(plain.blocks[:, r] >= 0) for r in rounds])
+    noise = float(np.mean(plain.sub.sigma**2 / counts)) if plain.sub.df > 0 else 0.0
+    sd = math.sqrt(max(0.0, float(np.var(effects, ddof=1)) - noise)) if len(rounds) > 1 else 0.0
+    slope, p = 0.0, None
+    if len(rounds) >= 3:
+        fit = sps.linregress(rounds, effects)
+        slope, p = float(fit.slope), float(fit.pvalue)
+    over = math.expm1(slope * (rounds[-1] - rounds[0]))
+    large = 2 * math.expm1(sd) >= judged or abs(over) >= judged
+    size = f"rounds moved by {sm.format_percent(round(math.expm1(sd), 4))} (SD) and "
+    size += f"{0.0 if abs(over) < 5e-4 else over:+.1%} from first to last"
+    verdict = "large" if large else "small"
+    reason = f"{size}: {verdict} against the {sm.format_percent(judged)} being judged"
+    return Drift(math.expm1(slope), over, math.expm1(sd), p, judged, large, reason)

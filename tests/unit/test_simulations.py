@@ -1,0 +1,126 @@
+"""Whole experiments simulated over noise recorded on this machine (tests/data/noise; the
+engine is bench/verdicts.py, which runs the same simulations with more repetitions):
+false "different" verdicts when nothing differs, power at the printed sensitivity, and
+rounds saved by adaptive stopping.
+
+Slack: an observed rate from n simulated experiments is allowed 3 binomial SDs above its
+target (5% false "different": 1.7 points at n = 1500, 3.3 at 400), or below it for power.
+Every run is seeded, so a pass or fail is reproducible."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from pgsweep import statmodel as sm
+from pgsweep import statmodel_seq as sq
+
+
+def _engine() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "verdicts.py"
+    spec = importlib.util.spec_from_file_location("bench_verdicts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+V = _engine()
+TPCB = V.sources("tpcb")
+SELECT = V.sources("select")
+
+
+def slack(n: int, p: float = sm.ALPHA) -> float:
+    return 3 * math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize(
+    ("design", "rounds", "reps"),
+    [(V.TWO, 10, 1500), (V.TWO_BY_TWO, 6, 800), (V.THREE_BY_FOUR, 5, 400)],
+    ids=["2 configs", "2x2", "3x4"],
+)
+def test_no_false_differences_with_fixed_rounds(design: object, rounds: int, reps: int) -> None:
+    for name, noise in (("boot", TPCB["boot"]), ("synth", TPCB["synth"])):
+        rates = V.fixed(design, rounds, noise, reps, seed=11, old=False)
+        for family in ("baseline", "effects"):
+            assert rates[family] <= sm.ALPHA + slack(reps), (name, family, rates)
+
+
+def test_no_false_differences_on_select_only_noise() -> None:
+    rates = V.fixed(V.TWO, 5, SELECT["boot"], 1000, seed=12, old=False)
+    assert rates["baseline"] <= sm.ALPHA + slack(1000)
+
+
+@pytest.mark.parametrize(
+    ("design", "decide", "reps"),
+    [(V.TWO, "baseline", 600), (V.TWO_BY_TWO, "effects", 500), (V.THREE_BY_FOUR, "baseline", 250)],
+    ids=["2 configs", "2x2", "3x4"],
+)
+def test_no_false_differences_with_repeated_looks(design: object, decide: str, reps: int) -> None:
+    """Looks at rounds 3, 5, 7 and 10, decisions kept from look to look, futility about a
+    10% difference (tpcb noise): any "different" at any look counts."""
+    plan = sq.make_plan(10, looks=[3, 5, 7, 10])
+    out = V.adaptive(design, plan, TPCB["boot"], reps, seed=13, decide=decide, interest=0.10)
+    assert out["different"] <= sm.ALPHA + slack(reps), out["different"]
+
+
+def test_family_boundaries_spend_exactly_alpha_over_looks() -> None:
+    """Gaussian check of the family's group-sequential boundaries: 3 correlated contrasts
+    looked at after every round from 3 to 10, known variance: P(any crossing) = 5%."""
+    plan = sq.make_plan(10, 3)
+    corr = np.array([[1, 0.5, 0.5], [0.5, 1, 0.5], [0.5, 0.5, 1]])
+    crit = [sm.max_t_quantile(corr, 1e7, sq.look_level(plan, k)(corr)) for k in range(8)]
+    rng = np.random.default_rng(5)
+    n = 100_000
+    root = np.linalg.cholesky(corr)
+    s, ever, prev = np.zeros((n, 3)), np.zeros(n, bool), 0
+    for k, r in enumerate(plan.looks):
+        s += rng.standard_normal((n, r - prev, 3)).sum(axis=1) @ root.T
+        prev = r
+        ever |= np.abs(s / math.sqrt(r)).max(axis=1) > crit[k]
+    assert ever.mean() == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / n))
+
+
+@pytest.mark.parametrize(("design", "rounds", "reps"), [(V.TWO, 10, 600), (V.TWO_BY_TWO, 6, 300)])
+def test_printed_sensitivity_is_found_with_80_percent_power(
+    design: object, rounds: int, reps: int
+) -> None:
+    """Inject exactly the change an A/A experiment printed ("differences above X% would
+    have been detected") into a fresh experiment: at least 80% are called different."""
+    out = V.power_at_printed(design, rounds, TPCB["boot"], reps, seed=14)
+    assert out["fresh"] >= 0.80 - slack(reps, 0.80), out
+    assert out["same"] >= 0.80 - slack(reps, 0.80), out
+
+
+def test_adaptive_rounds_save_rounds_at_equal_power() -> None:
+    """A true +15% on tpcb noise: adaptive (max 10, a look after every round from 3) finds
+    it as often as a fixed design of R rounds, using fewer rounds than R on average."""
+    effect, reps = {1: 1.15}, 200
+    plan = sq.make_plan(10, 3)
+    out = V.adaptive(V.TWO, plan, TPCB["boot"], reps, seed=15, effect=effect, interest=0.10)
+    power = {r: V.fixed(V.TWO, r, TPCB["boot"], reps, 15, effect, old=False)["baseline"]
+             for r in range(6, 11)}  # fmt: skip
+    equal = min(r for r, p in power.items() if p >= out["detected"] - 0.03)
+    assert out["rounds"] < equal - 0.5, (out["rounds"], out["detected"], power)
+
+
+def test_whole_plot_factor_with_replicated_builds_keeps_five_percent() -> None:
+    """A cluster factor rebuilt every round, builds differing by 3%: judged on the
+    between-build error with (levels - 1)(rounds - 1) df."""
+    alone = V.whole_plot(V.CLUSTERS, 6, TPCB["boot"], 1000, seed=16)
+    rate, error, replicates = alone["scale=50 vs 10"]
+    assert (error, replicates) == ("whole-plot", 6)
+    assert rate <= sm.ALPHA + slack(1000)
+    split = V.whole_plot(V.SPLIT, 6, TPCB["boot"], 150, seed=17)
+    assert split["scale=50 vs 10"][1:] == ("whole-plot", 6)
+    assert split["b=2 vs 1"][1] == "pooled"
+    assert sum(r for r, *_ in split.values()) <= sm.ALPHA + slack(150)
+    once = V.whole_plot(V.CLUSTERS_ONCE, 6, TPCB["boot"], 50, seed=18)
+    assert once["scale=50 vs 10"][1:] == ("within-run only", 1)
