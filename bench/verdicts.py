@@ -19,8 +19,10 @@ many experiments, so the series are extended two ways:
 Cluster builds differ in ways one cluster's recording cannot show; where a design has a
 cluster factor, each build gets a log-normal level with SD `build_sd` (3%).
 
-The unit tests (tests/unit/test_simulations.py) import these functions and run them with
-fewer repetitions. Run: .venv/bin/python bench/verdicts.py [--reps N]
+The simulation engine (noise sources, designs, runners) is pgsweep.verdict.simulate, which
+the unit tests (tests/unit/test_simulations.py) run with fewer repetitions; this script
+adds the old method for comparison and prints the report.
+Run: .venv/bin/python bench/verdicts.py [--reps N]
 """
 
 from __future__ import annotations
@@ -30,116 +32,39 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the machine's cores run benchmarks
 
 import argparse
-import csv
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import signal
 from scipy import stats as sps
 
-from pgsweep import statmodel as sm
-from pgsweep import statmodel_seq as sq
-from pgsweep.layers.base import Cost
-from pgsweep.plan import PlanFactor, make_plan
+from pgsweep import verdict as sm
+from pgsweep.verdict import sequential as sq
+from pgsweep.verdict.simulate import (
+    CLUSTERS,
+    CLUSTERS_ONCE,
+    SPLIT,
+    SPLIT_ONCE,
+    THREE_BY_FOUR,
+    TWO,
+    TWO_BY_TWO,
+    Design,
+    Source,
+    adaptive,
+    bootstrap,
+    experiment,
+    fixed,
+    load,
+    power_at_printed,
+    seeds,
+    sources,
+    whole_plot,
+)
 
 NOISE = Path(__file__).resolve().parents[1] / "tests" / "data" / "noise"
-Source = Callable[[int, np.random.Generator], np.ndarray]
-
-
-def load(workload: str, column: str = "tps") -> np.ndarray:
-    with open(NOISE / f"{workload}.csv", newline="") as f:
-        return np.array([float(r[column]) for r in csv.DictReader(f)])
-
-
-def recorded(series: np.ndarray) -> Source:
-    def draw(n: int, rng: np.random.Generator) -> np.ndarray:
-        if n > len(series):
-            raise ValueError(f"{n} trials need more than the {len(series)} recorded runs")
-        start = int(rng.integers(0, len(series) - n + 1))
-        return series[start : start + n].copy()
-
-    return draw
-
-
-def bootstrap(series: np.ndarray, block: int = 8) -> Source:
-    def draw(n: int, rng: np.random.Generator) -> np.ndarray:
-        starts = rng.integers(0, len(series) - block + 1, size=n // block + 1)
-        return np.concatenate([series[s : s + block] for s in starts])[:n]
-
-    return draw
-
-
-def synthetic(series: np.ndarray, drift: float = 0.5) -> Source:
-    logs = np.log(series)
-    d = logs - logs.mean()
-    phi = float(np.sum(d[:-1] * d[1:]) / np.sum(d * d))
-    sd = float(logs.std(ddof=1))
-    step = drift * sd / math.sqrt(len(series))
-
-    def draw(n: int, rng: np.random.Generator) -> np.ndarray:
-        e = rng.normal(0, sd * math.sqrt(1 - phi**2), n)
-        e[0] = rng.normal(0, sd)
-        x = signal.lfilter([1.0], [1.0, -phi], e)  # x[i] = phi x[i-1] + e[i]
-        walk = np.cumsum(rng.normal(0, step, n))
-        return np.exp(logs.mean() + x + walk - walk[0])
-
-    return draw
-
-
-def sources(workload: str, column: str = "tps") -> dict[str, Source]:
-    s = load(workload, column)
-    return {"boot": bootstrap(s), "synth": synthetic(s), "rec": recorded(s)}
-
-
-@dataclass(frozen=True)
-class Design:
-    name: str
-    factors: tuple[tuple[str, tuple[Any, ...], bool], ...]  # name, levels, cluster factor
-    rebuild: str = "once"
-    build_sd: float = 0.03
-
-    def whole_plot(self) -> tuple[str, ...]:
-        return tuple(n for n, _, wp in self.factors if wp)
-
-
-TWO = Design("2 configs", (("a", ("off", "on"), False),))
-TWO_BY_TWO = Design("2x2", (("a", ("x", "y"), False), ("b", (1, 2), False)))
-THREE_BY_FOUR = Design("3x4", (("a", ("x", "y", "z"), False), ("b", (1, 2, 3, 4), False)))
-SPLIT = Design("2x2 split", (("scale", (10, 50), True), ("b", (1, 2), False)), "per_round")
-SPLIT_ONCE = Design("2x2 split, built once", SPLIT.factors, "once")
-CLUSTERS = Design("2 clusters", (("scale", (10, 50), True),), "per_round")
-CLUSTERS_ONCE = Design("2 clusters, built once", CLUSTERS.factors, "once")
-
-
-def experiment(design: Design, rounds: int, source: Source, rng: np.random.Generator,
-               effect: dict[int, float] | None = None, decimals: int | None = None
-               ) -> sm.Observations:  # fmt: skip
-    """One simulated experiment: trials in plan order take consecutive noise values."""
-    factors = [PlanFactor(n, lv, Cost.CLUSTER if wp else Cost.NOTHING)
-               for n, lv, wp in design.factors]  # fmt: skip
-    plan = make_plan(factors, rounds, int(rng.integers(2**31)), design.rebuild)
-    index = {c.id: i for i, c in enumerate(plan.configurations)}
-    noise = source(len(plan.trials), rng)
-    values = np.empty((len(plan.configurations), rounds))
-    builds: dict[tuple[int, ...], float] = {}
-    for t in plan.trials:
-        i = index[t.config]
-        g = plan.configurations[i].group
-        key = (g,) if design.rebuild == "once" else (g, t.round)
-        level = builds.setdefault(key, float(rng.normal(0, design.build_sd)))
-        wp = math.exp(level) if design.whole_plot() else 1.0
-        values[i, t.round - 1] = noise[t.order - 1] * wp * (effect or {}).get(i, 1.0)
-    if decimals is not None:
-        values = np.round(values, decimals)
-    levels = [dict(c.levels) for c in plan.configurations]
-    return sm.Observations(values, levels, 0, True, design.whole_plot(),
-                           design.rebuild == "per_round")  # fmt: skip
 
 
 # ---- the method this replaces, for contrast (stats.compare / analysis._effects) -------
@@ -192,91 +117,7 @@ def old_effects_different(obs: sm.Observations) -> bool:
     return min(ps) < sm.ALPHA
 
 
-# ---- simulation runners -------------------------------------------------------------
-
-
-def _seeds(seed: int, reps: int) -> Iterator[np.random.Generator]:
-    for s in np.random.SeedSequence(seed).spawn(reps):
-        yield np.random.default_rng(s)
-
-
-def fixed(design: Design, rounds: int, source: Source, reps: int, seed: int,
-          effect: dict[int, float] | None = None, old: bool = True
-          ) -> dict[str, float]:  # fmt: skip
-    """Share of experiments with any "different" verdict, per family, new and old."""
-    n = {"baseline": 0, "effects": 0, "old baseline": 0, "old effects": 0, "paired": 0}
-    for rng in _seeds(seed, reps):
-        obs = experiment(design, rounds, source, rng, effect)
-        model = sm.fit(obs)
-        n["paired"] += not model.pooled
-        n["baseline"] += any(c.decision == "different" for c in sm.baseline_family(model).contrasts)
-        n["effects"] += any(c.decision == "different" for c in sm.effects_family(model).contrasts)
-        if old:
-            n["old baseline"] += old_baseline_different(obs)
-            n["old effects"] += old_effects_different(obs)
-    return {k: v / reps for k, v in n.items()}
-
-
-def adaptive(design: Design, plan: sq.SequentialPlan, source: Source, reps: int, seed: int,
-             decide: str = "baseline", effect: dict[int, float] | None = None,
-             precision: float = 0.02, interest: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """Looks at every planned round, decisions carried from look to look; counts the
-    experiments with any "different" (at any look), the rounds used and why they stopped."""
-    found, detected, used, reasons = 0, 0, [], []
-    for rng in _seeds(seed, reps):
-        obs = experiment(design, plan.max_rounds, source, rng, effect)
-        decided: dict[str, sm.Contrast] = {}
-        for r in plan.looks:
-            look = sq.decide_at_look(plan, obs.first_rounds(r), decide, precision, interest,
-                                     decided)  # fmt: skip
-            decided = look.decided
-            if look.stop:
-                break
-        diff = [c for c in look.contrasts() if c.decision == "different"]
-        found += bool(diff)
-        detected += any(c.config in (effect or {}) and c.ratio > 1 for c in diff)
-        used.append(look.rounds)
-        reasons.append(look.reason.split(":")[0])
-    return {"different": found / reps, "detected": detected / reps,
-            "rounds": float(np.mean(used)), "used": used, "reasons": reasons}  # fmt: skip
-
-
-def power_at_printed(design: Design, rounds: int, source: Source, reps: int, seed: int,
-                     config: int = 1) -> dict[str, float]:  # fmt: skip
-    """Take the sensitivity printed for `config` against the baseline in an A/A experiment,
-    inject exactly that change into (a) a fresh experiment, (b) the same noise, and count
-    how often it is called different (in the right direction)."""
-    printed, fresh, same = [], 0, 0
-    for rng in _seeds(seed, reps):
-        state = int(rng.integers(2**62))
-        aa = experiment(design, rounds, source, np.random.default_rng(state))
-        c = _pick(sm.baseline_family(sm.fit(aa)), config)
-        printed.append(c.detectable)
-        bump = {config: 1 + c.detectable}
-        for name, s in (("fresh", state + 1), ("same", state)):
-            obs = experiment(design, rounds, source, np.random.default_rng(s), bump)
-            hit = _pick(sm.baseline_family(sm.fit(obs)), config)
-            ok = hit.decision == "different" and hit.ratio > 1
-            fresh, same = (fresh + ok, same) if name == "fresh" else (fresh, same + ok)
-    return {"printed": float(np.median(printed)), "fresh": fresh / reps, "same": same / reps}
-
-
-def _pick(family: sm.Family, config: int) -> sm.Contrast:
-    return next(c for c in family.contrasts if c.config == config)
-
-
-def whole_plot(design: Design, rounds: int, source: Source, reps: int, seed: int
-               ) -> dict[str, Any]:  # fmt: skip
-    """A/A on a design with a cluster factor: how often each effect is called different,
-    with the error term and replicates the model gave it."""
-    hits: dict[str, int] = {}
-    info: dict[str, tuple[str, int]] = {}
-    for rng in _seeds(seed, reps):
-        fam = sm.effects_family(sm.fit(experiment(design, rounds, source, rng)))
-        for c in fam.contrasts:
-            hits[c.label] = hits.get(c.label, 0) + (c.decision == "different")
-            info[c.label] = (c.error, c.replicates)
-    return {k: (v / reps, *info[k]) for k, v in hits.items()}
+OLD = {"old baseline": old_baseline_different, "old effects": old_effects_different}
 
 
 # ---- the printed report -------------------------------------------------------------
@@ -297,7 +138,7 @@ def coverage(design: Design, rounds: int, source: Source, reps: int, seed: int,
     mean."""
     hit = {"model/run": 0, "model/long": 0, "old t/run": 0, "old t/long": 0}
     n = 0
-    for rng in _seeds(seed, reps):
+    for rng in seeds(seed, reps):
         obs = experiment(design, rounds, source, rng)
         y = np.log(obs.values)
         run = float(y.mean())
@@ -315,9 +156,9 @@ def coverage(design: Design, rounds: int, source: Source, reps: int, seed: int,
 def zero_width(rounds: int, reps: int, seed: int) -> dict[str, float]:
     """select-only latency in whole microseconds (0.036-0.045 ms), A/A with 2 configs:
     how often the old paired-t interval has zero width, and the new false-"different"."""
-    lat = bootstrap(load("select", "lat_ms"))
+    lat = bootstrap(load(NOISE, "select", "lat_ms"))
     zero, different, narrowest = 0, 0, math.inf
-    for rng in _seeds(seed, reps):
+    for rng in seeds(seed, reps):
         obs = experiment(TWO, rounds, lat, rng, decimals=3)
         d = np.log(obs.values[1] / obs.values[0])
         zero += bool(np.std(d) == 0)
@@ -338,12 +179,12 @@ def _row(*cells: object, widths: tuple[int, ...] = (26, 9, 9, 9, 9, 9, 9)) -> st
 
 def report(reps: int, seed: int) -> None:
     t0 = time.time()
-    noise = {w: sources(w) for w in ("tpcb", "select")}
+    noise = {w: sources(NOISE, w) for w in ("tpcb", "select")}
     print(f"bench/verdicts: seed {seed}, {reps} simulated experiments per cell unless noted")
     print("noise: tests/data/noise (60 x 10 s runs each); boot = moving-block bootstrap "
           "(blocks of 8), synth = AR(1) + random walk, rec = contiguous stretches")  # fmt: skip
     for w in ("tpcb", "select"):
-        s = np.log(load(w))
+        s = np.log(load(NOISE, w))
         d = s - s.mean()
         print(f"  {w}: SD of log TPS {s.std(ddof=1):.1%}, lag-1 autocorrelation "
               f"{np.sum(d[:-1] * d[1:]) / np.sum(d * d):.2f}")  # fmt: skip
@@ -356,7 +197,7 @@ def report(reps: int, seed: int) -> None:
         n = reps if design is not THREE_BY_FOUR else reps // 2
         for w, name in (("tpcb", "boot"), ("tpcb", "synth"), ("tpcb", "rec"),
                         ("select", "boot"), ("select", "synth")):  # fmt: skip
-            r = fixed(design, rounds, noise[w][name], n, seed)
+            r = fixed(design, rounds, noise[w][name], n, seed, also=OLD)
             print(_row(f"{design.name} x{rounds}, {w} {name}", r["baseline"], r["effects"],
                        r["old baseline"], r["old effects"], r["paired"]))  # fmt: skip
     print(f"   3 binomial SDs at 5%: {3 * math.sqrt(0.0475 / reps):.1%} ({reps} experiments), "
@@ -416,7 +257,7 @@ def _power_tables(noise: dict[str, dict[str, Source]], reps: int, seed: int) -> 
     for change in (1.10, 1.15, 1.25):
         eff = {1: change}
         a = adaptive(TWO, plan, noise["tpcb"]["boot"], n, seed, effect=eff, interest=0.10)
-        curve = {r: fixed(TWO, r, noise["tpcb"]["boot"], n, seed, eff, old=False)["baseline"]
+        curve = {r: fixed(TWO, r, noise["tpcb"]["boot"], n, seed, eff)["baseline"]
                  for r in range(3, 16)}  # fmt: skip
         equal = next((r for r, p in curve.items() if p >= a["detected"]), None)
         saved = f"{1 - a['rounds'] / equal:.0%}" if equal else "-"
@@ -448,11 +289,11 @@ def _other_tables(noise: dict[str, dict[str, Source]], reps: int, seed: int) -> 
           "10 s runs, gaps and warm-up ignored)")  # fmt: skip
     print(_row("trials", "sigma", "printed", "power+10%", widths=(26, 9, 9, 10)))
     for k, rounds in ((1, 15), (1, 10), (2, 5), (3, 5), (2, 8)):
-        src = bootstrap(aggregate(load("tpcb"), k), block=max(2, 8 // k))
+        src = bootstrap(aggregate(load(NOISE, "tpcb"), k), block=max(2, 8 // k))
         sig = [sm.fit(experiment(TWO, rounds, src, rng)).sub.sigma
-               for rng in _seeds(seed, reps // 4)]  # fmt: skip
+               for rng in seeds(seed, reps // 4)]  # fmt: skip
         p = power_at_printed(TWO, rounds, src, reps // 4, seed)
-        hit = fixed(TWO, rounds, src, reps // 2, seed, {1: 1.10}, old=False)["baseline"]
+        hit = fixed(TWO, rounds, src, reps // 2, seed, {1: 1.10})["baseline"]
         print(_row(f"{rounds} x {10 * k} s", f"{np.median(sig):.1%}", f"{p['printed']:.1%}",
                    hit, widths=(26, 9, 9, 10)))  # fmt: skip
     print("   sigma = median residual SD of one trial (log scale); printed = median printed "
@@ -463,7 +304,7 @@ def _other_tables(noise: dict[str, dict[str, Source]], reps: int, seed: int) -> 
 
     print("\n8. Per-configuration 95% intervals, A/A, tpcb boot: coverage")
     print(_row("design", "model/run", "model/long", "old t/run", "old t/long"))
-    long_run = float(np.log(load("tpcb")).mean())
+    long_run = float(np.log(load(NOISE, "tpcb")).mean())
     for design, rounds in ((TWO, 5), (TWO, 10), (TWO_BY_TWO, 6)):
         c = coverage(design, rounds, noise["tpcb"]["boot"], reps // 4, seed, long_run)
         print(_row(f"{design.name} x{rounds}", c["model/run"], c["model/long"],

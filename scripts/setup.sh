@@ -32,6 +32,13 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# The throwaway servers (and whatever an experiment's scripts run) get a system account of
+# their own that owns nothing else, not postgres, whose files are the machine's clusters.
+if [ "$(id -u)" -eq 0 ] && ! id pgsweep >/dev/null 2>&1; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pgsweep
+    echo "setup: made the system account pgsweep for the throwaway servers" >&2
+fi
+
 # Debian's postgresql package starts a cluster of its own; pgsweep never touches it.
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

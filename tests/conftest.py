@@ -4,16 +4,21 @@ and a check that nothing a run created is left on the machine."""
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# the account throwaway servers run as when pgsweep runs as root (scripts/setup.sh makes it)
+SERVER_USER = "pgsweep"
 DATA = Path(__file__).parent / "data"
 
 
@@ -33,6 +38,17 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "state"
     monkeypatch.setenv("PGSWEEP_STATE_DIR", str(d))
     return d
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A root-owned folder the server user can pass through and read (pytest's own are
+    closed to other users): for files the server user must reach, and results folders
+    whose work area should live inside them, as on a user's machine."""
+    d = Path(tempfile.mkdtemp(prefix="pgsweep-test-open-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def write_experiment(folder: Path, body: str, name: str = "exp.toml") -> Path:

@@ -1,18 +1,24 @@
-"""From a results folder to what a report says: per-configuration summaries of each metric,
-comparisons with the baseline (Holm-adjusted, with verdicts), marginal effects of every
-factor, two-factor interaction tables, and warnings. The result is plain data: the JSON
-report is this, serialised; the other formats render it."""
+"""From a results folder to what a report says. One model per metric (pgsweep.verdict: log value
+~ round + configuration, pooled error, split-plot error for whole-plot factors), two
+families of claims each held at the report's alpha: every configuration against the
+baseline, and the factor effects (main effects first, then every two-factor interaction).
+Intervals are simultaneous, so an interval and its verdict never disagree. The result is
+plain data: the JSON report is this, serialised; the other formats render it."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from itertools import combinations
 from typing import Any
 
-from . import stats
-from .store import Store
+import numpy as np
+
+from . import verdict as sm
+from .analysis_checks import CV_WARN, warnings
+from .errors import PgsweepError
+from .store import TPS, Results
+from .verdict import sequential as sq
 
 # metric -> (label, higher is better, unit); values per trial come from trial.tps or metric
 METRICS: dict[str, tuple[str, bool, str]] = {
@@ -26,8 +32,7 @@ METRICS: dict[str, tuple[str, bool, str]] = {
 # A workload that writes less than this per transaction (select-only) writes next to
 # nothing: ratios of such values are noise, so those trials are left out of the byte metrics.
 NEGLIGIBLE_BYTES = 64.0
-CV_WARN = 0.05
-WINDOW_TOLERANCE = 0.02
+__all__ = ["CV_WARN", "METRICS", "Analysis", "Config", "analyse"]
 
 
 @dataclass
@@ -46,221 +51,177 @@ class Config:
 class Analysis:
     experiment: dict[str, Any]
     factors: list[str]
-    cluster_factors: list[str]
+    whole_plot_factors: list[str]  # factors whose levels each need a cluster of their own
     baseline: str
     configurations: list[Config]
-    comparisons: list[dict[str, Any]]
-    effects: list[dict[str, Any]]
-    interactions: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]]  # every configuration against the baseline
+    effects: list[dict[str, Any]]  # main effects, then two-factor interactions
+    rounds: list[dict[str, Any]]  # per round: the TPS level (geometric mean of the round)
+    drift: dict[str, Any] | None
+    method: dict[str, Any]
     warnings: list[str]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)
 
+    def main_effects(self, metric: str = "tps") -> list[dict[str, Any]]:
+        return [e for e in self.effects if e["metric"] == metric and e["kind"] == "main"]
+
+    def interactions(self, metric: str = "tps") -> list[dict[str, Any]]:
+        return [e for e in self.effects if e["metric"] == metric and e["kind"] == "interaction"]
+
 
 def analyse(
-    store: Store, baseline: dict[str, Any] | None = None, margin: float | None = None
-) -> Analysis:
-    exp = store.experiment()
-    assert exp is not None
-    plan = json.loads(exp["plan_json"])
-    factors = [f["name"] for f in plan["factors"]]
-    cluster_factors = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
-    configs = _load(store)
-    base = _baseline(configs, factors, baseline)
-    for c in configs:
-        c.summary = {
-            m: asdict(s)
-            for m in METRICS
-            if (s := stats.summarize(list(c.values.get(m, {}).values())))
-        }
-    comparisons = _comparisons(configs, base, margin)
-    effects = _effects(configs, factors, margin)
-    interactions = [_interaction(configs, a, b) for a, b in combinations(factors, 2)][:6]
-    warnings = _warnings(configs, cluster_factors, plan, store)
+    results: Results, baseline: dict[str, Any] | None = None, margin: float | None = None,
+    alpha: float = sm.ALPHA,
+) -> Analysis:  # fmt: skip
+    exp = results.experiment()
+    plan = exp.plan
+    factors = exp.factors
+    whole = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
+    replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
+    configs = _load(results)
+    base = _baseline(configs, baseline)
+    rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
+    comparisons: list[dict[str, Any]] = []
+    effects: list[dict[str, Any]] = []
+    notes: list[str] = []
+    tps_model = None
+    for metric, (label, higher, _) in METRICS.items():
+        obs = _observations(configs, metric, rounds, base, higher, whole, replicated)
+        if obs is None:
+            continue
+        model = sm.fit(obs)
+        tps_model = model if metric == TPS else tps_model
+        _summaries(configs, metric, model, alpha)
+        for family, into in ((sm.baseline_family(model, alpha, margin), comparisons),
+                             (_effects(model, alpha, margin), effects)):  # fmt: skip
+            if family is None:
+                continue
+            notes += [f"{label}: {n}" for n in family.notes]
+            into += [_row(c, metric, label, higher, family, configs, base)
+                     for c in family.contrasts]  # fmt: skip
+    judged = min([c["detectable"] for c in comparisons if c["metric"] == TPS] or [0.05])
+    drift = asdict(sq.drift(tps_model, margin or judged)) if tps_model is not None else None
     info = {
-        k: exp[k] for k in ("name", "seed", "created_at", "postgres_version", "pgsweep_version")
+        k: getattr(exp, k)
+        for k in ("name", "seed", "created_at", "postgres_version", "pgsweep_version")
     }
-    info["rounds"], info["rebuild"] = plan.get("rounds"), plan.get("rebuild")
-    return Analysis(info, factors, cluster_factors, base.id, configs, comparisons, effects,
-                    interactions, warnings)  # fmt: skip
+    info |= {"rounds": plan.get("rounds"), "rebuild": plan.get("rebuild"),
+             "replicated": replicated, "keep_alive": plan.get("keep_alive", True)}  # fmt: skip
+    method = {"alpha": alpha, "families": "baseline and effects, each at alpha per metric",
+              "critical": "single-step max-|t| (simultaneous intervals)",
+              "notes": notes}  # fmt: skip
+    round_rows = _round_levels(configs, rounds)
+    out = Analysis(info, factors, whole, base.id, configs, comparisons, effects, round_rows,
+                   drift, method, [])  # fmt: skip
+    out.warnings = warnings(out, results)
+    return out
 
 
-def _load(store: Store) -> list[Config]:
+def _load(results: Results) -> list[Config]:
+    """Each configuration's values per metric and round."""
     configs = {
-        r["id"]: Config(r["id"], json.loads(r["levels_json"]), r["label"], r["grp"])
-        for r in store.rows("SELECT * FROM configuration ORDER BY id")
+        c.id: Config(c.id, dict(c.levels), c.label, c.group) for c in results.configurations()
     }
-    for t in store.rows("SELECT id, config_id, round, status, tps FROM trial"):
-        c = configs[t["config_id"]]
-        if t["status"] != "ok":
-            c.failed += 1
-            continue
-        c.values.setdefault("tps", {})[t["round"]] = t["tps"]
-    names = tuple(m for m in METRICS if m != "tps")
-    marks = ", ".join("?" * len(names))
-    for r in store.rows(
-        "SELECT t.config_id, t.round, m.name, m.value FROM metric m JOIN trial t ON "
-        f"t.id = m.trial_id WHERE t.status = 'ok' AND m.name IN ({marks})",
-        names,
-    ):
-        c = configs[r["config_id"]]
-        if METRICS[r["name"]][2] == "B" and r["value"] < NEGLIGIBLE_BYTES:
-            if r["name"] not in c.negligible:
-                c.negligible.append(r["name"])
-            continue
-        c.values.setdefault(r["name"], {})[r["round"]] = r["value"]
+    for t in results.trials():
+        if not t.ok:
+            configs[t.config_id].failed += 1
+    for (config_id, r), v in results.metric_by_round(TPS).items():
+        configs[config_id].values.setdefault(TPS, {})[r] = v
+    for name in sorted(m for m in METRICS if m != TPS):
+        for (config_id, r), v in sorted(results.metric_by_round(name).items()):
+            c = configs[config_id]
+            if METRICS[name][2] == "B" and v < NEGLIGIBLE_BYTES:
+                if name not in c.negligible:
+                    c.negligible.append(name)
+                continue
+            c.values.setdefault(name, {})[r] = v
     return list(configs.values())
 
 
-def _baseline(configs: list[Config], factors: list[str], wanted: dict[str, Any] | None) -> Config:
-    if wanted:
-        for c in configs:
-            if all(str(c.levels.get(k)) == str(v) for k, v in wanted.items()):
-                return c
-    return configs[0]  # configuration ids follow the level order: c01 holds every first level
-
-
-def _comparisons(configs: list[Config], base: Config, margin: float | None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for metric, (label, higher, _) in METRICS.items():
-        rows = []
-        for c in configs:
-            if c is base or metric not in c.values or metric not in base.values:
-                continue
-            cmp = stats.compare(c.values[metric], base.values[metric])
-            if cmp is not None:
-                rows.append((c, cmp))
-        adjusted = stats.holm([cmp.p for _, cmp in rows])
-        for (c, cmp), p_adj in zip(rows, adjusted, strict=True):
-            cmp = stats.Comparison(**{**asdict(cmp), "p_adjusted": p_adj})
-            out.append({"metric": metric, "label": label, "config": c.id, "baseline": base.id,
-                        **asdict(cmp), "verdict": stats.verdict(cmp, higher, margin)})  # fmt: skip
-    return out
-
-
-def _per_round_log_ratio(
-    configs: list[Config], factor: str, level: Any, ref: Any, metric: str, where: dict[str, Any]
-) -> dict[int, float]:
-    """For each round: the mean over matching configuration pairs (same levels of every
-    other factor, restricted by `where`) of log(value at `level` / value at `ref`)."""
-    by_rest: dict[str, dict[str, Config]] = {}
+def _baseline(configs: list[Config], wanted: dict[str, Any] | None) -> Config:
+    """The configuration of every factor's first level (c01), or the one asked for; a
+    baseline no configuration matches is an error, never a silent fallback."""
+    if not wanted:
+        return configs[0]
     for c in configs:
-        if any(str(c.levels.get(k)) != str(v) for k, v in where.items()):
+        if all(str(c.levels.get(k)) == str(v) for k, v in wanted.items()):
+            return c
+    known = {k: sorted({str(c.levels.get(k)) for c in configs}) for k in configs[0].levels}
+    raise PgsweepError(
+        f"no configuration has the baseline levels {wanted}",
+        expected="; ".join(f"{k}: {', '.join(v)}" for k, v in known.items()) or "no factors",
+        fix="name a factor and one of its levels, e.g. --baseline server.work_mem=4MB",
+    )
+
+
+def _observations(
+    configs: list[Config], metric: str, rounds: list[int], base: Config, higher: bool,
+    whole: list[str], replicated: bool,
+) -> sm.Observations | None:  # fmt: skip
+    values = np.full((len(configs), len(rounds)), np.nan)
+    for i, c in enumerate(configs):
+        for j, r in enumerate(rounds):
+            v = c.values.get(metric, {}).get(r)
+            if v is not None and v > 0 and math.isfinite(v):  # 0 TPS has no place on a log scale
+                values[i, j] = v
+    if np.count_nonzero(~np.isnan(values)) < 2:
+        return None
+    return sm.Observations(values, [c.levels for c in configs], configs.index(base), higher,
+                           tuple(whole), replicated)  # fmt: skip
+
+
+def _effects(model: sm.Model, alpha: float, margin: float | None) -> sm.Family | None:
+    return sm.effects_family(model, alpha, margin) if model.obs.levels[0] else None
+
+
+def _summaries(configs: list[Config], metric: str, model: sm.Model, alpha: float) -> None:
+    """n, mean, median, stddev, CV, min, max over trials, and the model's level of the
+    configuration over this run's rounds with its interval (ci_low, ci_high)."""
+    levels = {m.config: m for m in sm.config_means(model, alpha)}
+    for i, c in enumerate(configs):
+        x = np.array([v for v in c.values.get(metric, {}).values() if v is not None])
+        if len(x) == 0:
             continue
-        rest = json.dumps({k: v for k, v in c.levels.items() if k != factor}, sort_keys=True)
-        by_rest.setdefault(rest, {})[str(c.levels.get(factor))] = c
-    sums: dict[int, list[float]] = {}
-    for pair in by_rest.values():
-        a, b = pair.get(str(level)), pair.get(str(ref))
-        if a is None or b is None:
-            continue
-        va, vb = a.values.get(metric, {}), b.values.get(metric, {})
-        for r in set(va) & set(vb):
-            if va[r] > 0 < vb[r]:
-                sums.setdefault(r, []).append(math.log(va[r] / vb[r]))
-    return {r: math.exp(sum(v) / len(v)) for r, v in sums.items()}
+        sd = float(x.std(ddof=1)) if len(x) > 1 else None
+        level = levels.get(i)
+        finite = level is not None and math.isfinite(level.mean) and len(x) > 1
+        c.summary[metric] = {
+            "n": len(x), "mean": float(x.mean()), "median": float(np.median(x)),
+            "stddev": sd, "cv": sd / float(x.mean()) if sd is not None and x.mean() else None,
+            "min": float(x.min()), "max": float(x.max()),
+            "level": level.mean if finite and level else None,
+            "ci_low": level.low if finite and level else None,
+            "ci_high": level.high if finite and level else None,
+        }  # fmt: skip
 
 
-def _levels(configs: list[Config], factor: str) -> list[Any]:
-    seen: list[Any] = []
-    for c in configs:
-        if c.levels.get(factor) not in seen:
-            seen.append(c.levels.get(factor))
-    return seen
+def _row(c: sm.Contrast, metric: str, label: str, higher: bool, family: sm.Family,
+         configs: list[Config], base: Config) -> dict[str, Any]:  # fmt: skip
+    row: dict[str, Any] = {
+        "metric": metric, "label": label, "kind": c.kind, "contrast": c.label,
+        "ratio": c.ratio, "ci_low": c.low, "ci_high": c.high, "p_adjusted": c.p_adjusted,
+        "decision": c.decision, "error": c.error, "replicates": c.replicates, "df": c.df,
+        "detectable": c.detectable, "verdict": sm.verdict(c, higher),
+        "caveats": sm.caveats(c), "method": family.method,
+    }  # fmt: skip
+    if c.kind == "baseline" and c.config is not None:
+        row |= {"config": configs[c.config].id, "baseline": base.id}
+    else:
+        row["terms"] = [{"factor": f, "level": lv, "reference": ref} for f, lv, ref in c.terms]
+        row |= {"factor": c.terms[0][0], "level": c.terms[0][1], "reference": c.terms[0][2]}
+    return row
 
 
-def _effects(
-    configs: list[Config], factors: list[str], margin: float | None
-) -> list[dict[str, Any]]:
-    """Marginal effect of each level against the factor's first level, averaged over the
-    other factors within each round."""
+def _round_levels(configs: list[Config], rounds: list[int]) -> list[dict[str, Any]]:
+    """Each round's TPS level: the geometric mean over the configurations it ran, so slow
+    and fast stretches of the machine show, round by round."""
     out = []
-    for f in factors:
-        levels = _levels(configs, f)
-        for metric, (label, higher, _) in METRICS.items():
-            for level in levels[1:]:
-                ratios = _per_round_log_ratio(configs, f, level, levels[0], metric, {})
-                cmp = stats.compare(ratios, dict.fromkeys(ratios, 1.0))
-                if cmp is None:
-                    continue
-                out.append({"factor": f, "level": level, "reference": levels[0], "metric": metric,
-                            "label": label, **asdict(cmp),
-                            "verdict": stats.verdict(cmp, higher, margin)})  # fmt: skip
-    return out
-
-
-def _interaction(configs: list[Config], a: str, b: str) -> dict[str, Any]:
-    """TPS effect of a's levels (against its first) at each level of b, and for the first
-    two levels of each, whether the effect of a depends on b (difference of log ratios)."""
-    la, lb = _levels(configs, a), _levels(configs, b)
-    table = []
-    for vb in lb:
-        for va in la[1:]:
-            ratios = _per_round_log_ratio(configs, a, va, la[0], "tps", {b: vb})
-            cmp = stats.compare(ratios, dict.fromkeys(ratios, 1.0))
-            table.append(
-                {"at": vb, "level": va, "reference": la[0], **(asdict(cmp) if cmp else {})}
-            )
-    test = None
-    if len(la) >= 2 and len(lb) >= 2:
-        hi = _per_round_log_ratio(configs, a, la[1], la[0], "tps", {b: lb[1]})
-        lo = _per_round_log_ratio(configs, a, la[1], la[0], "tps", {b: lb[0]})
-        cmp = stats.compare(hi, lo)
-        test = asdict(cmp) if cmp else None
-    return {"factor": a, "by": b, "metric": "tps", "table": table, "depends": test}
-
-
-def _warnings(configs: list[Config], cluster_factors: list[str], plan: dict[str, Any],
-              store: Store) -> list[str]:  # fmt: skip
-    out = []
-    for c in configs:
-        s = c.summary.get("tps")
-        n = s["n"] if s else 0
-        if n < 3:
-            out.append(f"{c.id}: only {n} successful trial(s); intervals need 3 or more")
-        if s and s["cv"] is not None and s["cv"] > CV_WARN:
-            out.append(f"{c.id}: TPS varies by CV {s['cv']:.1%} across trials (above "
-                       f"{CV_WARN:.0%}); add rounds or longer windows")  # fmt: skip
-        if c.failed:
-            out.append(f"{c.id}: {c.failed} failed trial(s) (`pgsweep show` lists why)")
-    for name, (label, _, _) in METRICS.items():
-        quiet = [c.id for c in configs if name in c.negligible]
-        if quiet:
-            out.append(
-                f"{label}: {', '.join(quiet)} wrote under {NEGLIGIBLE_BYTES:.0f} B per "
-                "transaction in some trials; those trials are not compared on it"
-            )
-    means: dict[int, list[float]] = {}
-    for c in configs:
-        for r, v in c.values.get("tps", {}).items():
-            if v > 0:  # a trial of 0 TPS has no place on a log scale
-                means.setdefault(r, []).append(math.log(v))
-    trend = stats.drift({r: math.exp(sum(v) / len(v)) for r, v in means.items()})
-    if trend and trend[1] < stats.ALPHA:
-        out.append(
-            f"TPS drifts across rounds by {trend[0]:+.1%} per round (p = {trend[1]:.3f}): the "
-            "machine changed during the run; blocked comparisons absorb most of it"
-        )
-    checkpoints = [r["value"] for r in store.rows(
-        "SELECT m.value FROM metric m JOIN trial t ON t.id = m.trial_id "
-        "WHERE t.status = 'ok' AND m.name = 'stability.checkpoints'")]  # fmt: skip
-    ratios = [r["value"] for r in store.rows(
-        "SELECT value FROM metric WHERE name = 'window.tps_vs_summary'")]  # fmt: skip
-    off = [v for v in ratios if abs(v - 1) > WINDOW_TOLERANCE]
-    if off:
-        worst = max(off, key=lambda v: abs(v - 1))
-        out.append(
-            f"{len(off)} trial(s) counted a window TPS from the transaction log more than "
-            f"{WINDOW_TOLERANCE:.0%} away from pgbench's own (worst {worst:.3f}x): check "
-            "those trials' logs"
-        )
-    hit = sum(v > 0 for v in checkpoints)
-    if 0 < hit < len(checkpoints):
-        out.append(f"checkpoints started inside {hit} of {len(checkpoints)} measured windows: "
-                   "those trials paid for writes the others did not")  # fmt: skip
-    if cluster_factors and plan.get("rebuild") != "per_round":
-        out.append(f"{', '.join(cluster_factors)}: each level ran on one cluster built once, "
-                   "so their intervals rest on fewer independent replicates than the rounds "
-                   "suggest (rebuild = \"per_round\" replicates them)")  # fmt: skip
+    for r in rounds:
+        vals = [c.values.get(TPS, {}).get(r) for c in configs]
+        ok = [v for v in vals if v is not None and v > 0]
+        if ok:
+            gmean = math.exp(sum(math.log(v) for v in ok) / len(ok))
+            out.append({"round": r, "tps": gmean, "configurations": len(ok)})
     return out

@@ -14,22 +14,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import (
-    __version__,
-    analysis,
-    compare,
-    doctor,
-    export,
-    report,
-    runner,
-    show,
-    spec,
-)
+from . import __version__, show, spec
 from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
 from .host import journal
 from .host.blockdev import Grant
-from .plan import estimate_seconds
+from .plan import estimate_parts
 from .progress import ConsoleReporter
+
+# The analysis modules load scipy and pyarrow (a second each): commands import them when used.
+REPORT_FORMATS = ("terminal", "markdown", "html", "json")
+EXPORT_FORMATS = ("csv", "json", "parquet")
+EXPORT_WHAT = ("trials", "samples", "latency")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp_r = sub.add_parser("report", help="verdicts with confidence intervals, tables and plots")
     sp_r.add_argument("results", type=Path)
-    sp_r.add_argument("--format", choices=report.FORMATS, default="terminal")
+    sp_r.add_argument("--format", choices=REPORT_FORMATS, default="terminal")
     sp_r.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     sp_r.add_argument(
         "--baseline",
@@ -69,16 +64,19 @@ def _parser() -> argparse.ArgumentParser:
         help="the configuration to compare with (default: [report] baseline, else c01)",
     )
     sp_r.add_argument("--margin", help='equivalence margin, e.g. "2%%" (default: [report])')
+    sp_r.add_argument(
+        "--alpha", type=float, help="family-wise false 'different' rate (default: [report], 0.05)"
+    )
     sc = sub.add_parser("compare", help="the same configurations in two result folders")
     sc.add_argument("before", type=Path)
     sc.add_argument("after", type=Path)
     sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
-    se.add_argument("--format", choices=export.FORMATS, default="csv")
+    se.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
     se.add_argument(
         "--what",
-        choices=export.WHAT,
+        choices=EXPORT_WHAT,
         default="trials",
         help="trials: one row per trial; samples: per trial-second; latency: per latency bin",
     )
@@ -111,16 +109,18 @@ def _console() -> Console:
 
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
+    from .engine import plans
+
     exp = spec.load(args.file)
     exp.grant = _grant(args)
-    runner.preflight(exp, args.results or Path("results") / exp.name)
-    plan = runner.plan_for(exp)
+    where = plans.preflight(exp, args.results or Path("results") / exp.name)
+    plan = plans.plan_for(exp, where)
     notes = (
         []
         if exp.seed_given
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
-    show.render_plan(plan, estimate_seconds(plan, runner.trial_costs(exp, plan)), console, notes)
+    show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
     return EXIT_OK
 
 
@@ -134,7 +134,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     exp = spec.load(args.file)
     exp.grant = grant
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    outcome = runner.run(exp, results, args.resume, ConsoleReporter(console))
+    from .engine.run import run
+
+    outcome = run(exp, results, args.resume, ConsoleReporter(console))
     if outcome.interrupted:
         console.print(
             f"interrupted: every finished trial is saved in {results}; the server "
@@ -167,18 +169,22 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     for line in done + failed:
         console.print(line, markup=False)
     if failed:
-        console.print(f"{len(failed)} items could not be put back (exit code 1); the journal "
-                      "keeps them: fix the cause and run `pgsweep restore` again", markup=False)
+        console.print(
+            f"{len(failed)} items could not be put back (exit code 1); the journal "
+            "keeps them: fix the cause and run `pgsweep restore` again",
+            markup=False,
+        )
         return EXIT_INTERNAL
     console.print("nothing left to clean up" if not done else f"{len(done)} items cleaned up")
     return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from . import analysis, report
+
     store = show.open_store(args.results)
     try:
-        exp = store.experiment()
-        options = spec.report_options(exp["file_text"] if exp else "")
+        options = spec.report_options(store.experiment().file_text)
         baseline = dict(options.baseline)
         for item in args.baseline:
             name, sep, level = item.partition("=")
@@ -191,7 +197,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         margin = options.margin_fraction()
         if args.margin is not None:
             margin = spec.parse_margin(args.margin, "--margin")
-        result = analysis.analyse(store, baseline or None, margin)
+        alpha = options.alpha if args.alpha is None else _alpha(args.alpha)
+        result = analysis.analyse(store, baseline or None, margin, alpha)
         if args.format == "terminal":
             target = Console(file=args.output.open("w")) if args.output else console
             report.render_terminal(result, target)
@@ -214,7 +221,18 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _alpha(value: float) -> float:
+    if not 0 < value <= 0.2:
+        raise PgsweepError(
+            f"--alpha {value} is outside (0, 0.2]",
+            fix="write e.g. --alpha 0.05, or 0.01 for a stricter report",
+        )
+    return value
+
+
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
+    from . import compare
+
     a, b = show.open_store(args.before), show.open_store(args.after)
     try:
         result = compare.compare(a, b)
@@ -229,6 +247,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    from . import doctor
+
     table = Table(title="pgsweep doctor: what this machine offers (nothing was changed)")
     for col in ("section", "item", "finding"):
         table.add_column(col)
@@ -239,6 +259,8 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from . import export
+
     store = show.open_store(args.results)
     try:
         tbl = export.table(store, args.what)
@@ -264,6 +286,8 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    for key in [k for k in os.environ if k.startswith("PG") and not k.startswith("PGSWEEP_")]:
+        del os.environ[key]  # a user's PGHOST or PGPASSWORD never reaches a trial's server
     args = _parser().parse_args(argv)
     console = _console()
     try:

@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 from . import stats
-from .store import Store
+from .store import Results
 
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
 
 
-def compare(a: Store, b: Store) -> dict[str, Any]:
+def compare(a: Results, b: Results) -> dict[str, Any]:
     rows = []
     tps_a, tps_b = _tps_by_levels(a), _tps_by_levels(b)
     matched = [k for k in tps_a if k in tps_b]
@@ -33,29 +33,25 @@ def compare(a: Store, b: Store) -> dict[str, Any]:
     }
 
 
-def _tps_by_levels(store: Store) -> dict[str, list[float]]:
+def _tps_by_levels(results: Results) -> dict[str, list[float]]:
+    """Levels (as sorted JSON) -> TPS of each ok trial, in run order."""
+    levels = {c.id: json.dumps(c.levels, sort_keys=True) for c in results.configurations()}
     out: dict[str, list[float]] = {}
-    for r in store.rows(
-        "SELECT c.levels_json, t.tps FROM trial t JOIN configuration c ON c.id = t.config_id "
-        "WHERE t.status = 'ok'"
-    ):
-        key = json.dumps(json.loads(r["levels_json"]), sort_keys=True)
-        out.setdefault(key, []).append(r["tps"])
+    for t in results.trials(ok_only=True):
+        if t.tps is not None:
+            out.setdefault(levels[t.config_id], []).append(t.tps)
     return out
 
 
-def environment_differences(a: Store, b: Store) -> list[str]:
+def environment_differences(a: Results, b: Results) -> list[str]:
     """Kernel, PostgreSQL version, CPU, memory and the devices under the clusters."""
 
-    def facts(s: Store) -> dict[str, str]:
-        rows = s.rows("SELECT scope, name, value FROM environment")
-        out = {
-            r["name"]: r["value"] for r in rows if r["scope"] == "host" and r["name"] in ENV_KEYS
-        }
-        exp = s.experiment() or {}
-        out["postgres_version"] = str(exp.get("postgres_version", ""))
-        models = sorted({r["value"] for r in rows if r["scope"].startswith("cluster-")
-                         and r["name"].endswith((".model", "pgdata.fstype"))})  # fmt: skip
+    def facts(s: Results) -> dict[str, str]:
+        env = s.environment()
+        out = {f.name: f.value for f in env if f.scope == "host" and f.name in ENV_KEYS}
+        out["postgres_version"] = s.experiment().postgres_version
+        models = sorted({f.value for f in env if f.scope.startswith("cluster-")
+                         and f.name.endswith((".model", "pgdata.fstype"))})  # fmt: skip
         out["devices"] = ", ".join(models)
         return out
 

@@ -17,3 +17,9 @@ class Cost(IntEnum):
     RESTART = 2  # server restart
     RESERVE = 3  # a server restart plus a kernel reservation that can fail (huge pages)
     CLUSTER = 4  # a new cluster: initdb + load
+
+
+def printable(text: str) -> str:
+    """Text from a file, a server or a command as it may be shown on a terminal: control and
+    formatting characters (ANSI escapes, bidi overrides) as escapes. Newlines stay."""
+    return "".join(c if c.isprintable() or c == "\n" else f"\\u{ord(c):04x}" for c in text)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from .collect import devices
 from .host import blockdev, zfsfuse
+from .host.blockdev import PACKAGES
 from .host.journal import read_setting
-from .layers import hugepages
-from .layers.oslayer import THP_FILES
-from .layers.storage import PACKAGES
+from .host.kernelfiles import THP_FILES, hugepage_levels
 
 HUGEPAGES = Path("/sys/kernel/mm/hugepages")
 CGROUP = Path("/sys/fs/cgroup")
@@ -38,7 +37,7 @@ def report() -> list[tuple[str, str, str]]:
         rows.append(
             ("huge pages", size.name.removeprefix("hugepages-"), f"{total} reserved, {free} free")
         )
-    rows.append(("huge pages", "os.huge_pages levels", ", ".join(hugepages.offered())))
+    rows.append(("huge pages", "os.huge_pages levels", ", ".join(hugepage_levels())))
     for key, path in THP_FILES.items():
         rows.append(("THP", key, path.read_text().strip() if path.exists() else "absent"))
     for queue in sorted(devices.SYS_BLOCK.glob("*/queue/scheduler")):

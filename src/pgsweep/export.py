@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,28 +15,24 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from .errors import PgsweepError
-from .store import SECOND_COLUMNS, Store
+from .store import Results, Second, Trial
 
-FORMATS = ("csv", "json", "parquet")
-WHAT = ("trials", "samples", "latency")
+_SECOND_FIELDS = tuple(f.name for f in fields(Second))  # the columns of --what samples
 TRIAL_COLUMNS = (
     "ord", "status", "reason", "started_at", "finished_at", "warmup_s", "duration_s", "tps",
     "transactions", "failed_transactions", "latency_avg_ms", "latency_stddev_ms",
 )  # fmt: skip
 
 
-def table(store: Store, what: str) -> pa.Table:
-    keys = _trial_keys(store)
+def table(results: Results, what: str) -> pa.Table:
+    keys = _trial_keys(results)
     if what == "trials":
-        rows = _trial_rows(store, keys)
+        rows = _trial_rows(results, keys)
     elif what == "samples":
-        rows = _sample_rows(store, keys)
+        rows = _sample_rows(results, keys)
     else:
-        rows = [
-            keys[b["trial_id"]] | {k: b[k] for k in ("low_ms", "high_ms", "n")}
-            for b in store.rows("SELECT * FROM latency_bin ORDER BY trial_id, low_ms")
-        ]
+        bins = results.latency_bins()
+        rows = [keys[tid] | asdict(b) for tid in sorted(bins) for b in bins[tid]]  # by trial id
     return _to_arrow(rows)
 
 
@@ -49,68 +46,56 @@ def write(tbl: pa.Table, fmt: str, out: Path) -> None:
         out.write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n")
 
 
-def _trial_keys(store: Store) -> dict[str, dict[str, Any]]:
+def _trial_keys(results: Results) -> dict[str, dict[str, Any]]:
     """trial id -> the columns that identify it: experiment, configuration, factor levels,
     round, trial."""
-    exp = store.experiment()
-    if exp is None:
-        raise PgsweepError(f"{store.path} holds no experiment", fix="export a finished run")
-    levels = {
-        c["id"]: json.loads(c["levels_json"])
-        for c in store.rows("SELECT id, levels_json FROM configuration")
-    }
+    name = results.experiment().name
+    levels = {c.id: c.levels for c in results.configurations()}
     return {
-        t["id"]: {"experiment": exp["name"], "config_id": t["config_id"]}
-        | levels[t["config_id"]]
-        | {"round": t["round"], "trial_id": t["id"]}
-        for t in store.rows("SELECT id, config_id, round FROM trial ORDER BY ord")
+        t.id: {"experiment": name, "config_id": t.config_id}
+        | levels[t.config_id]
+        | {"round": t.round, "trial_id": t.id}
+        for t in results.trials()
     }
 
 
-def _trial_rows(store: Store, keys: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    trials = {t["id"]: t for t in store.rows("SELECT * FROM trial")}
+def _trial_rows(results: Results, keys: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    trials = {t.id: _trial_columns(t) for t in results.trials()}
     metric: dict[str, dict[str, float]] = {}
     names: list[str] = []  # derived metrics first, then the raw counters
-    for table_name, prefix in (("metric", ""), ("counter", "counter.")):
+    for per_trial, prefix in ((results.metrics(), ""), (results.counters(), "counter.")):
         seen = set()
-        for r in store.rows(f"SELECT trial_id, name, value FROM {table_name}"):
-            metric.setdefault(r["trial_id"], {})[prefix + r["name"]] = r["value"]
-            seen.add(prefix + r["name"])
+        for tid, values in per_trial.items():
+            for n, v in values.items():
+                metric.setdefault(tid, {})[prefix + n] = v
+                seen.add(prefix + n)
         names += sorted(seen)
     return [
-        key
-        | {
-            c: _timestamp(trials[tid][c]) if c.endswith("_at") else trials[tid][c]
-            for c in TRIAL_COLUMNS
-        }
-        | {n: metric.get(tid, {}).get(n) for n in names}
+        key | trials[tid] | {n: metric.get(tid, {}).get(n) for n in names}
         for tid, key in keys.items()
     ]
 
 
-def _sample_rows(store: Store, keys: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _trial_columns(t: Trial) -> dict[str, Any]:
+    values = {c: getattr(t, c) for c in TRIAL_COLUMNS}
+    return values | {c: _timestamp(v) for c, v in values.items() if c.endswith("_at")}
+
+
+def _sample_rows(results: Results, keys: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per-second rows: from the transaction log where the trial kept one, from pgbench's
     progress lines otherwise (column `source` says which)."""
-    from_log: dict[str, list[dict[str, Any]]] = {}
-    for r in store.rows("SELECT * FROM second ORDER BY trial_id, second"):
-        from_log.setdefault(r["trial_id"], []).append(r)
-    progress: dict[str, list[dict[str, Any]]] = {}
-    for r in store.rows("SELECT * FROM sample ORDER BY trial_id, at_s"):
-        progress.setdefault(r["trial_id"], []).append(r)
-    columns = [
-        c if c in ("second", "tps", "failed", "skipped") else f"{c}_ms" for c in SECOND_COLUMNS
-    ]
+    from_log, progress = results.all_seconds(), results.all_samples()
     rows = []
     for tid, key in keys.items():
-        for r in from_log.get(tid, []):
-            rows.append(key | {"source": "log"} | {c: r[c] for c in columns})
+        for s in from_log.get(tid, []):
+            rows.append(key | {"source": "log"} | asdict(s))
         if tid in from_log:
             continue
         for p in progress.get(tid, []):
-            row = dict.fromkeys(columns)
-            row |= {"second": int(p["at_s"]) - 1, "tps": p["tps"], "failed": p["failed"]}
-            row |= {"skipped": p["skipped"], "latency_mean_ms": p["latency_ms"]}
-            row["lag_mean_ms"] = p["lag_ms"]
+            row: dict[str, Any] = dict.fromkeys(_SECOND_FIELDS)
+            row |= {"second": int(p.at_s) - 1, "tps": p.tps, "failed": p.failed}
+            row |= {"skipped": p.skipped, "latency_mean_ms": p.latency_ms}
+            row["lag_mean_ms"] = p.lag_ms
             rows.append(key | {"source": "progress"} | row)
     return rows
 

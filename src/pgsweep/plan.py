@@ -1,10 +1,20 @@
-"""The plan: a pure function of the factors, their costs, the rounds and a seed.
+"""The plan: a pure function of the factors, their costs, the rounds, a seed, and whether
+the resources of every configuration can be alive at once.
 
-Full factorial; repeated in rounds; shuffled with the seed. Configurations that share the
-levels of every expensive factor (a new cluster) form a group, so each cluster is built
-once per group and the cheap factors are shuffled inside it: a split-plot order. Groups
-run in a shuffled order too. With `rebuild = "per_round"` every round visits every group
-again, which replicates the expensive factors at the price of more cluster builds."""
+Full factorial, repeated in rounds; every round holds every configuration. Configurations
+that share the levels of every expensive factor (a new cluster: a "whole plot") form a
+group. When every group's cluster can be kept alive (the usual case), each round is a
+plain shuffle of all configurations: the engine switches between live clusters, so
+expensive factors are compared side by side like cheap ones. When they cannot (one real
+device, not enough disk), each round visits every group once, as a batch, in an order
+counterbalanced across rounds (a Latin square: every group takes every position equally
+often), with the configurations inside the batch shuffled; the group's cluster is rebuilt
+for each visit. `rebuild = "per_round"` rebuilds every cluster at each round's start, so
+whole-plot factors rest on independent builds, analysed with the between-build error.
+
+Never sequential blocks (all rounds of one cluster, then the next): measured on this
+machine's noise through pgsweep's own analysis, that order called a cluster factor with no
+effect "different" 20-61% of the time."""
 
 from __future__ import annotations
 
@@ -50,6 +60,24 @@ class Plan:
     factors: tuple[PlanFactor, ...]
     configurations: tuple[Configuration, ...]
     trials: tuple[Trial, ...]
+    keep_alive: bool = True  # every group's resources alive at once (else batches per round)
+    why_not_alive: str = ""  # the reason when they cannot be
+
+    @property
+    def replicated(self) -> bool:
+        """Whole plots rest on independent builds (one per round per group)."""
+        return self.rebuild == "per_round" or not self.keep_alive
+
+    def builds(self) -> int:
+        """Cluster builds the run makes (every group once, or once per round)."""
+        groups = len({c.group for c in self.configurations})
+        return groups * (self.rounds if self.replicated else 1)
+
+    def replicates(self, factor: str) -> int:
+        """Independent replicates a factor's verdict rests on: rounds for a cheap factor
+        or a replicated whole-plot factor; one build per level otherwise."""
+        f = next(f for f in self.factors if f.name == factor)
+        return 1 if f.cost >= Cost.CLUSTER and not self.replicated else self.rounds
 
     def config(self, config_id: str) -> Configuration:
         return self._by_id()[config_id]
@@ -69,6 +97,7 @@ class Plan:
         data: dict[str, Any] = asdict(self)
         for f in data["factors"]:
             f["cost"] = Cost(f["cost"]).name.lower()
+        data["replicated"] = self.replicated  # whole plots on independent builds
         return json.dumps(data, indent=1, sort_keys=True)
 
 
@@ -94,41 +123,38 @@ def expand(factors: list[PlanFactor]) -> list[Configuration]:
     return configs
 
 
-def make_plan(factors: list[PlanFactor], rounds: int, seed: int, rebuild: str = "once") -> Plan:
+def make_plan(
+    factors: list[PlanFactor], rounds: int, seed: int, rebuild: str = "once",
+    keep_alive: bool = True, why_not_alive: str = "",
+) -> Plan:  # fmt: skip
     if rebuild not in ("once", "per_round"):
         raise ValueError(f"rebuild must be 'once' or 'per_round', not {rebuild!r}")
     configs = expand(factors)
     rng = random.Random(seed)
-    groups: dict[int, list[Configuration]] = {}
-    for c in configs:
-        groups.setdefault(c.group, []).append(c)
-    sequence: list[tuple[int, Configuration]] = []  # (round, configuration)
 
     def shuffled(items: list[Any]) -> list[Any]:
         items = list(items)
         rng.shuffle(items)
         return items
 
-    reserve = [f.name for f in factors if f.cost == Cost.RESERVE]
-
-    def visit(group: list[Configuration]) -> list[Configuration]:
-        batches: dict[tuple[Value, ...], list[Configuration]] = {}
-        for c in group:
-            batches.setdefault(tuple(c.levels[n] for n in reserve), []).append(c)
-        return [c for key in shuffled(list(batches)) for c in shuffled(batches[key])]
-
-    if rebuild == "once":
-        for g in shuffled(sorted(groups)):
-            for r in range(1, rounds + 1):
-                sequence += [(r, c) for c in visit(groups[g])]
-    else:
+    sequence: list[tuple[int, Configuration]] = []  # (round, configuration)
+    if keep_alive:
         for r in range(1, rounds + 1):
-            for g in shuffled(sorted(groups)):
-                sequence += [(r, c) for c in visit(groups[g])]
+            sequence += [(r, c) for c in shuffled(configs)]
+    else:
+        groups: dict[int, list[Configuration]] = {}
+        for c in configs:
+            groups.setdefault(c.group, []).append(c)
+        base = shuffled(sorted(groups))
+        for r in range(1, rounds + 1):
+            shift = (r - 1) % len(base)
+            for g in base[shift:] + base[:shift]:  # every group in every position in turn
+                sequence += [(r, c) for c in shuffled(groups[g])]
     trials = tuple(
         Trial(f"r{r}-{c.id}", order, r, c.id) for order, (r, c) in enumerate(sequence, start=1)
     )
-    return Plan(seed, rounds, rebuild, tuple(factors), tuple(configs), trials)
+    return Plan(seed, rounds, rebuild, tuple(factors), tuple(configs), trials, keep_alive,
+                why_not_alive)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,14 +165,16 @@ class TrialCost:
     build: float  # initdb + load + snapshot
 
 
+def estimate_parts(plan: Plan, costs: dict[str, TrialCost]) -> tuple[float, float]:
+    """Rough wall time: (trials, cluster builds). Every trial's measurement; one build per
+    group (kept alive), or per group and round (replicated or batched)."""
+    trials = sum(costs[t.config].measure for t in plan.trials)
+    first: dict[int, float] = {}
+    for c in plan.configurations:
+        first.setdefault(c.group, costs[c.id].build)
+    builds = sum(first.values()) * (plan.rounds if plan.replicated else 1)
+    return trials, builds
+
+
 def estimate_seconds(plan: Plan, costs: dict[str, TrialCost]) -> float:
-    """Rough wall time: every trial's measurement plus one build per cluster group visit."""
-    total = 0.0
-    previous_group = None
-    for t in plan.trials:
-        c = plan.config(t.config)
-        if c.group != previous_group:
-            total += costs[c.id].build
-            previous_group = c.group
-        total += costs[c.id].measure
-    return total
+    return sum(estimate_parts(plan, costs))

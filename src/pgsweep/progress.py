@@ -16,6 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from .core import printable
 from .plan import Configuration, Plan, Trial
 from .store import TrialRecord
 
@@ -58,7 +59,7 @@ class ConsoleReporter:
         if record.status == "ok":
             what = f"{record.tps:,.1f} tps"
         else:
-            what = f"FAILED: {(record.reason or '').splitlines()[0][:120]}"
+            what = f"FAILED: {printable((record.reason or ' ').splitlines()[0][:120])}"
         line = f"[{done}/{self.total}] {trial.id} ({record.config_id}): {what}"
         if self.progress is not None and self.task is not None:
             self.progress.console.print(line, markup=False, highlight=False)

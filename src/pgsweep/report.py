@@ -12,8 +12,6 @@ from rich.table import Table
 from .analysis import METRICS, Analysis, Config
 from .plan import short_names
 
-FORMATS = ("terminal", "markdown", "html", "json")
-
 
 def levels_text(a: Analysis, c: Config) -> str:
     names = short_names(a.factors)
@@ -34,12 +32,25 @@ def _verdicts(a: Analysis, metric: str) -> dict[str, str]:
     return {c["config"]: c["verdict"] for c in a.comparisons if c["metric"] == metric}
 
 
+def effect_name(e: dict[str, Any]) -> str:
+    """ "shared_buffers = 1GB (vs 128MB)", or for an interaction "the effect of A = x (vs y)
+    at B = u rather than v"."""
+    terms = e.get("terms") or [{"factor": e["factor"], "level": e["level"],
+                                "reference": e["reference"]}]  # fmt: skip
+    first = f"{terms[0]['factor']} = {terms[0]['level']} (vs {terms[0]['reference']})"
+    if e["kind"] == "main" or len(terms) < 2:
+        return first
+    t = terms[1]
+    return f"the effect of {first} at {t['factor']} = {t['level']} rather than {t['reference']}"
+
+
 def render_terminal(a: Analysis, console: Console) -> None:
     exp = a.experiment
     title = (f"{exp['name']}: TPS per configuration, baseline {a.baseline} "
              f"(PostgreSQL {exp['postgres_version']})")  # fmt: skip
     table = Table(title=title)
-    for col in ("config", "levels", "n", "mean", "median", "95% CI", "CV", "p99 ms", "verdict"):
+    ci = f"{1 - a.method['alpha']:.0%} CI"
+    for col in ("config", "levels", "n", "mean", "median", ci, "CV", "p99 ms", "verdict"):
         table.add_column(col, justify="right" if col in ("n", "mean", "median", "CV") else "left")
     verdicts = _verdicts(a, "tps")
     for c in a.configurations:
@@ -53,13 +64,10 @@ def render_terminal(a: Analysis, console: Console) -> None:
             "baseline" if c.id == a.baseline else verdicts.get(c.id, "-"),
         )  # fmt: skip
     console.print(table)
-    for e in a.effects:
-        if e["metric"] == "tps":
-            console.print(
-                f"effect of {e['factor']} = {e['level']} (vs {e['reference']}), averaged over "
-                f"the other factors: {e['verdict']}",
-                markup=False, highlight=False,
-            )  # fmt: skip
+    for e in a.main_effects() + a.interactions():
+        where = "averaged over the other factors" if e["kind"] == "main" else "interaction"
+        console.print(f"{effect_name(e)}, {where}: {e['verdict']}", markup=False,
+                      highlight=False)  # fmt: skip
     for w in a.warnings:
         console.print(f"warning: {w}", markup=False, highlight=False)
 
@@ -68,59 +76,54 @@ def _md_row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def _md_rounds(a: Analysis) -> list[str]:
+    """The seeds' table: rows are rounds, columns configurations, then mean and median."""
+    configs, out = a.configurations, []
+    out.append(_md_row(["", *[f"{c.id}" for c in configs]]))
+    out.append(_md_row(["---"] * (len(configs) + 1)))
+    out.append(_md_row(["levels", *[levels_text(a, c) for c in configs]]))
+    level = {r["round"]: r["tps"] for r in a.rounds}
+    for r in sorted({r for c in configs for r in c.values.get("tps", {})}):
+        cells = [_num(c.values.get("tps", {}).get(r)) for c in configs]
+        out.append(_md_row([f"round {r} (level {_num(level.get(r))})", *cells]))
+    for stat in ("mean", "median"):
+        row = [_num((c.summary.get("tps") or {}).get(stat)) for c in configs]
+        out.append(_md_row([f"**{stat}**", *row]))
+    return out
+
+
 def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {exp['name']}\n")
     out.append(f"PostgreSQL {exp['postgres_version']}, {exp['rounds']} rounds, seed "
                f"{exp['seed']}, baseline **{a.baseline}**. TPS of each trial; rows are "
-               "rounds (each ran every configuration once, in shuffled order).\n")  # fmt: skip
-    configs = a.configurations
-    out.append(_md_row(["", *[f"{c.id}" for c in configs]]))
-    out.append(_md_row(["---"] * (len(configs) + 1)))
-    out.append(_md_row(["levels", *[levels_text(a, c) for c in configs]]))
-    rounds = sorted({r for c in configs for r in c.values.get("tps", {})})
-    for r in rounds:
-        out.append(
-            _md_row([f"round {r}", *[_num(c.values.get("tps", {}).get(r)) for c in configs]])
-        )
-    for stat in ("mean", "median"):
-        row = [_num((c.summary.get("tps") or {}).get(stat)) for c in configs]
-        out.append(_md_row([f"**{stat}**", *row]))
-    out.append("\n## Against the baseline\n")
-    out.append(_md_row(["metric", "config", "levels", "ratio", "95% CI", "p (Holm)", "verdict"]))
-    out.append(_md_row(["---"] * 7))
-    by_id = {c.id: c for c in configs}
+               "rounds (each ran every configuration once, in shuffled order); a round's "
+               "level is the geometric mean of its trials.\n")  # fmt: skip
+    out += _md_rounds(a)
+    alpha = a.method["alpha"]
+    out.append(f"\n## Against the baseline\n\nSimultaneous {1 - alpha:.0%} intervals over "
+               "every comparison of a metric; a verdict says \"different\" exactly when its "
+               "interval leaves out no change (ratio 1).\n")  # fmt: skip
+    out.append(_md_row(["metric", "config", "levels", "ratio", "interval", "p (adj.)",
+                        "verdict", "error"]))  # fmt: skip
+    out.append(_md_row(["---"] * 8))
+    by_id = {c.id: c for c in a.configurations}
     for cmp in a.comparisons:
-        ci = "-" if cmp["ci_low"] is None else f"{cmp['ci_low']:.3f} to {cmp['ci_high']:.3f}"
-        p = "-" if cmp["p_adjusted"] is None else f"{cmp['p_adjusted']:.3g}"
+        ci = f"{cmp['ci_low']:.3f} to {cmp['ci_high']:.3f}"
         out.append(_md_row([cmp["label"], cmp["config"], levels_text(a, by_id[cmp["config"]]),
-                            f"{cmp['ratio']:.3f}", ci, p, cmp["verdict"]]))  # fmt: skip
-    if a.effects:
-        out.append("\n## Factor effects (averaged over the other factors, within rounds)\n")
-        out.append(_md_row(["factor", "level", "vs", "metric", "verdict"]))
+                            f"{cmp['ratio']:.3f}", ci, f"{cmp['p_adjusted']:.3g}",
+                            cmp["verdict"], cmp["error"]]))  # fmt: skip
+    for kind, heading in (("main", "Factor effects (averaged over the other factors)"),
+                          ("interaction", "Interactions: does one factor's effect depend on "
+                           "another's level?")):  # fmt: skip
+        rows = [e for e in a.effects if e["kind"] == kind]
+        if not rows:
+            continue
+        out.append(f"\n## {heading}\n")
+        out.append(_md_row(["metric", "effect", "verdict", "error", "replicates"]))
         out.append(_md_row(["---"] * 5))
-        for e in a.effects:
-            out.append(_md_row([e["factor"], str(e["level"]), str(e["reference"]), e["label"],
-                                e["verdict"]]))  # fmt: skip
-    for it in a.interactions:
-        out.append(f"\n## Does the effect of {it['factor']} depend on {it['by']}? (TPS)\n")
-        out.append(_md_row([f"{it['by']}", f"{it['factor']}", "ratio", "95% CI"]))
-        out.append(_md_row(["---"] * 4))
-        for row in it["table"]:
-            ci = "-"
-            if row.get("ci_low") is not None:
-                ci = f"{row['ci_low']:.3f} to {row['ci_high']:.3f}"
-            ratio = f"{row['ratio']:.3f}" if "ratio" in row else "-"
-            out.append(
-                _md_row([str(row["at"]), f"{row['level']} vs {row['reference']}", ratio, ci])
-            )
-        dep = it["depends"]
-        if dep and dep.get("p") is not None:
-            word = "yes" if dep["p"] < 0.05 else "no significant dependence"
-            out.append(
-                f"\nRatio of the two effects: {dep['ratio']:.3f} "
-                f"[{dep['ci_low']:.3f}, {dep['ci_high']:.3f}], p = {dep['p']:.3g}: {word}."
-            )
+        out += [_md_row([e["label"], effect_name(e), e["verdict"], e["error"],
+                         str(e["replicates"])]) for e in rows]  # fmt: skip
     if a.warnings:
         out.append("\n## Warnings\n")
         out += [f"- {w}" for w in a.warnings]

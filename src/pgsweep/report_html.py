@@ -15,9 +15,9 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt
 
-from .analysis import Analysis, Config
-from .report import levels_text
-from .store import Store
+from .analysis import NEGLIGIBLE_BYTES, Analysis, Config
+from .report import effect_name, levels_text
+from .store import Fact, Results
 
 # text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100,
@@ -29,7 +29,7 @@ _ENV = jinja2.Environment(
 )
 
 
-def render(a: Analysis, store: Store) -> str:
+def render(a: Analysis, results: Results) -> str:
     verdicts = {c["config"]: c["verdict"] for c in a.comparisons if c["metric"] == "tps"}
     configs = []
     for c in a.configurations:
@@ -44,21 +44,25 @@ def render(a: Analysis, store: Store) -> str:
         })  # fmt: skip
     comparisons = [
         {"label": r["label"], "config": r["config"], "ratio": f"{r['ratio']:.3f}",
-         "ci": "-" if r["ci_low"] is None else f"{r['ci_low']:.3f} to {r['ci_high']:.3f}",
-         "p": "-" if r["p_adjusted"] is None else f"{r['p_adjusted']:.3g}",
-         "verdict": r["verdict"], "verdict_class": _cls(r["verdict"])}
+         "ci": f"{r['ci_low']:.3f} to {r['ci_high']:.3f}", "p": f"{r['p_adjusted']:.3g}",
+         "error": r["error"], "verdict": r["verdict"], "verdict_class": _cls(r["verdict"])}
         for r in a.comparisons
     ]  # fmt: skip
-    effects = [{**e, "verdict_class": _cls(e["verdict"])} for e in a.effects]
-    environment = store.rows(
-        "SELECT scope, name, value FROM environment ORDER BY scope <> 'host', scope, name"
-    )
+    effects = [{**e, "name": effect_name(e), "verdict_class": _cls(e["verdict"])}
+               for e in a.effects]  # fmt: skip
+    environment = _host_first(results.environment())
     return _ENV.get_template("report.html.j2").render(
         exp=a.experiment, baseline=a.baseline, factors=a.factors, configs=configs,
-        comparisons=comparisons, effects=effects, warnings=a.warnings,
-        cluster_factors=", ".join(a.cluster_factors), environment=environment,
-        plots=plots(a, store),
+        comparisons=comparisons, effects=effects, warnings=a.warnings, rounds=a.rounds,
+        whole_plot_factors=", ".join(a.whole_plot_factors), environment=environment,
+        alpha=a.method["alpha"], plots=plots(a, results),
     )  # fmt: skip
+
+
+def _host_first(facts: list[Fact]) -> list[Fact]:
+    """The host, then every other scope by name (configurations before clusters, unlike
+    `pgsweep show --env`): the order this report has always listed them in."""
+    return sorted(facts, key=lambda f: (f.scope != "host", f.scope, f.name))
 
 
 def _num(v: float | None, digits: int = 1) -> str:
@@ -86,11 +90,11 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG
 
 
-def plots(a: Analysis, store: Store) -> list[dict[str, str]]:
+def plots(a: Analysis, results: Results) -> list[dict[str, str]]:
     out = [_tps_plot(a)]
     out += [p for f in a.factors if (p := _numeric_factor_plot(a, f))]
     out += [p for p in (_latency_plot(a), _bytes_plot(a)) if p]
-    out += _over_time_plots(a, store)
+    out += _over_time_plots(a, results)
     return out
 
 
@@ -105,14 +109,15 @@ def _tps_plot(a: Analysis) -> dict[str, str]:
         if not s:
             continue
         ax.plot(list(c.values["tps"].values()), [i] * len(c.values["tps"]), "o", color="#bbb", ms=4)
-        if s["ci_low"] is not None:
-            ax.errorbar(s["mean"], i, xerr=[[s["mean"] - s["ci_low"]], [s["ci_high"] - s["mean"]]],
+        if s["ci_low"] is not None:  # the model's level over this run, with its interval
+            level = s["level"]
+            ax.errorbar(level, i, xerr=[[level - s["ci_low"]], [s["ci_high"] - level]],
                         fmt="o", color="#1f5fbf", capsize=4)  # fmt: skip
         else:
             ax.plot(s["mean"], i, "o", color="#1f5fbf")
     ax.set_yticks(range(len(a.configurations)), _labels(a))
     ax.invert_yaxis()
-    ax.set_xlabel("TPS (dots: trials; blue: mean with 95% interval)")
+    ax.set_xlabel("TPS (dots: trials; blue: level over this run's rounds, 95% interval)")
     ax.grid(axis="x", alpha=0.3)
     return {"name": "tps", "svg": _svg(fig), "caption": "TPS per configuration"}
 
@@ -161,13 +166,25 @@ def _latency_plot(a: Analysis) -> dict[str, str] | None:
 
 
 def _bytes_plot(a: Analysis) -> dict[str, str] | None:
+    """Bytes written per transaction. A configuration whose transactions write no WAL
+    (select-only) writes nothing of its own: its device bytes are other processes' and
+    it gets no bar; when no configuration writes, one line says why instead of a plot."""
     keys = [("io.device_bytes_written_per_tx", "device"), ("io.wal_bytes_per_tx", "WAL")]
-    if not any(c.summary.get(k) for c in a.configurations for k, _ in keys):
-        return None
+    writing = [c for c in a.configurations if "io.wal_bytes_per_tx" in c.values]
+    if not writing:
+        if not any(c.negligible for c in a.configurations):
+            return None  # no byte counters at all (e.g. every trial failed)
+        why = (f"No bytes-per-transaction plot: every configuration wrote under "
+               f"{NEGLIGIBLE_BYTES:.0f} B of WAL per transaction (a read-only workload), "
+               "so those figures are noise.")  # fmt: skip
+        return {"name": "bytes", "svg": "", "caption": why}
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(a.configurations) + 1.2))
     height = 0.38
     for j, (key, name) in enumerate(keys):
-        xs = [((c.summary.get(key) or {}).get("mean") or 0) / 1024 for c in a.configurations]
+        xs = [
+            ((c.summary.get(key) or {}).get("mean") or 0) / 1024 if c in writing else 0
+            for c in a.configurations
+        ]
         ax.barh([i + (j - 0.5) * height for i in range(len(xs))], xs, height, label=name)
     ax.set_yticks(range(len(a.configurations)), _labels(a))
     ax.invert_yaxis()
@@ -176,33 +193,35 @@ def _bytes_plot(a: Analysis) -> dict[str, str] | None:
     return {"name": "bytes", "svg": _svg(fig), "caption": "Bytes written per transaction"}
 
 
-def _representative(c: Config, store: Store) -> str | None:
-    """The trial whose TPS is closest to its configuration's median."""
-    rows = store.rows(
-        "SELECT id, tps FROM trial WHERE config_id = ? AND status = 'ok' ORDER BY ord", (c.id,)
-    )
+def _representative(c: Config, tps: dict[str, dict[str, float]]) -> str | None:
+    """The trial whose TPS is closest to its configuration's median (the first such trial
+    in run order)."""
+    rows = tps.get(c.id)
     if not rows:
         return None
-    median = statistics.median(r["tps"] for r in rows)
-    return str(min(rows, key=lambda r: abs(r["tps"] - median))["id"])
+    median = statistics.median(rows.values())
+    return min(rows, key=lambda tid: abs(rows[tid] - median))
 
 
-def _over_time_plots(a: Analysis, store: Store) -> list[dict[str, str]]:
+def _over_time_plots(a: Analysis, results: Results) -> list[dict[str, str]]:
+    tps: dict[str, dict[str, float]] = {}  # configuration -> trial id -> TPS, run order
+    for t in results.trials(ok_only=True):
+        if t.tps is not None:
+            tps.setdefault(t.config_id, {})[t.id] = t.tps
     series = []
     for c in a.configurations:
-        tid = _representative(c, store)
+        tid = _representative(c, tps)
         if tid is None:
             continue
-        rows = store.rows(
-            "SELECT second, tps, latency_p99_ms FROM second WHERE trial_id = ? ORDER BY second",
-            (tid,),
-        )
+        rows: list[dict[str, Any]] = [
+            {"second": s.second, "tps": s.tps, "latency_p99_ms": s.latency_p99_ms}
+            for s in results.seconds(tid)
+        ]
         if not rows:  # no transaction log: pgbench's progress lines
-            rows = store.rows(
-                "SELECT at_s - 1 AS second, tps, NULL AS latency_p99_ms FROM sample "
-                "WHERE trial_id = ? ORDER BY at_s",
-                (tid,),
-            )
+            rows = [
+                {"second": p.at_s - 1, "tps": p.tps, "latency_p99_ms": None}
+                for p in results.samples(tid)
+            ]
         series.append((f"{c.id} ({tid})", rows))
     if not series:
         return []

@@ -4,7 +4,6 @@ The p99 column is the median over trials of each trial's 99th percentile latency
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .errors import PgsweepError
+from .core import printable
 from .plan import Plan, short_names
-from .store import Store
+from .store import Results
 from .units import human_seconds
 
 
@@ -30,38 +29,26 @@ class ConfigSummary:
     median_p99_ms: float | None = None
 
 
-def open_store(results: Path) -> Store:
-    db = results / "results.db"
-    if not db.is_file():
-        raise PgsweepError(
-            f"{results} holds no results.db",
-            where=str(results),
-            fix="name a folder written by `pgsweep run`",
-        )
-    return Store(db)
+def open_store(results: Path) -> Results:
+    """The results in a folder, read-only (PgsweepError if it holds none)."""
+    return Results(results)
 
 
-def summarize(store: Store) -> list[ConfigSummary]:
-    exp = store.experiment()
-    rounds = json.loads(exp["plan_json"])["rounds"] if exp else 0
+def summarize(results: Results) -> list[ConfigSummary]:
+    rounds = results.experiment().rounds
+    all_trials = results.trials()
+    p99_by_trial = results.metric("latency.p99_ms", ok_only=True)
     out = []
-    for c in store.rows("SELECT id FROM configuration ORDER BY id"):
-        trials = store.rows("SELECT status, tps FROM trial WHERE config_id = ?", (c["id"],))
-        tps = [t["tps"] for t in trials if t["status"] == "ok"]
-        p99 = [
-            r["value"]
-            for r in store.rows(
-                "SELECT m.value FROM metric m JOIN trial t ON t.id = m.trial_id "
-                "WHERE t.config_id = ? AND t.status = 'ok' AND m.name = 'latency.p99_ms'",
-                (c["id"],),
-            )
-        ]
+    for c in results.configurations():
+        trials = [t for t in all_trials if t.config_id == c.id]
+        tps = [t.tps for t in trials if t.ok and t.tps is not None]
+        p99 = [p99_by_trial[t.id] for t in trials if t.id in p99_by_trial]
         out.append(
             ConfigSummary(
-                c["id"],
+                c.id,
                 rounds,
                 len(tps),
-                sum(t["status"] == "failed" for t in trials),
+                sum(t.status == "failed" for t in trials),
                 statistics.fmean(tps) if tps else None,
                 statistics.median(tps) if tps else None,
                 statistics.median(p99) if p99 else None,
@@ -74,22 +61,18 @@ def _fmt(value: float | None) -> str:
     return f"{value:,.1f}" if value is not None else "-"
 
 
-def render_summary(store: Store, console: Console) -> None:
-    exp = store.experiment()
-    assert exp is not None
-    factors = [f["name"] for f in json.loads(exp["plan_json"])["factors"]]
-    levels = {
-        c["id"]: json.loads(c["levels_json"])
-        for c in store.rows("SELECT id, levels_json FROM configuration")
-    }
-    title = f"{exp['name']}: TPS per configuration (PostgreSQL {exp['postgres_version']})"
+def render_summary(results: Results, console: Console) -> None:
+    exp = results.experiment()
+    factors = exp.factors
+    levels = {c.id: c.levels for c in results.configurations()}
+    title = f"{exp.name}: TPS per configuration (PostgreSQL {exp.postgres_version})"
     table = Table(title=title)
     table.add_column("config")
     for header in short_names(factors).values():
         table.add_column(header, min_width=len(header))
     for col in ("n", "failed", "mean TPS", "median TPS", "median p99 ms"):
         table.add_column(col, justify="right")
-    for s in summarize(store):
+    for s in summarize(results):
         row = [str(levels[s.id].get(name, "")) for name in factors]
         table.add_row(
             s.id,
@@ -101,37 +84,41 @@ def render_summary(store: Store, console: Console) -> None:
             f"{s.median_p99_ms:,.2f}" if s.median_p99_ms is not None else "-",
         )
     console.print(table)
-    for f in store.rows("SELECT id, reason FROM trial WHERE status = 'failed' ORDER BY ord"):
+    for t in results.trials():
+        if t.ok:
+            continue
         console.print(
-            f"failed {f['id']}: {(f['reason'] or '').splitlines()[0]}",
+            f"failed {t.id}: {printable((t.reason or ' ').splitlines()[0])}",
             markup=False,
             highlight=False,
         )
 
 
-def render_environment(store: Store, console: Console) -> None:
+def render_environment(results: Results, console: Console) -> None:
     """Host first, then the storage under each cluster, then settings per configuration."""
-    rows = store.rows(
-        "SELECT scope, name, value FROM environment ORDER BY "
-        "scope <> 'host', scope LIKE 'cluster-%' DESC, scope, name"
-    )
-    if not rows:
+    facts = results.environment()
+    if not facts:
         console.print("no environment recorded")
         return
     scope = None
-    for row in rows:
-        if row["scope"] != scope:
-            scope = row["scope"]
+    for fact in facts:
+        if fact.scope != scope:
+            scope = fact.scope
             heading = {"host": "host"}.get(scope) or (
                 f"storage of {scope}"
                 if scope.startswith("cluster-")
                 else f"settings not at their default, configuration {scope}"
             )
             console.print(f"\n[{heading}]", markup=False)
-        console.print(f"  {row['name']} = {row['value']}", markup=False, highlight=False)
+        # values come from the server: shown, never obeyed (no escape reaches the terminal)
+        console.print(f"  {printable(fact.name)} = {printable(fact.value)}", markup=False,
+                      highlight=False)  # fmt: skip
 
 
-def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str]) -> None:
+def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
+                notes: list[str]) -> None:  # fmt: skip
+    """The configurations, how the run order treats expensive factors, how many independent
+    replicates each factor's verdict rests on, the order and the estimated time."""
     table = Table(title=f"{len(plan.configurations)} configurations")
     table.add_column("config")
     for header in short_names([f.name for f in plan.factors]).values():
@@ -146,16 +133,26 @@ def render_plan(plan: Plan, estimate: float, console: Console, notes: list[str])
     )
     grouped = plan.grouped_factors()
     if grouped:
-        console.print(
-            f"split-plot order: {', '.join(grouped)} need a new cluster, so their levels "
-            "are grouped and the other factors shuffled within each group; comparisons "
-            "across groups rest on fewer independent replicates"
-        )
+        how = ("every round visits every configuration, shuffled; the clusters stay alive and "
+               "the run switches between them" if plan.keep_alive else
+               f"they cannot all stay alive ({plan.why_not_alive}): every round visits each "
+               "group as one batch, in an order rotated across rounds, rebuilding its "
+               "cluster")  # fmt: skip
+        console.print(f"{', '.join(grouped)} need a new cluster: {how}", markup=False)
+        console.print(f"{plan.builds()} cluster builds", markup=False)
+    for f in plan.factors:
+        n = plan.replicates(f.name)
+        what = (f"{n} independent replicates (rounds)" if n > 1 else
+                "1 build per level: its interval covers run-to-run noise only, not "
+                "build-to-build variation (rebuild = \"per_round\" replicates it)")  # fmt: skip
+        console.print(f"  {f.name}: {what}", markup=False, highlight=False)
     order = " ".join(t.id for t in plan.trials)
     console.print(f"run order: {order}", markup=False, highlight=False, soft_wrap=False)
-    console.print(f"estimated duration: {human_seconds(estimate)}")
+    trials, builds = estimate
+    parts = f"trials {human_seconds(trials)}, cluster builds {human_seconds(builds)}"
+    console.print(f"estimated duration: {human_seconds(trials + builds)} ({parts})")
     for note in notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
 
 
 def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:

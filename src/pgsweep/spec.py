@@ -24,12 +24,8 @@ from .core import Value
 from .errors import PgsweepError
 from .host.blockdev import Grant
 from .host.proc import RunAs
+from .layers import all_layers
 from .layers.base import Layer, Source, ValidationContext
-from .layers.cluster import ClusterLayer
-from .layers.oslayer import OsLayer
-from .layers.server import ServerLayer
-from .layers.storage import StorageLayer
-from .layers.workload import WorkloadLayer
 from .postgres import binaries as pgbin
 
 
@@ -60,6 +56,9 @@ class ReportTable(BaseModel):
         default_factory=dict, description="factor levels of the configuration to compare with"
     )
     margin: str | None = Field(None, pattern=r"^\d+(\.\d+)?%$", description='e.g. "2%"')
+    alpha: float = Field(
+        0.05, gt=0, le=0.2, description="chance of any false 'different' per family of claims"
+    )
 
     def margin_fraction(self) -> float | None:
         return float(self.margin[:-1]) / 100 if self.margin else None
@@ -71,11 +70,6 @@ FIXED_TABLES: dict[str, type[BaseModel]] = {
     "repeat": RepeatTable,
     "report": ReportTable,
 }
-
-
-def make_layers() -> list[Layer]:
-    """Every layer, in the order a trial applies them (most expensive first)."""
-    return [StorageLayer(), ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]
 
 
 @dataclass(frozen=True)
@@ -103,10 +97,16 @@ class Experiment:
     binaries: pgbin.Binaries
     user: RunAs | None
     canonical: dict[str, dict[str, str]]  # server setting -> level text -> base-unit value
+    # levels of every factor (file order) -> every layer's typed settings
+    configurations: dict[tuple[Value, ...], dict[str, Any]]
     grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
+
+    def settings(self, levels: dict[str, Value]) -> dict[str, Any]:
+        """Every layer's typed settings for the configuration with these levels."""
+        return self.configurations[tuple(levels[f.name] for f in self.factors)]
 
 
 def _fixed(source: Source, doc: dict[str, Any], table: str) -> Any:
@@ -179,15 +179,16 @@ def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> lis
 
 
 def _configurations(
-    base: dict[str, dict[str, Value]], factors: list[Factor]
-) -> list[dict[str, dict[str, Value]]]:
-    """Every configuration's values of every layer (the full factorial over the base)."""
-    out = []
+    base: dict[str, dict[str, Value]], factors: list[Factor], layers: list[Layer]
+) -> dict[tuple[Value, ...], dict[str, Any]]:
+    """Every configuration's typed settings of every layer (the full factorial over the
+    base), keyed by its levels in factor order."""
+    out = {}
     for combo in itertools.product(*(f.levels for f in factors)):
         values = {layer: dict(keys) for layer, keys in base.items()}
         for f, level in zip(factors, combo, strict=True):
             values[f.layer][f.key] = level
-        out.append(values)
+        out[combo] = {layer.name: layer.settings(values[layer.name]) for layer in layers}
     return out
 
 
@@ -203,8 +204,58 @@ def _flatten(keys: dict[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
     return out
 
 
+DEDICATED_USER = "pgsweep"  # a system account that owns nothing else (scripts/setup.sh)
+
+
+def _system_uid_max() -> int:
+    """Accounts below UID_MIN (/etc/login.defs, 1000 by default) are system accounts."""
+    try:
+        for line in Path("/etc/login.defs").read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == "UID_MIN" and fields[1].isdigit():
+                return int(fields[1])
+    except OSError:
+        pass
+    return 1000
+
+
+def default_user() -> str:
+    """The dedicated account when it exists, else `postgres` (whose throwaway servers then
+    share an account with the machine's own clusters)."""
+    try:
+        RunAs(DEDICATED_USER).uid  # noqa: B018 - does it exist?
+        return DEDICATED_USER
+    except KeyError:
+        return "postgres"
+
+
+def _check_root(
+    source: Source, doc: dict[str, Any], factors: list[Factor], layers: list[Layer]
+) -> None:
+    """Without root, every key of a layer that changes the machine is refused in one error
+    that lists them all (a DBA on a laptop sees at once what to take out)."""
+    if os.geteuid() == 0:
+        return
+    rooted = [layer.name for layer in layers if layer.needs_root]
+    keys = [f"{name}.{'.'.join(parts)}" for name in rooted
+            for parts, value in _flatten(doc.get(name) or {})
+            if (name, parts, value) != ("os", ("drop_caches",), "never")]  # fmt: skip
+    keys += [f"{f.layer}.{f.key}" for f in factors if f.layer in rooted]
+    if keys:
+        table = [name for name in rooted if name in doc]
+        where = (table[0],) if table else ("factors", keys[0].split(".")[0])
+        raise source.error(
+            where,
+            f"these factors and settings change the machine and need root: "
+            f"{', '.join(sorted(set(keys)))}",
+            fix="run pgsweep as root (sudo), or remove them to run as yourself",
+        )
+
+
 def resolve_user(setting: str | None, source: Source) -> RunAs | None:
-    """The unprivileged account the server runs as. PostgreSQL refuses to run as root."""
+    """The unprivileged account the server runs as. PostgreSQL refuses to run as root, and
+    experiments run code as this account (custom scripts, archive_command): it must be a
+    system account, never root or a person's."""
     if os.geteuid() != 0:
         if setting and setting != RunAs.current_name():
             raise source.error(
@@ -213,22 +264,28 @@ def resolve_user(setting: str | None, source: Source) -> RunAs | None:
                 fix="run pgsweep as root, or remove [postgres] user",
             )
         return None
-    name = setting or "postgres"
+    name = setting or default_user()
     try:
         user = RunAs(name)
-        if user.uid == 0:
-            raise source.error(
-                ("postgres", "user"),
-                "the server must not run as root",
-                fix='set [postgres] user = "postgres" (or another unprivileged user)',
-            )
-        return user
+        uid = user.uid
     except KeyError:
         raise source.error(
             ("postgres", "user"),
             f"there is no OS user {name!r} to run the server as",
-            fix=f"create one (useradd --system {name}) or set [postgres] user",
+            fix=f"scripts/setup.sh makes the account {DEDICATED_USER!r}; or useradd --system "
+            f"{name}; or set [postgres] user",
         ) from None
+    if uid == 0 or uid >= _system_uid_max():
+        raise source.error(
+            ("postgres", "user"),
+            f"the server must not run as {name!r} (uid {uid}): "
+            + ("root" if uid == 0 else "a person's account, whose files an experiment could "
+               "reach"),
+            expected="a system account that owns nothing else, such as "
+            f"{DEDICATED_USER!r} (scripts/setup.sh makes it) or postgres",
+            fix=f'set [postgres] user = "{DEDICATED_USER}"',
+        )  # fmt: skip
+    return user
 
 
 # Beyond these a plan is a mistake, not an experiment: 10,000 configurations of a 10 s
@@ -349,7 +406,7 @@ def report_options(text: str) -> ReportTable:
 def load(path: Path) -> Experiment:
     """Read and validate an experiment file. Changes nothing on the machine."""
     source, doc = read_source(path)
-    layers = make_layers()
+    layers = all_layers()
     names = [layer.name for layer in layers]
     for table in doc:
         if table not in FIXED_TABLES and table not in names and table != "factors":
@@ -369,10 +426,11 @@ def load(path: Path) -> Experiment:
     factors = _factors(source, doc, names)
     _check_size(source, factors, rep.rounds)
     _check_baseline(source, report, factors)
+    _check_root(source, doc, factors, layers)
     user = resolve_user(pg.user, source)
     bindir = pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
     with tempfile.TemporaryDirectory(prefix="pgsweep-inspect-") as scratch:
-        binaries = pgbin.inspect(bindir, Path(scratch))
+        binaries = pgbin.inspect(bindir, Path(scratch), user)
     base: dict[str, dict[str, Value]] = {}
     with pgbin.ValueChecker(binaries, user) as checker:
         ctx = ValidationContext(source, binaries, checker, user)
@@ -386,9 +444,9 @@ def load(path: Path) -> Experiment:
         factors = [Factor(f.layer, by_name[f.layer].canonical_key(f.key), f.levels)
                    for f in factors]  # fmt: skip
         _same_meaning(source, factors, layers)
-        configs = _configurations(base, factors)
+        configs = _configurations(base, factors, layers)
         for layer in layers:
-            layer.check_configurations(configs, ctx)
+            layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}
         for (name, text), value in checker.answers().items():
             canonical.setdefault(name, {})[text] = value
@@ -406,4 +464,5 @@ def load(path: Path) -> Experiment:
         binaries,
         user,
         canonical,
+        configs,
     )

@@ -85,8 +85,9 @@ def work_targets(results: Path) -> list[tuple[Path, bool]]:
         trials = []
     for work in results.glob(".pgsweep-work-*"):
         out += [(work, False), (work / "private", False), (work / "trials", False)]
+        out += [(work / "clusters", False)]
         for n in range(1, 5):
-            c = work / f"cluster-{n}"
+            c = work / "clusters" / f"cluster-{n}"
             out += [(c, False), (c / "conf", False), (c / "cmd", False)]
             out += [(c / "data", True), (c / "snapshot", True), (c / "log", True)]
         for t in trials:

@@ -76,6 +76,7 @@ def test_log_figures_agree_with_pgbench(results: Path) -> None:
     assert sum(tps for tps, _, _ in seconds) + m["log.outside_window"] == m["tx.ok"]
     assert sum(sk for _, sk, _ in seconds) <= m["tx.skipped"]
     assert m["window.tps"] == pytest.approx(s.tps, rel=0.02)
+    assert sum(tps for tps, _, _ in seconds) / 3 == pytest.approx(m["window.tps"], rel=0.02)
     assert m["window.tps_vs_summary"] == pytest.approx(m["window.tps"] / s.tps)
     assert "stability.tps_cv" in m and m["stability.stall_seconds"] >= 0
 
@@ -85,6 +86,9 @@ def test_log_figures_agree_with_pgbench(results: Path) -> None:
     n, sd = s.transactions + s.skipped, ((s.transactions + s.skipped) * 0.25) ** 0.5
     assert abs(m["log.lines"] - n * 0.5) < 5 * sd
     assert m["tx.ok"] == s.transactions  # counts come from the summary when sampled
+    # per-second counts are scaled back up by the sampling rate, not the sample's own count
+    assert sum(tps for tps, _, _ in seconds) / len(seconds) == pytest.approx(
+        m["window.tps"], rel=0.02)  # fmt: skip
 
     t, m, seconds, s = by_level["off"]
     assert "-l" not in json.loads(t["pgbench_argv"])
@@ -127,6 +131,13 @@ def test_export_csv_and_parquet_hold_the_same_rows(results: Path, what: str) -> 
         for tid in trial_ids:
             rows = [r for r in from_parquet if r["trial_id"] == tid]
             assert len(rows) >= 2 and len({r["source"] for r in rows}) == 1
+        # sampled or not, the exported per-second TPS averages to the trial's window TPS
+        db = sqlite3.connect(results / "results.db")
+        window = dict(db.execute("SELECT trial_id, value FROM metric WHERE name = 'window.tps'"))
+        db.close()
+        for tid, tps in window.items():
+            rows = [r["tps"] for r in from_parquet if r["trial_id"] == tid and r["source"] == "log"]
+            assert sum(rows) / len(rows) == pytest.approx(tps, rel=0.02)
     if what == "latency":
         db = sqlite3.connect(results / "results.db")
         ok = dict(db.execute("SELECT trial_id, value FROM metric WHERE name = 'tx.ok'"))
@@ -152,3 +163,10 @@ def test_a_read_only_workload_is_not_compared_on_bytes_per_transaction(results: 
     assert any(
         w.startswith("WAL bytes / tx: c01, c02, c03 wrote under 64 B") for w in data["warnings"]
     )
+    html = results.parent / "measure.html"
+    res = pgsweep("report", str(results), "--format", "html", "-o", str(html))
+    assert res.returncode == 0, res.stderr
+    text = html.read_text()
+    # no plot of stray bytes; one line in its place saying why
+    assert 'data-plot="bytes"' not in text and 'data-plot-left-out="bytes"' in text
+    assert "read-only workload" in text and 'data-plot="tps"' in text

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
+from conftest import SERVER_USER, pgsweep, postmasters, requires_pg, trials, write_experiment
 from pgsweep.collect import devices
 from pgsweep.host.journal import read_setting
 
@@ -130,6 +130,7 @@ def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path)
 @root_only
 def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Path) -> None:
     before = _watched()
+    others = set(postmasters())
     folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
     path = write_experiment(tmp_path, _experiment(duration="20s", rounds=2))
     env = dict(os.environ, NO_COLOR="1")
@@ -141,7 +142,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         deadline = time.monotonic() + 120
 
         def ours() -> list[str]:
-            return [d for d in postmasters().values() if "res-os-kill" in d]
+            return [d for pid, d in postmasters().items() if pid not in others]
 
         while time.monotonic() < deadline and not (
             list(state_dir.glob("*.undo"))
@@ -151,6 +152,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
             time.sleep(0.2)
         assert _watched() != before, "the run changed nothing within 2 minutes"
         assert NR_HUGEPAGES.read_text().strip() != before[str(NR_HUGEPAGES)], "none reserved"
+        assert ours(), "no server of the run within 2 minutes"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert list(state_dir.glob("*.undo")), "the journal is what restore will read"
@@ -199,7 +201,7 @@ def test_non_root_is_refused_naming_the_factors(tmp_path: Path) -> None:
         repo_src = Path(__file__).resolve().parents[2] / "src"
         if not python.exists() or sys.version_info[:2] != _system_version(python):
             pytest.skip("needs /usr/bin/python3 of the venv's Python version")
-        cmd = ["runuser", "-u", "postgres", "--", str(python), "-m", "pgsweep.cli", "plan",
+        cmd = ["runuser", "-u", SERVER_USER, "--", str(python), "-m", "pgsweep.cli", "plan",
                str(path)]  # fmt: skip
         env = dict(os.environ, PYTHONPATH=f"{repo_src}:{site}")
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=folder, timeout=120)

@@ -253,7 +253,8 @@ def test_resume_refuses_a_changed_plan(tmp_path: Path, state_dir: Path) -> None:
     assert again.returncode == 2 and "already holds results" in again.stderr
 
 
-def test_custom_script_with_prewarm(tmp_path: Path, state_dir: Path) -> None:
+def test_custom_script_with_prewarm(open_dir: Path, state_dir: Path) -> None:
+    tmp_path = open_dir  # the server user runs pgbench, which reads the script
     (tmp_path / "point.sql").write_text(
         "\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
     )

@@ -129,14 +129,15 @@ def test_storage_device_given_only_as_a_factor_is_accepted(
 
 
 @requires_pg
-def test_two_scripts_with_one_name_stay_apart(tmp_path: Path) -> None:
+def test_two_scripts_with_one_name_stay_apart(open_dir: Path) -> None:
+    tmp_path = open_dir
     from pgsweep import spec
-    from pgsweep.host.proc import RunAs
-    from pgsweep.trialenv import TrialEnv
+    from pgsweep.layers.context import RunContext
 
     for sub, sql in (("a", "SELECT 1;\n"), ("b", "SELECT 2;\n")):
         (tmp_path / sub).mkdir()
         (tmp_path / sub / "point.sql").write_text(sql)
+    tmp_path.chmod(0o755)
     path = write_experiment(tmp_path, """
         [experiment]
         name = "scripts"
@@ -147,10 +148,30 @@ def test_two_scripts_with_one_name_stay_apart(tmp_path: Path) -> None:
     layer = exp.layer("workload")
     work = tmp_path / "work"
     work.mkdir()
-    user = RunAs("postgres") if os.geteuid() == 0 else None
-    env = TrialEnv(exp.binaries, user, work, tmp_path, {})
-    a, b = (layer._frozen(s, env) for s in ("a/point.sql", "b/point.sql"))  # type: ignore[attr-defined]
+    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path))
+    a, b = (layer.frozen[s] for s in ("a/point.sql", "b/point.sql"))  # type: ignore[attr-defined]
     assert a != b and a.read_text() == "SELECT 1;\n" and b.read_text() == "SELECT 2;\n"
     assert a.stat().st_mode & 0o777 == 0o400  # the server user's to read, nobody else's
     (tmp_path / "a" / "point.sql").write_text("DROP TABLE x;\n")  # changed after validation
-    assert layer._frozen("a/point.sql", env).read_text() == "SELECT 1;\n"  # type: ignore[attr-defined]
+    settings = exp.settings({"workload.script": "a/point.sql"})["workload"]
+    assert not settings.writes  # judged on the text validated, not the file as it is now
+    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path))
+    assert a.read_text() == "SELECT 1;\n"
+
+
+@requires_pg
+def test_a_script_the_server_user_cannot_read_is_refused(
+    open_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path = open_dir
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the server user is another account")
+    tmp_path.chmod(0o755)
+    secret = tmp_path / "secret.sql"
+    secret.write_text("SELECT 'root only';\n")
+    secret.chmod(0o600)
+    path = write_experiment(
+        tmp_path, "[experiment]\nname = 'x'\n[workload]\nscript = 'secret.sql'\n"
+    )
+    assert cli.main(["plan", str(path)]) == 2
+    assert "not readable by the server user" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pgsweep.collect import metrics
-from pgsweep.measure import AUTO_LOGGED_PER_S, sampling_rate
+from pgsweep.engine.measure import AUTO_LOGGED_PER_S, sampling_rate
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,6 @@ from pgsweep.layers.base import Cost
 from pgsweep.plan import (
     Plan,
     PlanFactor,
-    TrialCost,
-    estimate_seconds,
     expand,
     make_plan,
     short_names,
@@ -66,23 +64,6 @@ def _group_runs(plan: Plan) -> list[int]:
     return runs
 
 
-def test_split_plot_builds_each_cluster_once() -> None:
-    plan = make_plan(FACTORS, 3, 5, "once")
-    assert sorted(_group_runs(plan)) == [0, 1]  # two contiguous blocks: one build each
-    # cheap factors are shuffled inside a group: not every round in factorial order
-    firsts = [[t.config for t in plan.trials if t.round == r][:6] for r in (1, 2, 3)]
-    assert len({tuple(f) for f in firsts}) > 1
-
-
-def test_per_round_rebuild_visits_every_group_each_round() -> None:
-    plan = make_plan(FACTORS, 3, 5, "per_round")
-    runs = _group_runs(plan)
-    assert len(runs) in (3, 4, 5, 6)  # merges only where a round ends and the next starts
-    for r in (1, 2, 3):
-        trials = [t for t in plan.trials if t.round == r]
-        assert {plan.config(t.config).group for t in trials} == {0, 1}
-
-
 def test_shuffle_is_not_the_factorial_order() -> None:
     plan = make_plan([PlanFactor("server.work_mem", tuple(range(10)), Cost.RELOAD)], 2, 1)
     first_round = [t.config for t in plan.trials if t.round == 1]
@@ -102,28 +83,20 @@ def test_no_factors_is_one_configuration_repeated() -> None:
     assert [t.id for t in plan.trials] == ["r1-c01", "r2-c01", "r3-c01"]
 
 
-def test_estimate_counts_each_build_once_per_group_visit() -> None:
-    plan = make_plan(FACTORS, 2, 3, "once")
-    costs = {c.id: TrialCost(measure=10.0, build=100.0) for c in plan.configurations}
-    assert estimate_seconds(plan, costs) == 24 * 10.0 + 2 * 100.0
-
-
-def test_reservations_are_batched_inside_each_round() -> None:
-    """Huge page levels (RESERVE) run in one batch per round, the batches' order and the
-    cheap factors inside them shuffled; every round still holds every configuration."""
+def test_reservations_are_interleaved_not_batched() -> None:
+    """Resizing a huge page pool takes milliseconds here: huge page levels (RESERVE) are
+    shuffled with everything else, never run as batches (a batch is a block in time: in
+    the seed-2 run a slow stretch of the machine landed on the huge-page batches)."""
     factors = [
         PlanFactor("os.huge_pages", ("off", "2MB", "1GB"), Cost.RESERVE),
         PlanFactor("workload.clients", (1, 2, 4, 8), Cost.NOTHING),
     ]
     plan = make_plan(factors, 6, 3)
-    batch_orders, inner_orders = set(), set()
+    runs = []
     for r in range(1, 7):
         trials = [t for t in plan.trials if t.round == r]
         assert len({t.config for t in trials}) == 12
         levels = [plan.config(t.config).levels["os.huge_pages"] for t in trials]
-        batches = [lv for i, lv in enumerate(levels) if i == 0 or levels[i - 1] != lv]
-        assert sorted(batches) == ["1GB", "2MB", "off"]  # three runs: one reservation each
-        batch_orders.add(tuple(batches))
-        inner_orders.add(tuple(t.config for t in trials))
-    assert len(batch_orders) > 1 and len(inner_orders) > 1
-    assert plan.grouped_factors() == []  # no new cluster for a reservation
+        runs.append(sum(1 for i, lv in enumerate(levels) if i == 0 or levels[i - 1] != lv))
+    assert max(runs) > 3  # batched would be exactly 3 runs per round
+    assert plan.grouped_factors() == [] and plan.keep_alive

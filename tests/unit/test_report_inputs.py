@@ -27,3 +27,35 @@ def test_zero_tps_and_dollar_levels_render(tmp_path: Path) -> None:
     svgs = "".join(re.findall(r"<svg.*?</svg>", html, flags=re.S))
     assert "$\\notacommand{x}$" in svgs and "$5$" in svgs  # plotted as written
     assert "$5$" in md and "0.0" in md  # the 0 TPS trial is shown, not dropped silently
+
+
+def _report(folder: Path) -> tuple[analysis.Analysis, str]:
+    store = open_store(folder)
+    try:
+        result = analysis.analyse(store)
+    finally:
+        store.close()
+    return result, report.render_markdown(result)
+
+
+def test_a_strong_trend_across_rounds_is_warned_about_even_unproven(tmp_path: Path) -> None:
+    """Seed 1's run: round levels rose by about 40% over 5 rounds while the two
+    configurations differed by a few percent. The warning must not wait for p < 0.05."""
+    rise = [1.0, 1.05, 1.22, 1.18, 1.42]  # a wandering rise, not a clean line
+    tps = {(c, r): 1000 * rise[r - 1] * (1.02 if c else 1.0) * (1 + 0.01 * ((c + r) % 3 - 1))
+           for c in (0, 1) for r in range(1, 6)}  # fmt: skip
+    result, md = _report(make_results(tmp_path / "drift", {"server.work_mem": ["4MB", "64MB"]},
+                                      tps, 5))  # fmt: skip
+    assert result.drift is not None and result.drift["large"]
+    assert result.drift["over_run"] > 0.3
+    assert any(w.startswith("the machine drifted during the run") for w in result.warnings)
+    # the per-round levels are shown, rising as the machine did
+    levels = [r["tps"] for r in result.rounds]
+    assert levels[-1] / levels[0] > 1.3 and "drifted" in md
+
+    calm = {(c, r): 1000 * (1.02 if c else 1.0) * (1 + 0.01 * ((c + r) % 3 - 1))
+            for c in (0, 1) for r in range(1, 6)}  # fmt: skip
+    result, _ = _report(make_results(tmp_path / "calm", {"server.work_mem": ["4MB", "64MB"]},
+                                     calm, 5))  # fmt: skip
+    assert result.drift is not None and not result.drift["large"]
+    assert not any("drifted" in w for w in result.warnings)

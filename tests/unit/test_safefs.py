@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SERVER_USER
 from pgsweep.collect import mounts
+from pgsweep.errors import PgsweepError
 from pgsweep.host import journal, safefs, workarea
 from pgsweep.host.proc import RunAs
 from pgsweep.layers.oslayer import sysctl_file, sysctl_refusal
@@ -22,8 +24,8 @@ from pgsweep.layers.oslayer import sysctl_file, sysctl_refusal
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root and the postgres user")
 
 
-def as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["runuser", "-u", "postgres", "--", *argv], capture_output=True,
+def as_server_user(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", SERVER_USER, "--", *argv], capture_output=True,
                           text=True, timeout=30)  # fmt: skip
 
 
@@ -53,7 +55,7 @@ def untouched(canary: Path) -> bool:
 
 @root_only
 def test_a_leaf_is_the_server_users_and_never_an_existing_path(arena: Path) -> None:
-    user = RunAs("postgres")
+    user = RunAs(SERVER_USER)
     leaf = safefs.leaf_dir(arena / "data", user)
     assert (leaf.stat().st_uid, leaf.stat().st_mode & 0o777) == (user.uid, 0o700)
     with pytest.raises(FileExistsError):
@@ -66,9 +68,9 @@ def test_a_leaf_is_the_server_users_and_never_an_existing_path(arena: Path) -> N
 def test_write_file_replaces_a_planted_link_instead_of_following_it(
     arena: Path, canary: Path
 ) -> None:
-    user = RunAs("postgres")
+    user = RunAs(SERVER_USER)
     leaf = safefs.leaf_dir(arena / "data", user)
-    assert as_postgres("ln", "-s", str(canary), str(leaf / "pgsweep.conf")).returncode == 0
+    assert as_server_user("ln", "-s", str(canary), str(leaf / "pgsweep.conf")).returncode == 0
     safefs.write_file(leaf / "pgsweep.conf", "work_mem = '4MB'\n", 0o600, (user.uid, user.gid))
     assert untouched(canary)
     st = os.lstat(leaf / "pgsweep.conf")
@@ -79,9 +81,9 @@ def test_write_file_replaces_a_planted_link_instead_of_following_it(
 def test_read_owned_refuses_links_and_hard_links_to_another_users_file(
     arena: Path, canary: Path
 ) -> None:
-    user = RunAs("postgres")
+    user = RunAs(SERVER_USER)
     leaf = safefs.leaf_dir(arena / "log", user)
-    assert as_postgres("ln", "-s", str(canary), str(leaf / "server.log")).returncode == 0
+    assert as_server_user("ln", "-s", str(canary), str(leaf / "server.log")).returncode == 0
     with pytest.raises(safefs.UnsafePath, match="symbolic link"):
         safefs.read_owned(leaf / "server.log", user.uid)
     os.link(canary, leaf / "hard.log")  # the kernel stops postgres doing this; root can
@@ -89,7 +91,7 @@ def test_read_owned_refuses_links_and_hard_links_to_another_users_file(
         safefs.read_owned(leaf / "hard.log", user.uid)
     with pytest.raises(safefs.UnsafePath):
         safefs.open_owned_in(leaf, "server.log", user.uid)
-    assert as_postgres("sh", "-c", f"printf 'a\\nb\\nc\\n' > {leaf / 'own.log'}").returncode == 0
+    assert as_server_user("sh", "-c", f"printf 'a\\nb\\nc\\n' > {leaf / 'own.log'}").returncode == 0
     assert safefs.read_owned(leaf / "own.log", user.uid, limit=4, tail=True) == b"b\nc\n"
 
 
@@ -108,11 +110,11 @@ def test_mount_points_must_be_real_root_owned_directories(arena: Path, tmp_path:
     (arena / "swapped").symlink_to("/etc")
     with pytest.raises(safefs.UnsafePath):
         safefs.check_mountpoint(arena / "swapped")
-    leaf = safefs.leaf_dir(arena / "leaf", RunAs("postgres"))
+    leaf = safefs.leaf_dir(arena / "leaf", RunAs(SERVER_USER))
     with pytest.raises(safefs.UnsafePath):
         safefs.check_mountpoint(leaf)  # the server user's directory
     inner = leaf / "inner"
-    assert as_postgres("mkdir", str(inner)).returncode == 0
+    assert as_server_user("mkdir", str(inner)).returncode == 0
     with pytest.raises(safefs.UnsafePath):
         safefs.check_mountpoint(inner)
 
@@ -120,7 +122,7 @@ def test_mount_points_must_be_real_root_owned_directories(arena: Path, tmp_path:
 @root_only
 def test_a_folder_the_server_user_can_change_is_not_trusted(arena: Path) -> None:
     assert safefs.untrusted_component(arena) is None
-    leaf = safefs.leaf_dir(arena / "pg", RunAs("postgres"))
+    leaf = safefs.leaf_dir(arena / "pg", RunAs(SERVER_USER))
     assert "belongs to uid" in str(safefs.untrusted_component(leaf / "results"))
     open_dir = arena / "open"
     open_dir.mkdir(mode=0o777)
@@ -133,9 +135,55 @@ def test_a_folder_the_server_user_can_change_is_not_trusted(arena: Path) -> None
 def test_server_user_cannot_plant_anything_in_root_directories(arena: Path) -> None:
     private = safefs.private_dir(arena / "private")
     for d in (arena, private):
-        res = as_postgres("ln", "-s", "/etc/shadow", str(d / "planted"))
+        res = as_server_user("ln", "-s", "/etc/shadow", str(d / "planted"))
         assert res.returncode != 0 and "Permission denied" in res.stderr
         assert not (d / "planted").is_symlink()
+
+
+@root_only
+def test_remove_tree_outruns_a_server_user_refilling_it(arena: Path, canary: Path) -> None:
+    """A server-user process keeps creating files (and links to the canary) in its leaf
+    while root deletes it: the leaf is taken from its owner first, so the deletion ends,
+    the writer is locked out, and the canary is neither followed nor removed."""
+    leaf = safefs.leaf_dir(arena / "leaf", RunAs(SERVER_USER))
+    deep = leaf / "a" / "b"
+    as_server_user("mkdir", "-p", str(deep))
+    loop = (f"i=0; while [ $i -lt 100000 ]; do i=$((i+1)); : > {deep}/f$i 2>/dev/null; "
+            f"ln -s {canary} {leaf}/l$i 2>/dev/null; done")  # fmt: skip
+    writer = subprocess.Popen(["runuser", "-u", SERVER_USER, "--", "sh", "-c", loop])
+    try:
+        while len(list(deep.iterdir())) < 50:  # the writer is busy
+            pass
+        safefs.remove_tree(leaf)
+        assert not leaf.exists() and untouched(canary)
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@root_only
+def test_remove_tree_handles_depth_links_and_refuses_a_mount_inside(
+    arena: Path, canary: Path
+) -> None:
+    tree = arena / "tree"
+    deep = tree.joinpath(*["d"] * (safefs.MAX_DEPTH + 20))  # past the descriptor walk
+    deep.mkdir(parents=True)
+    (deep / "link").symlink_to(canary)
+    (tree / "dir-link").symlink_to(canary.parent, target_is_directory=True)
+    safefs.remove_tree(tree)
+    assert not tree.exists() and untouched(canary)
+    safefs.remove_tree(tree)  # missing is fine
+    inner = arena / "outer" / "mnt"
+    inner.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "pgsweep-test", str(inner)],
+                   check=True)  # fmt: skip
+    try:
+        (inner / "keep").write_text("data on another filesystem")
+        with pytest.raises(PgsweepError, match="another filesystem"):
+            safefs.remove_tree(arena / "outer")
+        assert (inner / "keep").read_text() == "data on another filesystem"
+    finally:
+        subprocess.run(["umount", str(inner)], check=True)
 
 
 def test_mountinfo_is_unescaped() -> None:
@@ -176,7 +224,7 @@ def test_replay_writes_only_files_pgsweep_changes(tmp_path: Path, canary: Path) 
             {"file": "/proc/sys/vm/../../../etc/passwd", "original": "x"},
         ],
     )
-    done, owed = journal.restore_journal(planted)
+    done, owed = journal.restore_journal(planted, None)
     assert untouched(canary)
     assert len(owed) == 2 and all("refused" in line for line in done)
     assert planted.exists()  # kept: what it asks for was not done
@@ -204,7 +252,7 @@ def test_a_failed_restore_keeps_only_what_is_owed_and_the_oldest_original(
 
     monkeypatch.setattr(Path, "rmdir", busy)
     try:
-        done, owed = journal.restore_journal(path)
+        done, owed = journal.restore_journal(path, None)
     finally:
         swappiness.write_text(before)
     assert f"restored {swappiness} = {before}" in done  # the oldest original won

@@ -1,5 +1,5 @@
 """Whole experiments simulated over noise recorded on this machine (tests/data/noise; the
-engine is bench/verdicts.py, which runs the same simulations with more repetitions):
+engine is pgsweep.verdict.simulate, which bench/verdicts.py runs with more repetitions):
 false "different" verdicts when nothing differs, power at the printed sensitivity, and
 rounds saved by adaptive stopping.
 
@@ -9,32 +9,19 @@ Every run is seeded, so a pass or fail is reproducible."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-from pgsweep import statmodel as sm
-from pgsweep import statmodel_seq as sq
+from pgsweep import verdict as sm
+from pgsweep.verdict import sequential as sq
+from pgsweep.verdict import simulate as V
 
-
-def _engine() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "verdicts.py"
-    spec = importlib.util.spec_from_file_location("bench_verdicts", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-V = _engine()
-TPCB = V.sources("tpcb")
-SELECT = V.sources("select")
+NOISE = Path(__file__).resolve().parents[1] / "data" / "noise"
+TPCB = V.sources(NOISE, "tpcb")
+SELECT = V.sources(NOISE, "select")
 
 
 def slack(n: int, p: float = sm.ALPHA) -> float:
@@ -48,13 +35,13 @@ def slack(n: int, p: float = sm.ALPHA) -> float:
 )
 def test_no_false_differences_with_fixed_rounds(design: object, rounds: int, reps: int) -> None:
     for name, noise in (("boot", TPCB["boot"]), ("synth", TPCB["synth"])):
-        rates = V.fixed(design, rounds, noise, reps, seed=11, old=False)
+        rates = V.fixed(design, rounds, noise, reps, seed=11)
         for family in ("baseline", "effects"):
             assert rates[family] <= sm.ALPHA + slack(reps), (name, family, rates)
 
 
 def test_no_false_differences_on_select_only_noise() -> None:
-    rates = V.fixed(V.TWO, 5, SELECT["boot"], 1000, seed=12, old=False)
+    rates = V.fixed(V.TWO, 5, SELECT["boot"], 1000, seed=12)
     assert rates["baseline"] <= sm.ALPHA + slack(1000)
 
 
@@ -105,7 +92,7 @@ def test_adaptive_rounds_save_rounds_at_equal_power() -> None:
     effect, reps = {1: 1.15}, 200
     plan = sq.make_plan(10, 3)
     out = V.adaptive(V.TWO, plan, TPCB["boot"], reps, seed=15, effect=effect, interest=0.10)
-    power = {r: V.fixed(V.TWO, r, TPCB["boot"], reps, 15, effect, old=False)["baseline"]
+    power = {r: V.fixed(V.TWO, r, TPCB["boot"], reps, 15, effect)["baseline"]
              for r in range(6, 11)}  # fmt: skip
     equal = min(r for r, p in power.items() if p >= out["detected"] - 0.03)
     assert out["rounds"] < equal - 0.5, (out["rounds"], out["detected"], power)

@@ -13,8 +13,8 @@ import pytest
 import statsmodels.api as smapi
 from scipy import stats as sps
 
-from pgsweep import statmodel as sm
-from pgsweep import statmodel_seq as sq
+from pgsweep import verdict as sm
+from pgsweep.verdict import sequential as sq
 
 LEVELS_2X2 = [{"a": a, "b": b} for a, b in product(("x", "y"), (1, 2))]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host import proc
+from ..host.proc import RunAs
 from ..postgres.binaries import Binaries
 from .devices import SYS_BLOCK, mount_of
 
@@ -31,7 +32,7 @@ def _selected(text: str) -> str:
     return m.group(1) if m else text
 
 
-def host(binaries: Binaries, scratch: Path) -> dict[str, str]:
+def host(binaries: Binaries, scratch: Path, user: RunAs | None = None) -> dict[str, str]:
     meminfo = dict(line.split(":", 1) for line in _read(Path("/proc/meminfo")).splitlines())
     models = re.findall(r"^model name\s*:\s*(.+)$", _read(Path("/proc/cpuinfo")), re.M)
     env = {
@@ -55,7 +56,8 @@ def host(binaries: Binaries, scratch: Path) -> dict[str, str]:
     ):
         program = binaries.bindir / argv[0]
         if program.exists():
-            res = proc.run([str(program), *argv[1:]], out=scratch / f"{argv[0]}.out", timeout=30)
+            res = proc.run([str(program), *argv[1:]], out=scratch / f"{argv[0]}.out", timeout=30,
+                           user=user)  # fmt: skip
             env[name] = res.stdout.strip() if res.ok else f"(failed: {res.tail(1)})"
     return env
 

@@ -5,11 +5,14 @@ every name here is one a report or an export can rely on."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..postgres.pgbench import Summary
-from .txlog import Reduction
+
+if TYPE_CHECKING:
+    from .txlog import Reduction
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's sector size
 STALL_SHARE = 0.10  # a second below 10% of the window's median TPS is a stall

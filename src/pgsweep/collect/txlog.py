@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,6 +36,7 @@ from .txlog_kernels import (
     values_in_bins,
 )
 
+MAX_LOG_BYTES = 4 << 30  # about 100 million lines: more is a log to sample
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
@@ -89,7 +91,10 @@ def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
     if size == 0:
         none = np.zeros(0, np.int64)
         return name, np.zeros(1, np.uint8), none, none, none
-    buf = np.memmap(source, np.uint8, mode="r", shape=(size,))
+    if size > MAX_LOG_BYTES:
+        raise LogError(f"{name} holds {size:,} bytes, more than one trial's log may "
+                       f"({MAX_LOG_BYTES:,}); sample it (workload.latency_log)")  # fmt: skip
+    buf = _read_all(source, size, name)
     if buf[-1] != 10:
         raise LogError(f"{name} does not end with a newline: was pgbench stopped mid-line?")
     bounds = [0]
@@ -100,6 +105,32 @@ def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
     bounds.append(size)
     starts, stops = np.array(bounds[:-1], np.int64), np.array(bounds[1:], np.int64)
     return name, buf, starts, stops, count_lines(buf, starts, stops)
+
+
+def _read_all(source: Path | BinaryIO, size: int, name: str) -> Any:
+    """The file's bytes, read (not mapped: a file the server user can truncate while it is
+    mapped would kill pgsweep with SIGBUS); a file that shrinks meanwhile is refused. Read
+    in 64 MiB pieces on every CPU (preadv releases the GIL)."""
+    buf = np.empty(size, np.uint8)
+    view = memoryview(buf)  # type: ignore[arg-type]
+    fd = os.open(source, os.O_RDONLY) if isinstance(source, Path) else source.fileno()
+    step = 64 << 20
+
+    def piece(at: int) -> None:
+        end = min(at + step, size)
+        while at < end:
+            n = os.preadv(fd, [view[at:end]], at)
+            if not n:
+                raise LogError(f"{name} shrank while it was read (at {at:,} of {size:,} bytes)")
+            at += n
+
+    try:
+        with ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
+            list(pool.map(piece, range(0, size, step)))
+    finally:
+        if isinstance(source, Path):
+            os.close(fd)
+    return buf
 
 
 def _fail(name: str, buf: Any, at: int) -> None:

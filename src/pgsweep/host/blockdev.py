@@ -23,6 +23,7 @@ MKFS = {
     "xfs": ["mkfs.xfs", "-f", "-q"],
     "btrfs": ["mkfs.btrfs", "-f", "-q"],
 }
+PACKAGES = {"ext4": "e2fsprogs", "xfs": "xfsprogs", "btrfs": "btrfs-progs", "zfs": "zfs-fuse"}
 SYS_BLOCK = Path("/sys/class/block")
 
 
@@ -189,10 +190,17 @@ def check_real_device(device: Path, grant: Grant, scratch: Path, where: str) -> 
         )
 
 
-def check_before_format(device: Path, scratch: Path, ours: frozenset[str]) -> None:
+def check_before_format(device: Path, grant: Grant, scratch: Path, ours: frozenset[str]) -> None:
     """Right before every mkfs on a real device (a rebuild may come hours after the first
-    check): it must still be free, carrying at most a filesystem pgsweep made itself."""
+    check): still allowed by the command line, still free, carrying at most a filesystem
+    pgsweep made itself, or (--wipe, first format) a signature only: wiped here, after
+    every other check passed."""
+    if not grant.allows(device):
+        raise DeviceError(f"refusing to format {device}: the command line did not allow it")
     reasons = in_use(device, scratch, ours)
+    if grant.wipe and not ours and reasons and all("signature" in r for r in reasons):
+        wipe(device, scratch)
+        reasons = in_use(device, scratch, ours)
     if reasons:
         raise DeviceError(f"refusing to format {device} now: " + "; ".join(reasons))
 
@@ -243,7 +251,8 @@ def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -
     """Mount, or fail quoting the kernel: mount(8) only says "bad option", the kernel log
     says which (`xfs: Unknown parameter 'nobarrier'`)."""
     safefs.check_mountpoint(point)  # right before: a real directory only root can change
-    argv = ["mount", "-t", fstype] + (["-o", options] if options else [])
+    # nosuid,nodev always: the server user writes on this filesystem
+    argv = ["mount", "-t", fstype, "-o", ",".join(["nosuid", "nodev", *filter(None, [options])])]
     before = _kernel_log(scratch)
     res = proc.run_tool([*argv, str(device), str(point)], scratch, "mount")
     if not res.ok:
@@ -260,21 +269,19 @@ def _kernel_log(scratch: Path) -> list[str]:
     return res.stdout.splitlines() if res.ok else []
 
 
-def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
+def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str | None:
     """Take down one journaled mount or loop image; None when nothing was left to do.
     Raises OSError when it cannot (kept in the journal for another try). Only mount points
-    and images inside a pgsweep work area are touched: a journal is data."""
+    and images inside the run's own work area `root` are touched: a journal is data."""
     path = Path(entry.get("mount") or entry.get("loop_image") or "/")
-    if not in_work_area(path):
-        raise OSError(f"{path} is not inside a pgsweep work area; the journal entry is refused")
+    if not in_work_area(path, root):
+        raise OSError(f"{path} is not inside the run's work area; the journal entry is refused")
     if "mount" in entry:
         point = Path(entry["mount"])
         if not mounts.is_mounted(point):
             return None
         res = proc.run_tool(["umount", str(point)], scratch, "umount")
-        if not res.ok:
-            res = proc.run_tool(["umount", "--lazy", str(point)], scratch, "umount-lazy")
-        if not res.ok:
+        if not res.ok:  # no lazy unmount: a filesystem still in use is a failure to report
             raise OSError(f"umount {point}: {res.last_line()}")
         return f"unmounted {point}"
     image = Path(entry["loop_image"])
@@ -290,15 +297,18 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
     return ", ".join(done) or None
 
 
-def in_work_area(path: Path) -> bool:
-    """Does `path` lie in a work area pgsweep made (a marked directory, named as pgsweep
-    names them)?"""
+def in_work_area(path: Path, root: Path | None) -> bool:
+    """Does `path` lie in `root`, a work area pgsweep made (marked, named as pgsweep names
+    them)? Its directory is resolved first: `..` and links do not lead out."""
     from .workarea import MARKER
 
-    return any(
-        p.name.startswith((".pgsweep-work-", "pgsweep-work-")) and (p / MARKER).is_file()
-        for p in path.parents
-    )
+    if root is None:
+        return False
+    real_root = Path(os.path.realpath(root))
+    parent = Path(os.path.realpath(path.parent))
+    named = real_root.name.startswith((".pgsweep-work-", "pgsweep-work-"))
+    inside = parent == real_root or real_root in parent.parents
+    return named and inside and (real_root / MARKER).is_file()
 
 
 def wipe(device: Path, scratch: Path) -> None:

@@ -24,9 +24,24 @@ from .workarea import registry_dir
 
 _SELECTED = re.compile(r"\[([^\]]+)\]")  # "always madvise [never]" -> never
 # The kernel files and cgroup directories pgsweep changes, and nothing else.
+# The sysctls an experiment may set: ones that shape performance, nothing that runs a
+# program as root, weakens a protection, opens the network or can halt the machine.
+SYSCTLS = re.compile(
+    r"^(vm\.(swappiness|dirty_(ratio|background_ratio|bytes|background_bytes|expire_centisecs"
+    r"|writeback_centisecs)|overcommit_(memory|ratio|kbytes)|vfs_cache_pressure"
+    r"|zone_reclaim_mode|page-cluster|max_map_count|watermark_(scale|boost)_factor"
+    r"|stat_interval|compaction_proactiveness|numa_stat)"
+    r"|kernel\.(sched_(?!rt_)[a-z_]+|numa_balancing(_[a-z_]+)?|shm(max|all|mni)|sem"
+    r"|msg(max|mnb|mni))"
+    r"|fs\.(aio-max-nr|file-max|nr_open)"
+    r"|net\.core\.(somaxconn|[rw]mem_(default|max)|netdev_max_backlog|busy_(poll|read))"
+    r"|net\.ipv4\.tcp_([rw]?mem|fin_timeout|keepalive_(time|intvl|probes)|tw_reuse"
+    r"|max_syn_backlog|slow_start_after_idle|autocorking|timestamps|sack|window_scaling"
+    r"|no_metrics_save|notsent_lowat))$"
+)
+# The kernel files and cgroup directories pgsweep changes, and nothing else.
 ALLOWED = re.compile(
-    r"^(/proc/sys/[a-z0-9_][a-z0-9_./-]*"
-    r"|/sys/kernel/mm/transparent_hugepage/(enabled|defrag|shmem_enabled)"
+    r"^(/sys/kernel/mm/transparent_hugepage/(enabled|defrag|shmem_enabled)"
     r"|/sys/kernel/mm/hugepages/hugepages-\d+kB/nr_hugepages"
     r"|/sys/(class/)?block/[A-Za-z0-9_.:-]+/queue/(scheduler|read_ahead_kb)"
     r"|/sys/fs/cgroup/memory/pgsweep-[0-9-]+)$"
@@ -34,7 +49,11 @@ ALLOWED = re.compile(
 
 
 def allowed(path: str) -> bool:
-    return ALLOWED.match(path) is not None and "/../" not in path and not path.endswith("/..")
+    if "/../" in path or path.endswith("/.."):
+        return False
+    if path.startswith("/proc/sys/"):
+        return SYSCTLS.match(path.removeprefix("/proc/sys/").replace("/", ".")) is not None
+    return ALLOWED.match(path) is not None
 
 
 def read_setting(path: Path) -> str:
@@ -46,16 +65,17 @@ def read_setting(path: Path) -> str:
 
 
 class UndoJournal:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, work_root: Path | None = None) -> None:
         self.path = path
+        self.work_root = work_root  # mounts and images may only be in this work area
         self._recorded: set[str] = set()
 
     @classmethod
-    def for_this_run(cls, part: str = "") -> UndoJournal:
-        """The journal of this run; `part` keeps a layer's journal apart ("storage": its
-        mounts are restored after the os layer's kernel values, and on its own undo)."""
+    def for_this_run(cls, part: str = "", work_root: Path | None = None) -> UndoJournal:
+        """The journal of this run; `part` keeps a resource's journal apart ("storage-3":
+        its mounts go when that storage is taken down, after the kernel values)."""
         suffix = f".{part}" if part else ""
-        return cls(registry_dir() / f"{workarea.this_run()}{suffix}.undo")
+        return cls(workarea.registry() / f"{workarea.this_run()}{suffix}.undo", work_root)
 
     def set(self, path: Path, value: str) -> None:
         """Write `value` to the kernel file `path`, journaling its original first (once per
@@ -92,7 +112,7 @@ class UndoJournal:
         _fsync_dir(self.path.parent)
 
     def restore(self) -> list[str]:
-        done, owed = restore_journal(self.path)
+        done, owed = restore_journal(self.path, self.work_root)
         self._recorded &= owed  # still owed: their recorded originals stand
         return done
 
@@ -121,7 +141,7 @@ def _undo_order(lines: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def restore_journal(journal: Path) -> tuple[list[str], set[str]]:
+def restore_journal(journal: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
     """Write back every original, newest first. Returns what was done (and what failed),
     and the files still owed. The journal is removed once nothing is owed; otherwise it is
     rewritten to hold only what is still owed, for another try."""
@@ -132,7 +152,7 @@ def restore_journal(journal: Path) -> tuple[list[str], set[str]]:
     done, failed, kept = [], [], []
     for entry in _undo_order(lines):
         try:
-            what = _undo(entry)
+            what = _undo(entry, work_root)
         except OSError as exc:
             failed.append(f"could not undo {json.dumps(entry)}: {exc}")
             kept.append(entry)
@@ -147,7 +167,7 @@ def restore_journal(journal: Path) -> tuple[list[str], set[str]]:
     return done + failed, {e["file"] for e in kept if "file" in e}
 
 
-def _undo(entry: dict[str, str]) -> str | None:
+def _undo(entry: dict[str, str], work_root: Path | None) -> str | None:
     if "file" in entry:
         target = Path(entry["file"])
         if not allowed(entry["file"]):
@@ -164,18 +184,18 @@ def _undo(entry: dict[str, str]) -> str | None:
         except FileNotFoundError:
             return None
         return f"removed {entry['dir']}"
-    return _undo_made(entry)
+    return _undo_made(entry, work_root)
 
 
-def _undo_made(entry: dict[str, str]) -> str | None:
+def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
     """Mounts, loop images, pools and daemons (storage layer) are taken down by the modules
     that make them."""
     from . import blockdev, zfsfuse
 
     with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
         if "zpool" in entry or "zfs_daemon" in entry:
-            return zfsfuse.undo_entry(entry, Path(scratch))
-        return blockdev.undo_entry(entry, Path(scratch))
+            return zfsfuse.undo_entry(entry, Path(scratch), work_root)
+        return blockdev.undo_entry(entry, Path(scratch), work_root)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -193,14 +213,16 @@ def recover_stale() -> tuple[list[str], list[str]]:
     done: list[str] = []
     failed: list[str] = []
     directory = registry_dir()
-    for run in workarea.stale_runs():
+    for run in workarea.stale_runs():  # (stale_runs refuses a registry others can change)
         with workarea.dead_run(run) as dead:
             if not dead:
                 continue
             done += workarea.stop_stale_servers(run)
             owed = False
-            for journal in (directory / f"{run}.undo", directory / f"{run}.storage.undo"):
-                lines, still = restore_journal(journal)
+            root = workarea.work_root(run)
+            journals = [directory / f"{run}.undo", *sorted(directory.glob(f"{run}.storage*.undo"))]
+            for journal in journals:
+                lines, still = restore_journal(journal, root)
                 done += [line for line in lines if not line.startswith("could not")]
                 failed += [line for line in lines if line.startswith("could not")]
                 owed = owed or bool(still) or journal.exists()

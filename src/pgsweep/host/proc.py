@@ -74,14 +74,17 @@ class Result:
         return text.splitlines()[-1]
 
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def _env_for(user: RunAs | None, extra: dict[str, str] | None) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in list(env):
-        if key.startswith("PG"):  # a user's PGHOST/PGPORT must never point a trial elsewhere
-            del env[key]
-    env["LC_ALL"] = "C"
+    """A small environment built from scratch: nothing of root's (tokens, PGPASSWORD,
+    PGHOST pointing elsewhere) reaches a child, least of all one run as the server user."""
+    env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "LC_ALL": "C", "LANG": "C"}
     if user is not None:
         env.update(HOME=user.home, USER=user.name, LOGNAME=user.name)
+    else:
+        env.update({k: os.environ[k] for k in ("HOME", "USER", "LOGNAME") if k in os.environ})
     env.update(extra or {})
     return env
 
@@ -95,8 +98,9 @@ def start(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a process in its own process group with stdout/stderr going to files, which
-    must be in a directory root owns (a link planted at the name is refused)."""
+    """Start a process in a session of its own (no controlling terminal: a child run as the
+    server user must not be able to type into root's terminal, TIOCSTI), stdin closed,
+    stdout/stderr to files in a directory root owns (a link planted there is refused)."""
     err = err or out.with_suffix(out.suffix + ".err")
     fout, ferr = safefs.open_output(out), safefs.open_output(err)
     try:
@@ -106,9 +110,9 @@ def start(
                 stdin=subprocess.DEVNULL,
                 stdout=fout,
                 stderr=ferr,
-                cwd=cwd,
+                cwd=cwd if cwd is not None or user is None else "/",  # root's cwd is closed
                 env=_env_for(user, env),
-                process_group=0,
+                start_new_session=True,
                 user=user.uid if user else None,
                 group=user.gid if user else None,
                 extra_groups=[] if user else None,

@@ -12,8 +12,8 @@ directories), which root creates here with `leaf_dir`. Root then:
 - reads from a server-owned leaf only through `read_owned`: no link is followed, the file
   must be a regular file owned by the server user (a hard link to a root-only file fails
   that check), and at most `limit` bytes are read;
-- deletes with shutil.rmtree, which on Linux works through directory file descriptors and
-  never follows a link (checked at import);
+- deletes with `remove_tree`, which works through directory descriptors, never follows a
+  link, and takes each directory from its owner before emptying it;
 - mounts only on a directory `check_mountpoint` found to be a real, root-owned directory.
 """
 
@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PgsweepError, internal
@@ -171,6 +172,19 @@ def check_mountpoint(path: Path) -> None:
         raise UnsafePath(f"mount point {path} sits in a directory others can change")
 
 
+def own_root(point: Path) -> None:
+    """A filesystem pgsweep just mounted: its root must be root's (mkfs options could say
+    otherwise), then made 0711 through a descriptor."""
+    fd = os.open(point, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise UnsafePath(f"the new filesystem's root {point} belongs to uid {st.st_uid}")
+        os.fchmod(fd, 0o711)
+    finally:
+        os.close(fd)
+
+
 def untrusted_component(path: Path) -> str | None:
     """Why another user could swap a part of `path` (resolved), or None: every directory
     on the way must be owned by root, this user (or the user who ran it through sudo) and
@@ -194,6 +208,44 @@ def untrusted_component(path: Path) -> str | None:
     return None
 
 
+def untrusted_link(path: Path) -> str | None:
+    """A symbolic link on `path` (as written, before resolving) that another user owns: it
+    could be pointed elsewhere between a check and a use."""
+    trusted = {0, os.geteuid()}
+    if os.environ.get("SUDO_UID", "").isdigit():
+        trusted.add(int(os.environ["SUDO_UID"]))
+    current = Path("/")
+    for part in path.absolute().parts[1:]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in trusted:
+                return f"{current} is a link owned by uid {st.st_uid}"
+            current = Path(os.path.realpath(current))
+    return None
+
+
+def trusted_target(path: Path, what: str) -> Path:
+    """Where root will write `path` (which may not exist yet), resolved once: its nearest
+    existing ancestor must be safe (`untrusted_link`, `untrusted_component`), and the
+    caller uses the returned path from then on, never the one written (a link on it
+    could be pointed elsewhere later)."""
+    probe, rest = path.absolute(), list[str]()
+    while not os.path.lexists(probe) and probe != probe.parent:
+        rest.insert(0, probe.name)
+        probe = probe.parent
+    why = untrusted_link(probe) or untrusted_component(probe)
+    if why:
+        raise PgsweepError(
+            f"{what} {path} is not safe for root to write in: {why}",
+            fix="choose a folder owned by you (or root) that other users cannot write to",
+        )
+    return Path(os.path.realpath(probe)).joinpath(*rest)
+
+
 def trusted_dir(path: Path, what: str, where: str | None = None) -> Path:
     """The resolved `path`, refused (exit 2) when another user could swap a part of it
     for a link: root writes there."""
@@ -208,10 +260,119 @@ def trusted_dir(path: Path, what: str, where: str | None = None) -> Path:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a tree without following links (fd-based rmtree); a missing path is fine."""
+    """Delete a tree without following links and without racing its owner; a missing path
+    is fine. Each directory is opened by descriptor (never through a link), made ours (root's)
+    and 0700 before it is emptied, so a server-user process still running cannot refill
+    it while it is being deleted (rmtree alone loses that race: "Directory not empty").
+    The walk keeps one descriptor per level and no recursion; a tree deeper than
+    MAX_DEPTH (the server user can build one in its leaves) is finished by GNU rm, which
+    walks without recursion and never follows links either. A directory on another
+    filesystem (a mount left inside) is an error, never emptied."""
     try:
-        shutil.rmtree(path)
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
     except FileNotFoundError:
         return
+    except OSError:  # a file or a link: remove the name itself
+        _unlink(path)
+        return
+    try:
+        deep = _empty_tree(top, path)
     except OSError as exc:
         raise internal(f"cannot remove {path}: {exc}") from exc
+    finally:
+        os.close(top)
+    if deep:
+        _rm_rf(path)
+        return
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise internal(f"cannot remove {path}: {exc}") from exc
+
+
+MAX_DEPTH = 256
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW
+
+
+def _lock(fd: int, dev: int, where: Path) -> None:
+    st = os.fstat(fd)
+    if st.st_dev != dev:
+        raise OSError(f"{where} is on another filesystem (a mount inside the tree)")
+    os.fchown(fd, os.geteuid(), os.getegid())  # root's as root; ours (a no-op) otherwise
+    os.fchmod(fd, 0o700)
+
+
+@dataclass
+class _Level:
+    fd: int
+    name: str
+    left: set[str] = field(default_factory=set)  # entries kept for rm (too deep below)
+
+
+def _empty_tree(top: int, path: Path) -> bool:
+    """Empty the directory open as `top`; True if a branch went deeper than MAX_DEPTH
+    (what is left there is for rm)."""
+    dev = os.fstat(top).st_dev
+    _lock(top, dev, path)
+    stack = [_Level(top, "")]
+    try:
+        return _walk(stack, dev, path)
+    finally:
+        for level in stack[1:]:  # left open by an error (top is the caller's)
+            os.close(level.fd)
+
+
+def _walk(stack: list[_Level], dev: int, path: Path) -> bool:
+    while stack:
+        level = stack[-1]
+        child = _next_subdir(level, too_deep=len(stack) > MAX_DEPTH)
+        if child is not None:
+            stack.append(_Level(os.open(child, _DIR_FLAGS, dir_fd=level.fd), child))
+            _lock(stack[-1].fd, dev, path.joinpath(*(lv.name for lv in stack)))
+            continue
+        stack.pop()
+        if not stack:
+            return bool(level.left)
+        os.close(level.fd)
+        parent = stack[-1]
+        if level.left:
+            parent.left.add(level.name)
+        else:
+            os.rmdir(level.name, dir_fd=parent.fd)
+    return False
+
+
+def _next_subdir(level: _Level, too_deep: bool) -> str | None:
+    """Unlink the level's files; the first subdirectory still to empty, if any. The level
+    is locked, so nothing new appears in it while it is read."""
+    with os.scandir(level.fd) as entries:
+        for entry in entries:
+            if entry.name in level.left:
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=level.fd)
+            elif too_deep:
+                level.left.add(entry.name)
+            else:
+                return entry.name
+    return None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise internal(f"cannot remove {path}: {exc}") from exc
+
+
+def _rm_rf(path: Path) -> None:
+    import subprocess
+
+    res = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=False,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True)  # fmt: skip
+    if res.returncode != 0 or path.exists():
+        raise internal(f"cannot remove {path}: {res.stderr.strip()}")

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..collect import mounts
+from ..errors import PgsweepError
 from . import safefs
 from .proc import RunAs, gone, reap
 
@@ -41,6 +42,20 @@ def registry_dir() -> Path:
     return Path(state) / "pgsweep" / "runs"
 
 
+def registry() -> Path:
+    """The registry folder, made if missing (0700), refused when another user could change
+    it or anything on its path: root replays what it finds there."""
+    directory = registry_dir()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PgsweepError(
+            f"cannot make the registry of runs {directory}: {exc.strerror}",
+            fix="set PGSWEEP_STATE_DIR (or XDG_STATE_HOME) to a folder of yours",
+        ) from exc
+    return safefs.trusted_dir(directory, "the registry of runs (PGSWEEP_STATE_DIR)")
+
+
 def _start_time(pid: int) -> str:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -51,8 +66,7 @@ def this_run() -> str:
     """This process's run id ("PID-STARTTIME"), with its lock taken for its lifetime."""
     run = f"{os.getpid()}-{_start_time(os.getpid())}"
     if run not in _held:
-        directory = registry_dir()
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory = registry()
         fd = os.open(directory / f"{run}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         _held[run] = fd
@@ -88,8 +102,11 @@ def dead_run(run: str) -> Iterator[bool]:
 
 
 def forget_lock(run: str) -> None:
-    """Remove a dead run's lock file once nothing of it is left (held by the caller)."""
+    """Remove a run's lock file once nothing of it is left (held by the caller)."""
     (registry_dir() / f"{run}.lock").unlink(missing_ok=True)
+    fd = _held.pop(run, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def traversable_by(path: Path, user: RunAs | None) -> bool:
@@ -165,15 +182,29 @@ class WorkArea:
         next `pgsweep restore` tries again): deleting through the mount would also delete
         the loop image under it."""
         done = stop_postmasters_under(self.workdir, self.server_uid)
+        done += kill(users_of(self.workdir, self.server_uid), "the server user's, in the work area")
         mounted = mounts.mounted_under(self.workdir)
         if mounted:
             return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]
         for d in (self.workdir, self.socket_root):
             if (d / MARKER).exists():
-                safefs.remove_tree(d)
+                _remove_marked(d)
                 done.append(f"removed {d}")
         self.entry.unlink(missing_ok=True)
         return done
+
+
+def _remove_marked(d: Path) -> None:
+    """Everything in a work area first, the marker last: a removal cut short leaves a
+    marked work area that the next cleanup finds again, never an unmarked one it skips."""
+    for child in list(d.iterdir()):
+        if child.name != MARKER:
+            if child.is_dir() and not child.is_symlink():
+                safefs.remove_tree(child)
+            else:
+                child.unlink()
+    (d / MARKER).unlink()
+    d.rmdir()
 
 
 def postmasters_under(root: Path, uid: int) -> list[int]:
@@ -195,6 +226,47 @@ def postmasters_under(root: Path, uid: int) -> list[int]:
         if datadir.startswith(inside):
             found.append(int(entry.name))
     return found
+
+
+def users_of(root: Path, uid: int) -> list[int]:
+    """Processes of `uid` that use anything under `root`: working directory, root, program,
+    open files or mappings. They keep filesystems busy and must go before they are
+    unmounted (the server user could start one to hold a run's storage)."""
+    inside = str(Path(os.path.realpath(root))).rstrip("/") + "/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            links = [entry / "cwd", entry / "root", entry / "exe",
+                     *(entry / "fd").iterdir()]  # fmt: skip
+            targets = [os.readlink(link) for link in links if link.is_symlink()]
+            maps = (entry / "maps").read_text().splitlines()
+            targets += [line.split(maxsplit=5)[-1] for line in maps if line.count(" ") >= 5]
+        except OSError:
+            continue
+        if any(t.startswith(inside) for t in targets):
+            found.append(int(entry.name))
+    return found
+
+
+def kill(pids: list[int], why: str) -> list[str]:
+    """SIGKILL these processes (the caller found them ours) and wait until they are gone."""
+    done = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            reap(pid)
+            if gone(pid):
+                break
+            time.sleep(0.02)
+        done.append(f"killed process {pid} ({why})")
+    return done
 
 
 def stop_postmasters_under(root: Path, uid: int) -> list[str]:
@@ -237,17 +309,27 @@ def _entry(path: Path) -> WorkArea | None:
 
 def stale_runs() -> list[str]:
     """Run ids with a registry entry, journal or lock, newest last."""
-    directory = registry_dir()
-    if not directory.is_dir():
+    if not registry_dir().is_dir():
         return []
+    directory = registry()
     runs = {p.name.split(".", 1)[0] for p in directory.iterdir() if not p.name.startswith(".")}
     return sorted(r for r in runs if r not in _held)
 
 
 def stop_stale_servers(run: str) -> list[str]:
-    """Stop the servers of a dead run (they hold mounts, huge pages and cgroups)."""
+    """Stop the servers of a dead run (they hold mounts, huge pages and cgroups), and every
+    other process of its server user that uses its work area."""
     area = _entry(registry_dir() / f"{run}.json")
-    return stop_postmasters_under(area.workdir, area.server_uid) if area else []
+    if area is None:
+        return []
+    done = stop_postmasters_under(area.workdir, area.server_uid)
+    return done + kill(users_of(area.workdir, area.server_uid), "in a dead run's work area")
+
+
+def work_root(run: str) -> Path | None:
+    """The work area a run registered: its journals may touch nothing outside it."""
+    area = _entry(registry_dir() / f"{run}.json")
+    return area.workdir if area else None
 
 
 def cleanup_stale(run: str) -> list[str]:

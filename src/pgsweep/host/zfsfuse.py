@@ -7,6 +7,7 @@ daemon, also for runs that died."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -166,11 +167,16 @@ class Pool:
         return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
 
 
-def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
+def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str | None:
     """Destroy a journaled pool (the daemon must still run), or stop a journaled daemon.
-    Raises OSError when it cannot, so the journal keeps the entry."""
+    Raises OSError when it cannot, so the journal keeps the entry. A journal is data: only
+    pools named as pgsweep names them, and pid files inside the run's work area."""
+    from .blockdev import in_work_area
+
     if "zpool" in entry:
         name = entry["zpool"]
+        if not re.fullmatch(r"pgsweep\d+n\d+", name):
+            raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
         if (
             not running_daemons()
             or not proc.run_tool(["zpool", "list", name], scratch, "zpool-list").ok
@@ -183,6 +189,8 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
             time.sleep(1)
         raise OSError(f"zpool destroy {name}: {res.last_line()}")
     pidfile = Path(entry["zfs_daemon"])
+    if not in_work_area(pidfile, root):
+        raise OSError(f"{pidfile} is not inside the run's work area; the entry is refused")
     try:
         pid = int(pidfile.read_text().split()[0])
     except (OSError, ValueError, IndexError):

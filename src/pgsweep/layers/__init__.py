@@ -1,1 +1,16 @@
-"""The layers of the stack an experiment can change, ordered by what a change costs."""
+"""The layers of the stack, in the order a trial prepares them (most expensive first)."""
+
+from __future__ import annotations
+
+from .base import Layer
+
+
+def all_layers() -> list[Layer]:
+    """A fresh instance of every layer (layers keep run state: journals, frozen scripts)."""
+    from .cluster import ClusterLayer
+    from .oslayer import OsLayer
+    from .server import ServerLayer
+    from .storage import StorageLayer
+    from .workload import WorkloadLayer
+
+    return [StorageLayer(), ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]

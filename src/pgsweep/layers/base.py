@@ -1,27 +1,25 @@
 """The layer interface. Every layer (build, storage, cluster, os, server, replication,
-workload) validates its keys up front, says what changing a key costs, applies the values
-of a configuration to a trial, and undoes what it did. The planner only sees costs."""
+workload) validates its keys up front, says what changing a key costs, prepares each trial
+for its configuration, and puts back what it changed. The planner only sees costs; the
+engine keeps the resources layers build (see Layer and ResourceLayer)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core import Cost, Value
+from ..core import Cost, Value, printable
 from ..errors import PgsweepError
 from ..tomlpos import key_line
 
 if TYPE_CHECKING:
+    from ..host.blockdev import Grant
     from ..host.proc import RunAs
     from ..postgres.binaries import Binaries, ValueChecker
-    from ..trialenv import TrialEnv
-
-
-def printable(text: str) -> str:
-    """Text from the file as it may be shown: control and formatting characters as escapes."""
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+    from .context import Demand, RunContext, TrialContext
 
 
 @dataclass
@@ -52,10 +50,25 @@ class ValidationContext:
 
 
 class Layer(ABC):
-    """One layer of the stack. `values` always maps every key of the layer (base values
-    with the configuration's levels laid over them) to its validated value."""
+    """One layer of the stack.
+
+    Validation (nothing on the machine changes): `validate` checks the layer's table and
+    factor levels and returns its normalised base values; `settings` turns one
+    configuration's values into the typed settings every later step uses (no re-parsing
+    of "30s" or "4GiB" at the point of use); `check_configurations` refuses combinations
+    across layers; `check_host` refuses what this machine cannot do. `cost` is all the
+    planner knows of a layer.
+
+    Running: `start_run` once before the first trial; per trial, `prepare` brings the
+    trial's resources to the configuration (in layer order, each seeing what earlier ones
+    demanded), then `verify` reads back what is in force; `finish_run` puts back what the
+    layer changed, on every path. Layers that make long-lived resources (a filesystem, a
+    cluster) are `ResourceLayer`s: the engine keeps what they build and destroys it."""
 
     name: str
+    # True for layers that change the machine (mkfs, mount, kernel files): refused, all
+    # their keys named at once, when pgsweep does not run as root
+    needs_root: bool = False
 
     @abstractmethod
     def validate(
@@ -64,13 +77,14 @@ class Layer(ABC):
         """Check base values and every factor level; return the full, normalised base.
         Must raise PgsweepError naming the key. Must not change the machine."""
 
+    def settings(self, values: dict[str, Value]) -> Any:
+        """The typed settings of one configuration (its base values with its levels laid
+        over them); validated already, so this does not fail."""
+        return dict(values)
+
     @abstractmethod
     def cost(self, key: str) -> Cost:
         """What changing `key` between two consecutive trials costs."""
-
-    @abstractmethod
-    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        """Bring the trial environment to `values`, as cheaply as the cost allows."""
 
     def canonical_key(self, key: str) -> str:
         """The key as the layer names it (server settings ignore case)."""
@@ -81,22 +95,71 @@ class Layer(ABC):
         ("30s" and 30, "1GiB" and "1024MiB"); called after `validate` succeeded."""
         return repr(level)
 
-    def undo(self, env: TrialEnv) -> None:  # noqa: B027 - optional for layers with no state
-        """Remove whatever `apply` created. Called on every path, Ctrl-C included."""
-
-    def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:  # noqa: B027
-        """Before the first trial, once the work area exists: refuse (PgsweepError, exit 2)
-        what this machine cannot do for any configuration's `values`. Changes nothing."""
-
     def check_configurations(  # noqa: B027
-        self, configs: list[dict[str, dict[str, Value]]], ctx: ValidationContext
+        self, configs: Sequence[Mapping[str, Any]], ctx: ValidationContext
     ) -> None:
         """After every layer validated its own keys: refuse combinations across layers, given
-        every configuration's values of every layer. Changes nothing."""
+        every configuration's typed settings of every layer. Changes nothing."""
 
-    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:  # noqa: B027
-        """After every layer applied its values and the server runs: check that what this
-        layer set is in force, record it in env.effective, or raise TrialFailure."""
+    def check_host(self, where: Path, settings: list[Any]) -> None:  # noqa: B027
+        """Before anything runs (`plan` too): refuse (PgsweepError, exit 2) what this
+        machine cannot do for any configuration's settings of this layer; `where` is on the
+        filesystem the work area will be on. Read-only."""
+
+    def authorize(self, grant: Grant) -> None:  # noqa: B027
+        """What the command line allows beyond the file (--allow-device, --wipe)."""
+
+    def record_inputs(self, results: Path) -> None:  # noqa: B027
+        """Copy what the run depends on beyond the file next to the results (scripts)."""
+
+    def start_run(self, run: RunContext) -> None:  # noqa: B027
+        """Once, before the first trial."""
+
+    def prepare(self, settings: Any, trial: TrialContext) -> Demand | None:
+        """Bring this trial to the layer's settings, as cheaply as the cost allows; return
+        what later layers must do (server settings, a cgroup, the workload)."""
+        return None
+
+    def verify(self, settings: Any, trial: TrialContext) -> None:  # noqa: B027
+        """After every layer prepared and the server runs: check that what this layer set is
+        in force, record it in trial.effective, or raise TrialFailure."""
+
+    def finish_run(self, run: RunContext) -> None:  # noqa: B027
+        """Put back what the layer changed. Called on every path, Ctrl-C included."""
+
+
+class ResourceLayer(Layer):
+    """A layer whose changes make a long-lived resource (a filesystem, a loaded cluster),
+    kept by the engine across trials and rounds while it can, keyed by the levels that
+    shape it and by the resources it stands on."""
+
+    @abstractmethod
+    def resource_key(self, settings: Any, config: Mapping[str, Any]) -> str:
+        """What shapes the resource: configurations with equal keys share one. `config`
+        holds every layer's settings of the configuration (a cluster sized as a share of
+        RAM depends on os.memory_limit), read only."""
+
+    @abstractmethod
+    def build(
+        self, settings: Any, config: Mapping[str, Any], below: Mapping[str, Any],
+        run: RunContext,
+    ) -> Any:  # fmt: skip
+        """Make the resource on the ones `below` (layer name -> resource); TrialFailure
+        (with its reason) when it cannot be made."""
+
+    @abstractmethod
+    def destroy(self, resource: Any, run: RunContext) -> None:
+        """Take the resource down; called once what was built on it is gone."""
+
+    def built_event(self, settings: Any) -> str | None:
+        """What the trial record says when this layer built a resource for it."""
+        return f"new-{self.name}"
+
+    def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
+        """Why the resources of all these configurations (every layer's settings) cannot be
+        alive at once (one real device holds one filesystem at a time, the disk is too
+        small), or None. `where` is on the filesystem the work area will be on."""
+        return None
 
 
 def _describe_pydantic(err: dict[str, Any]) -> str:

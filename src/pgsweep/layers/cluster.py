@@ -4,7 +4,11 @@ initdb, load with `pgbench -i`, snapshot of the loaded data directory."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -13,9 +17,9 @@ from ..collect import counters, devices, metrics
 from ..core import Cost, Value
 from ..host import proc
 from ..postgres.cluster import Cluster, ServerError
-from ..trialenv import TrialEnv, TrialFailure
 from ..units import memory_total, parse_size, ram_share
-from .base import Layer, ValidationContext, check_table
+from .base import ResourceLayer, ValidationContext, check_table
+from .context import RunContext, Server, Storage, TrialContext, TrialFailure
 
 
 class ClusterTable(BaseModel):
@@ -47,15 +51,42 @@ class ClusterTable(BaseModel):
         return v
 
 
-def initdb_options(values: dict[str, Value]) -> list[str]:
-    opts = ["--data-checksums"] if values.get("data_checksums") else []
-    if values.get("wal_segsize") is not None:
-        opts += ["--wal-segsize", str(values["wal_segsize"])]
-    return opts
+@dataclass(frozen=True)
+class ClusterSettings:
+    """One configuration's cluster: what initdb gets and how much data pgbench -i loads."""
+
+    scale: int
+    size_bytes: int | None  # cluster.size as bytes
+    size_share: float | None  # cluster.size as a share of RAM (of os.memory_limit when set)
+    data_checksums: bool
+    wal_segsize: int | None
+
+    def initdb_options(self) -> list[str]:
+        opts = ["--data-checksums"] if self.data_checksums else []
+        if self.wal_segsize is not None:
+            opts += ["--wal-segsize", str(self.wal_segsize)]
+        return opts
+
+    def target_bytes(self, memory_limit: int | None) -> int | None:
+        """cluster.size in bytes; a share of RAM is of the memory limit when one is set."""
+        if self.size_share is not None:
+            return int(self.size_share * (memory_limit or memory_total()))
+        return self.size_bytes
 
 
-class ClusterLayer(Layer):
+def _memory_limit(config: Mapping[str, Any]) -> int | None:
+    os_settings = config.get("os")
+    return getattr(os_settings, "memory_limit", None)
+
+
+class ClusterLayer(ResourceLayer):
+    """Clusters are resources: initdb, pgbench -i and a snapshot of the loaded data, kept
+    for the run and restored from the snapshot before a trial whose workload writes."""
+
     name = "cluster"
+
+    def __init__(self) -> None:
+        self.made = 0
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -69,6 +100,17 @@ class ClusterLayer(Layer):
             )
         return dict(table.model_dump())
 
+    def settings(self, values: dict[str, Value]) -> ClusterSettings:
+        size = values.get("size")
+        share = ram_share(size) if size is not None else None
+        wal = values.get("wal_segsize")
+        return ClusterSettings(
+            scale=int(values["scale"]),
+            size_bytes=parse_size(size) if size is not None and share is None else None,
+            size_share=share, data_checksums=bool(values["data_checksums"]),
+            wal_segsize=int(wal) if wal is not None else None,
+        )  # fmt: skip
+
     def level_identity(self, key: str, level: Value) -> object:
         if key == "size" and isinstance(level, str):
             share = ram_share(level)
@@ -78,65 +120,72 @@ class ClusterLayer(Layer):
     def cost(self, key: str) -> Cost:
         return Cost.CLUSTER
 
-    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        key = json.dumps(values, sort_keys=True) + env.storage_key
-        if key in env.cluster_failures:
-            raise TrialFailure(f"this cluster could not be built: {env.cluster_failures[key]}")
-        if env.cluster_key == key and env.cluster is not None:
-            if env.data_dirty:
-                env.cluster.restore_snapshot()
-                env.server_settings = None
-                env.data_dirty = False
-                env.events.append("restore")
-            return
-        self.undo(env)
-        env.clusters_built += 1
-        number = env.clusters_built
-        home = env.cluster_home or env.workdir
-        waldir = env.wal_home / f"cluster-{number}-wal" if env.wal_home else None
-        cluster = Cluster(
-            env.binaries, env.user, home / f"cluster-{number}", env.socket_root / f"c{number}",
-            waldir,
-        )  # fmt: skip
-        env.cluster, env.cluster_key, env.devices = cluster, key, []
-        try:
-            cluster.create(initdb_options(values))
-            cluster.start()
-            target = target_bytes(values, env.values.get("os", {}))
-            env.load_counters[cluster.root.name] = _load(
-                cluster, int(values["scale"]), target, env.storage_devices
+    def resource_key(self, settings: ClusterSettings, config: Mapping[str, Any]) -> str:
+        target = settings.target_bytes(_memory_limit(config))
+        return json.dumps({**asdict(settings), "target": target}, sort_keys=True)
+
+    def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
+        """Can every cluster stay alive at once? Each needs its data twice (the snapshot)
+        and room for WAL; they share their storage (a loop image, or the work area's
+        filesystem). An estimate: about 16 MiB per scale unit, 256 MiB of WAL."""
+        need: dict[str, dict[str, int]] = {}
+        room: dict[str, int] = {}
+        for config in configs:
+            storage = config.get("storage")
+            data = getattr(storage, "data", None)
+            skey = json.dumps(asdict(data) if data is not None else None, default=str)
+            target = config[self.name].target_bytes(_memory_limit(config))
+            size = target or config[self.name].scale * 16 * 1024**2 + 24 * 1024**2
+            need.setdefault(skey, {})[self.resource_key(config[self.name], config)] = (
+                2 * size + 256 * 1024**2
             )
+            room[skey] = data.loop_bytes if data is not None and data.loop_bytes else (
+                shutil.disk_usage(where).free - 1024**3)  # fmt: skip
+        for skey, clusters in need.items():
+            total = sum(clusters.values())
+            if len(clusters) > 1 and total > room[skey]:
+                return (f"{len(clusters)} clusters need about {total / 1024**3:.1f} GiB together "
+                        f"(data, snapshot, WAL) and their storage has {room[skey] / 1024**3:.1f} "
+                        "GiB")  # fmt: skip
+        return None
+
+    def build(self, settings: ClusterSettings, config: Mapping[str, Any],
+              below: Mapping[str, Any], run: RunContext) -> Server:  # fmt: skip
+        storage: Storage = below["storage"]
+        self.made += 1  # names stay unique across storages: cluster-N is a scope in the store
+        number = self.made
+        waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
+        cluster = Cluster(run.binaries, run.user, storage.home / f"cluster-{number}",
+                          run.socket_root / f"c{number}", waldir)  # fmt: skip
+        server = Server(cluster.root.name, cluster, run.binaries)
+        try:
+            cluster.create(settings.initdb_options())
+            cluster.start()
+            target = settings.target_bytes(_memory_limit(config))
+            server.load = _load(cluster, settings.scale, target, storage.pool_devices)
             cluster.take_snapshot()
         except ServerError as exc:
-            env.cluster_failures[key] = str(exc)
-            self.undo(env)
-            raise TrialFailure(str(exc), cluster.log_tail()) from exc
-        env.server_settings = None
-        env.data_dirty = False
-        env.events.append("new-cluster")
+            tail = cluster.log_tail()
+            cluster.destroy()
+            raise TrialFailure(str(exc), tail) from exc
+        return server
 
-    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
+    def destroy(self, resource: Server, run: RunContext) -> None:
+        resource.cluster.destroy()
+
+    def prepare(self, settings: ClusterSettings, trial: TrialContext) -> None:
+        """A writing workload starts from the loaded data: put the snapshot back."""
+        server = trial.server
+        if server.dirty and trial.settings["workload"].writes:
+            server.cluster.restore_snapshot()
+            server.settings, server.dirty = None, False
+            trial.events.append("restore")
+
+    def verify(self, settings: ClusterSettings, trial: TrialContext) -> None:
         """Which cluster ran the trial: initdb's system identifier is unique per cluster."""
-        with env.require_cluster().connect() as conn:
+        with trial.cluster.connect() as conn:
             row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
-        env.effective["cluster.system_identifier"] = str(row[0]) if row else ""
-
-    def undo(self, env: TrialEnv) -> None:
-        if env.cluster is not None:
-            env.cluster.destroy()
-        env.cluster, env.cluster_key, env.server_settings = None, None, None
-
-
-def target_bytes(values: dict[str, Value], os_values: dict[str, Value]) -> int | None:
-    """cluster.size in bytes; a share of RAM is of os.memory_limit when one is set."""
-    size = values.get("size")
-    if size is None:
-        return None
-    share = ram_share(size)
-    if share is None:
-        return parse_size(size)
-    limit = os_values.get("memory_limit")
-    return int(share * (parse_size(limit) if limit is not None else memory_total()))
+        trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
 
 
 def _database_bytes(cluster: Cluster) -> int:

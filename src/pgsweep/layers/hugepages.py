@@ -13,23 +13,16 @@ import resource
 from pathlib import Path
 
 from ..host.journal import UndoJournal, read_setting
-from ..postgres.binaries import runtime_value
-from ..postgres.cluster import Cluster
-from ..trialenv import TrialEnv, TrialFailure
+from ..host.kernelfiles import HUGEPAGE_LEVELS, hugepage_levels, hugepage_pool
+from .context import TrialContext, TrialFailure
 
-POOLS = Path("/sys/kernel/mm/hugepages")
-LEVELS = {"2MB": 2048, "1GB": 1024 * 1024}  # level -> page size in kB
+LEVELS = HUGEPAGE_LEVELS  # level -> page size in kB
 MEMINFO = Path("/proc/meminfo")
 KEEP_FREE_KB = 512 * 1024  # never reserve the machine's last half GiB
 
 
-def pool(kb: int) -> Path:
-    return POOLS / f"hugepages-{kb}kB"
-
-
-def offered() -> list[str]:
-    """The levels this kernel has a pool for."""
-    return ["off", *(level for level, kb in LEVELS.items() if pool(kb).is_dir())]
+pool = hugepage_pool
+offered = hugepage_levels
 
 
 def _mem_available_kb() -> int:
@@ -59,24 +52,18 @@ class HugePages:
             return {"huge_pages": "off"}
         return {"huge_pages": "on", "huge_page_size": level}
 
-    def reserve(
-        self, level: str, server: dict[str, str], cluster: Cluster, journal: UndoJournal
-    ) -> int:
-        """Size the pools for a server (stopped) about to start with `server` settings at
-        `level`; return the pages reserved for it. Fails the trial, pools unchanged, when
-        the kernel cannot provide them."""
+    def reserve(self, level: str, pages: int, journal: UndoJournal) -> int:
+        """Size the pools for a server (stopped) about to start at `level` needing `pages`
+        pages (computed when the file was validated, on a scratch cluster: never from the
+        running cluster's directory, whose postgresql.auto.conf the server user writes);
+        return the pages reserved. Fails the trial, pools unchanged, when the kernel
+        cannot provide them."""
         wanted = LEVELS.get(level)
         for kb in list(self.original):
             if kb != wanted:
                 self._set(kb, self.original[kb], journal)  # give back what the last level took
         if wanted is None:
             return 0
-        settings = {**server, **self.server_settings(level)}
-        need = runtime_value(
-            cluster.binaries, cluster.conf, "shared_memory_size_in_huge_pages", settings,
-            cluster.user, cluster.scratch,
-        )  # fmt: skip
-        pages = int(need)
         nr = pool(wanted) / "nr_hugepages"
         before = int(read_setting(nr))
         base = self.original.setdefault(wanted, before)
@@ -113,10 +100,10 @@ class HugePages:
         self.original.clear()
 
 
-def verify(level: str, env: TrialEnv) -> None:
+def verify(level: str, trial: TrialContext) -> None:
     """After start: the postmaster's shared memory is (or, for "off", is not) mapped in
     pages of the level's size. PostgreSQL 15 logs nothing either way, so look."""
-    cluster = env.require_cluster()
+    cluster = trial.cluster
     pid = cluster.postmaster_pid()
     if pid is None:
         raise TrialFailure("os.huge_pages: the server is not running after start")
@@ -125,7 +112,7 @@ def verify(level: str, env: TrialEnv) -> None:
     if wanted is None:
         if mapped:
             raise TrialFailure(f"os.huge_pages=off, but the server maps huge pages: {mapped}")
-        env.effective["os.huge_pages"] = "off (no huge page mappings)"
+        trial.effective["os.huge_pages"] = "off (no huge page mappings)"
         return
     size = mapped.get(wanted, 0)
     if size == 0:
@@ -134,7 +121,7 @@ def verify(level: str, env: TrialEnv) -> None:
             f"(its hugetlb mappings: {mapped or 'none'})",
             cluster.log_tail(),
         )
-    env.effective["os.huge_pages"] = f"{level}: {size // wanted} pages mapped ({size} kB)"
+    trial.effective["os.huge_pages"] = f"{level}: {size // wanted} pages mapped ({size} kB)"
 
 
 def hugetlb_mappings(smaps: str) -> dict[int, int]:

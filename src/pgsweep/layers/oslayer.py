@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,23 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..collect import devices
 from ..core import Cost, Value
-from ..errors import PgsweepError
-from ..host.journal import UndoJournal, read_setting
-from ..trialenv import TrialEnv, TrialFailure
+from ..errors import PgsweepError, internal
+from ..host import safefs, workarea
+from ..host.journal import SYSCTLS, UndoJournal, read_setting
+from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, SYSCTL, THP_FILES
 from ..units import parse_size
 from . import hugepages
 from .base import Layer, ValidationContext, check_table
-from .server import as_pg_value
-
-THP = Path("/sys/kernel/mm/transparent_hugepage")
-THP_FILES = {
-    "thp": THP / "enabled",
-    "thp_defrag": THP / "defrag",
-    "thp_shmem": THP / "shmem_enabled",
-}
-SYSCTL = Path("/proc/sys")
-DROP_CACHES = SYSCTL / "vm" / "drop_caches"
-CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+from .context import Demand, RunContext, TrialContext, TrialFailure
 
 
 class OsTable(BaseModel):
@@ -55,16 +48,6 @@ class OsTable(BaseModel):
         return v
 
 
-# Sysctls an experiment may set: the ones that shape performance. Never those that name a
-# program or path the kernel runs or writes as root (core_pattern, modprobe), switch off a
-# protection, stop the machine, or that pgsweep manages itself.
-SYSCTL_PREFIXES = ("vm.", "kernel.sched_", "kernel.numa_balancing", "kernel.shm", "kernel.sem",
-                   "kernel.msg", "fs.", "net.")  # fmt: skip
-SYSCTL_REFUSED = re.compile(
-    r"^(vm\.(drop_caches|nr_hugepages|nr_overcommit_hugepages|panic_on_oom|mmap_min_addr"
-    r"|nr_hugepages_mempolicy)|fs\.(suid_dumpable|protected_\w+|binfmt_misc\..*)"
-    r"|kernel\.(core_pattern|modprobe|hotplug|poweroff_cmd|usermodehelper\..*))$"
-)
 _SYSCTL_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
 
 
@@ -80,13 +63,15 @@ def sysctl_file(name: str) -> Path:
 
 
 def sysctl_refusal(name: str) -> str | None:
-    """Why an experiment may not set this sysctl, or None."""
-    if SYSCTL_REFUSED.match(name):
-        return "it names a program or file the kernel uses as root, weakens a protection, " \
-               "or is one pgsweep manages (os.drop_caches, os.huge_pages)"
-    if not name.startswith(SYSCTL_PREFIXES):
-        return f"pgsweep sets only sysctls under {', '.join(SYSCTL_PREFIXES)}"
-    return None
+    """Why an experiment may not set this sysctl, or None: pgsweep sets only those that
+    shape performance (journal.SYSCTLS), never one that runs a program as root, weakens a
+    protection, opens the network or can halt the machine."""
+    if SYSCTLS.match(name):
+        return None
+    return ("pgsweep sets only sysctls that shape performance (vm.swappiness, vm.dirty_*, "
+            "kernel.sched_*, kernel.shm*, fs.aio-max-nr, net.core.somaxconn, "
+            "net.ipv4.tcp_*mem, ...), none that run programs, weaken a protection or can "
+            "halt the machine")  # fmt: skip
 
 
 def menu(path: Path) -> list[str]:
@@ -96,6 +81,7 @@ def menu(path: Path) -> list[str]:
 
 class OsLayer(Layer):
     name = "os"
+    needs_root = True
 
     def __init__(self) -> None:
         self.journal: UndoJournal | None = None
@@ -106,6 +92,7 @@ class OsLayer(Layer):
         self.huge_pages = 0  # pages reserved for the server now
         self.restart_settings: set[str] = set()  # server settings only a restart changes
         self.factor_keys: set[str] = set()
+        self.pages: dict[str, int] = {}  # huge pages each configuration's server needs
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -177,26 +164,42 @@ class OsLayer(Layer):
         except ValueError as exc:
             raise ctx.source.error(where, f"{name!r} is not a sysctl name: {exc}",
                                    expected="a name such as vm.swappiness") from None  # fmt: skip
+        if not path.is_file():
+            raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
+                                   fix="check the name with `sysctl -a`")  # fmt: skip
         refusal = sysctl_refusal(name)
         if refusal:
             raise ctx.source.error(where, f"sysctl {name} cannot be set here: {refusal}",
                                    fix="remove it from the experiment file")  # fmt: skip
-        if not path.is_file():
-            raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
-                                   fix="check the name with `sysctl -a`")  # fmt: skip
         if not path.stat().st_mode & 0o200:
             raise ctx.source.error(where, f"sysctl {name} is read-only",
                                    fix="remove it from the experiment file")  # fmt: skip
 
-    def check_configurations(
-        self, configs: list[dict[str, dict[str, Value]]], ctx: ValidationContext
-    ) -> None:
+    def settings(self, values: dict[str, Value]) -> OsSettings:
+        limit = values.get("memory_limit")
+        huge, scheduler, ahead = (values.get(k) for k in ("huge_pages", "io_scheduler",
+                                                          "read_ahead_kb"))  # fmt: skip
+        return OsSettings(
+            used=bool(self.used),
+            huge_pages=str(huge) if huge is not None else None,
+            thp={k: str(values[k]) for k in THP_FILES if values.get(k) is not None},
+            io_scheduler=str(scheduler) if scheduler is not None else None,
+            read_ahead_kb=int(ahead) if ahead is not None else None,
+            drop_caches=values.get("drop_caches") == "before_trial",
+            memory_limit=parse_size(limit) if limit is not None else None,
+            sysctl={k.split(".", 1)[1]: str(v) for k, v in values.items()
+                    if k.startswith("sysctl.")},
+        )  # fmt: skip
+
+    def check_configurations(self, configs: Sequence[Mapping[str, Any]],
+                             ctx: ValidationContext) -> None:  # fmt: skip
         """os.huge_pages owns the server's huge_pages settings; shared memory (charged to the
         cgroup unless it is in huge pages) must fit under os.memory_limit."""
-        checked: dict[str, int] = {}
-        for values in configs:
-            mine, server = values[self.name], values["server"]
-            if mine.get("huge_pages") is not None:
+        for config in configs:
+            mine: OsSettings = config[self.name]
+            server: dict[str, str] = config["server"]
+            initdb = tuple(config["cluster"].initdb_options())
+            if mine.huge_pages is not None:
                 for name in ("huge_pages", "huge_page_size"):
                     if name in server:
                         raise ctx.source.error(
@@ -204,33 +207,34 @@ class OsLayer(Layer):
                             f"os.huge_pages sets the server's {name} itself",
                             fix=f"remove server.{name}, or remove os.huge_pages",
                         )  # fmt: skip
-            limit = mine.get("memory_limit")
-            if limit is None or mine.get("huge_pages") in ("2MB", "1GB"):
+            if mine.huge_pages in hugepages.LEVELS:
+                full = server | self.huge.server_settings(mine.huge_pages)
+                pages = ctx.checker.runtime("shared_memory_size_in_huge_pages", full, initdb)
+                self.pages[_pages_key(mine.huge_pages, server, initdb)] = int(pages)
+            if mine.memory_limit is None or mine.huge_pages in ("2MB", "1GB"):
                 continue
-            settings = {k: as_pg_value(v) for k, v in server.items()}
-            key = repr(sorted(settings.items()))
-            if key not in checked:
-                checked[key] = ctx.checker.shared_memory_mb(settings)
-            if checked[key] * 1024**2 >= parse_size(limit):
-                shown = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "defaults"
+            shm_mb = ctx.checker.shared_memory_mb(server, initdb)
+            if shm_mb * 1024**2 >= mine.memory_limit:
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(server.items())) or "defaults"
                 raise ctx.source.error(
                     ("factors", "os", "memory_limit") if "memory_limit" in self.factor_keys
                     else ("os", "memory_limit"),
-                    f"os.memory_limit={limit} cannot hold the server's shared memory alone: "
-                    f"{checked[key]} MB (postgres -C shared_memory_size, with {shown})",
+                    f"os.memory_limit={mine.memory_limit // 1024**2}MiB cannot hold the "
+                    f"server's shared memory alone: {shm_mb} MB (postgres -C "
+                    f"shared_memory_size, with {shown})",
                     fix="raise the limit or lower shared_buffers in that configuration",
                 )  # fmt: skip
 
-    def check_host(self, workdir: Path, values: list[dict[str, Value]]) -> None:
+    def check_host(self, where: Path, settings: list[OsSettings]) -> None:
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on."""
-        queues = _queues(workdir)
-        for v in values:
-            level = v.get("io_scheduler")
+        queues = _queues(where)
+        for s in settings:
             for dev, queue in queues.items():
-                if level is not None and level not in menu(queue / "scheduler"):
+                if s.io_scheduler is not None and s.io_scheduler not in menu(queue / "scheduler"):
                     raise PgsweepError(
-                        f"os.io_scheduler {level!r} is not offered by {dev}, which holds {workdir}",
+                        f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}, which "
+                        f"holds {where}",
                         where=str(queue / "scheduler"),
                         expected=f"one of {', '.join(menu(queue / 'scheduler'))}",
                         fix="pick a scheduler the device lists (`modprobe` may add bfq/kyber)",
@@ -244,95 +248,90 @@ class OsLayer(Layer):
             return Cost.RESERVE
         return Cost.RESTART if key in THP_FILES or key == "memory_limit" else Cost.NOTHING
 
-    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        if not self.used:
-            return
+    def prepare(self, settings: OsSettings, trial: TrialContext) -> Demand | None:
+        """Kernel values through the journal; the server stopped first when they only take
+        effect at its start (THP, huge pages, the memory limit, a cold page cache)."""
+        if not settings.used:
+            return None
         self.journal = self.journal or UndoJournal.for_this_run()
-        cluster = env.require_cluster()
-        thp_change = any(
-            values.get(k) is not None and read_setting(p) != values[k] for k, p in THP_FILES.items()
-        )
-        limit = values.get("memory_limit")
-        limit_change = (parse_size(limit) if limit is not None else None) != self.limit
-        drop = values.get("drop_caches") == "before_trial" or (limit_change and limit is not None)
-        huge_key = self._huge_key(values.get("huge_pages"), env)
+        thp_change = any(read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
+        limit_change = settings.memory_limit != self.limit
+        drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
+        huge_key = self._huge_key(settings.huge_pages, trial)
         huge_change = huge_key != self.huge_key
-        if (thp_change or drop or limit_change or huge_change) and cluster.postmaster_pid():
-            cluster.stop()  # shared memory is mapped at start: THP applies to a new server
-            env.server_settings = None
-        targets: list[tuple[str, Path, Value]] = [
-            (k, p, values[k]) for k, p in THP_FILES.items() if values.get(k) is not None
+        if (thp_change or drop or limit_change or huge_change) and trial.server.running():
+            trial.server.stop()  # shared memory is mapped at start: THP applies to a new server
+        targets: list[tuple[str, Path, str | int]] = [
+            (k, THP_FILES[k], v) for k, v in settings.thp.items()
         ]
-        targets += [(k, sysctl_file(k.split(".", 1)[1]), v) for k, v in values.items()
-                    if k.startswith("sysctl.")]  # fmt: skip
-        for dev, queue in _queues(cluster).items():
-            for key, file in (("io_scheduler", "scheduler"), ("read_ahead_kb", "read_ahead_kb")):
-                if values.get(key) is not None:
-                    targets.append((f"{key}.{dev}", queue / file, values[key]))
+        targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
+        for dev, queue in _queues(trial.cluster).items():
+            for key, file, value in (
+                ("io_scheduler", "scheduler", settings.io_scheduler),
+                ("read_ahead_kb", "read_ahead_kb", settings.read_ahead_kb),
+            ):
+                if value is not None:
+                    targets.append((f"{key}.{dev}", queue / file, value))  # fmt: skip
         for key, path, value in targets:
-            self._set(key, path, str(value), env)
-        self._memory_limit(limit, cluster, env)
+            self._set(key, path, str(value), trial)
+        cgroup = self._memory_limit(settings.memory_limit, trial)
         if huge_change:
-            self._huge_pages(values.get("huge_pages"), huge_key, env)
+            self._huge_pages(settings.huge_pages, huge_key, trial)
         if self.huge_pages:
-            env.effective["os.huge_pages.reserved"] = str(self.huge_pages)
+            trial.effective["os.huge_pages.reserved"] = str(self.huge_pages)
         if drop:  # page cache is charged to its first reader: start the limited server cold
             os.sync()
             DROP_CACHES.write_text("3")
-            env.events.append("drop-caches")
+            trial.events.append("drop-caches")
+        overrides = self.huge.server_settings(settings.huge_pages) if settings.huge_pages else {}
+        return Demand(server_settings=overrides, cgroup=cgroup)
 
-    def _huge_key(self, level: Value | None, env: TrialEnv) -> str | None:
+    def _huge_key(self, level: str | None, trial: TrialContext) -> str | None:
         """What the pools are sized for: the level and the settings only a restart changes
         (a reload cannot change shared memory, so it needs no new reservation)."""
         if level is None:
             return None
-        server = env.values.get("server", {})
-        fixed = {k: as_pg_value(v) for k, v in server.items()
-                 if k in self.restart_settings or k not in env.binaries.settings}  # fmt: skip
+        server, known = trial.settings["server"], trial.server.binaries.settings
+        fixed = {k: v for k, v in server.items() if k in self.restart_settings or k not in known}
         return repr((level, sorted(fixed.items())))
 
-    def _huge_pages(self, level: Value | None, key: str | None, env: TrialEnv) -> None:
+    def _huge_pages(self, level: str | None, key: str | None, trial: TrialContext) -> None:
         """Size the huge page pools for this trial's server (stopped by now)."""
         assert self.journal is not None
         self.huge_key, self.huge_pages = None, 0  # until the reservation succeeded
         if level is None:
             self.huge.release(self.journal)
-            env.server_overrides = {}
             return
-        server = {k: as_pg_value(v) for k, v in env.values.get("server", {}).items()}
-        env.server_settings = None
-        env.server_overrides = {}
-        self.huge_pages = self.huge.reserve(str(level), server, env.require_cluster(),
-                                            self.journal)  # fmt: skip
-        env.server_overrides = self.huge.server_settings(str(level))
-        env.events.append(f"huge-pages-{level}")
+        trial.server.settings = None
+        initdb = tuple(trial.settings["cluster"].initdb_options())
+        pages = self.pages.get(_pages_key(level, trial.settings["server"], initdb), 0)
+        self.huge_pages = self.huge.reserve(level, pages, self.journal)
+        trial.events.append(f"huge-pages-{level}")
         self.huge_key = key
 
-    def verify(self, values: dict[str, Value], env: TrialEnv) -> None:
-        if values.get("huge_pages") is not None:
-            hugepages.verify(str(values["huge_pages"]), env)
+    def verify(self, settings: OsSettings, trial: TrialContext) -> None:
+        if settings.huge_pages is not None:
+            hugepages.verify(settings.huge_pages, trial)
 
-    def _memory_limit(self, limit: Value | None, cluster: Any, env: TrialEnv) -> None:
-        """The server of a limited configuration starts in a cgroup pgsweep made, with
+    def _memory_limit(self, limit: int | None, trial: TrialContext) -> Path | None:
+        """The cgroup the server of a limited configuration starts in, with
         memory.limit_in_bytes set; peak and failures are reset for each trial."""
         assert self.journal is not None
+        self.limit = limit
         if limit is None:
-            cluster.cgroup = env.cgroup = None
-            self.limit = None
-            return
+            return None
         group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
         if not group.exists():
             self.journal.made_dir(group)
-            if env.user is not None:
-                os.chown(group / "cgroup.procs", env.user.uid, env.user.gid)
-        self.limit = parse_size(limit)
-        (group / "memory.limit_in_bytes").write_text(str(self.limit))
+            uid, gid = safefs.owner_ids(trial.run.user)
+            os.chown(group / "cgroup.procs", uid, gid)  # cgroupfs: root's, no links there
+        (group / "memory.limit_in_bytes").write_text(str(limit))
         for counter in ("memory.max_usage_in_bytes", "memory.failcnt"):
             (group / counter).write_text("0")
-        cluster.cgroup = env.cgroup = group
-        env.effective["os.memory_limit"] = read_setting(group / "memory.limit_in_bytes")
+        trial.effective["os.memory_limit"] = read_setting(group / "memory.limit_in_bytes")
+        return group
 
-    def _set(self, key: str, path: Path, value: str, env: TrialEnv) -> None:
+    def _set(self, key: str, path: Path, value: str, trial: TrialContext) -> None:
         assert self.journal is not None
         try:
             if read_setting(path) != value:
@@ -342,13 +341,47 @@ class OsLayer(Layer):
         now = read_setting(path)
         if now != value:
             raise TrialFailure(f"os.{key}: wrote {value!r} to {path}, it reads {now!r}")
-        env.effective[f"os.{key}"] = now
+        trial.effective[f"os.{key}"] = now
 
-    def undo(self, env: TrialEnv) -> None:
-        if (env.cgroup is not None or self.huge.original) and env.cluster is not None:
-            env.cluster.stop()  # the cgroup and the pages can only go once the server has
-        if self.journal is not None:
-            self.journal.restore()
+    def finish_run(self, run: RunContext) -> None:
+        """The journal puts every value back; the engine stopped the servers before (the
+        cgroup and the pages can only go once no server uses them). Processes the server
+        user moved into the cgroup are killed first; whatever cannot be put back makes
+        the run fail (exit 1), the journal keeping it for `pgsweep restore`."""
+        if self.journal is None:
+            return
+        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        if group.is_dir():
+            uid = safefs.owner_ids(run.user)[0]
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            workarea.kill([p for p in pids if _owner(p) == uid], "left in pgsweep's cgroup")
+        failed = [line for line in self.journal.restore() if line.startswith("could not")]
+        if failed:
+            raise internal("could not put back: " + "; ".join(failed),
+                           fix="fix the cause, then run `pgsweep restore`")  # fmt: skip
+
+
+def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...]) -> str:
+    return repr((level, sorted(server.items()), initdb))
+
+
+def _owner(pid: int) -> int:
+    try:
+        return Path(f"/proc/{pid}").stat().st_uid
+    except OSError:
+        return -1
+
+
+@dataclass(frozen=True)
+class OsSettings:
+    used: bool  # any os setting in the file at all (they need root)
+    huge_pages: str | None
+    thp: dict[str, str]  # thp / thp_defrag / thp_shmem -> level
+    io_scheduler: str | None
+    read_ahead_kb: int | None
+    drop_caches: bool
+    memory_limit: int | None  # bytes
+    sysctl: dict[str, str]  # name -> value
 
 
 def _queues(where: Any) -> dict[str, Path]:

@@ -11,9 +11,9 @@ from typing import Any
 
 from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..postgres.cluster import ServerError
-from ..trialenv import TrialEnv, TrialFailure
+from ..postgres.cluster import Cluster, ServerError
 from .base import Layer, ValidationContext
+from .context import TrialContext, TrialFailure
 
 # pgsweep sets these itself: the private socket, no TCP, its own hba file and log. Names
 # are compared after normalising to the catalog's (lower-case) spelling: PostgreSQL's
@@ -31,6 +31,10 @@ MANAGED = {
     "external_pid_file",
     "logging_collector",
 }
+# Settings that load code from a path the file names: refused. Libraries to preload must
+# be named as installed (`pg_stat_statements`), never by path.
+LOADS_CODE = {"dynamic_library_path"}
+PRELOADS = {"shared_preload_libraries", "session_preload_libraries", "local_preload_libraries"}
 # An extension's setting (pg_prewarm.autoprewarm): identifiers joined by dots, nothing else.
 _CUSTOM = re.compile(r"^[a-z_][a-z0-9_$]*(\.[a-z_][a-z0-9_$]*)+$")
 RESTART_CONTEXTS = {"postmaster", "internal"}
@@ -91,6 +95,11 @@ class ServerLayer(Layer):
 
     def _check_name(self, path: tuple[str, ...], name: str, ctx: ValidationContext) -> None:
         catalog = ctx.binaries.settings
+        if name in LOADS_CODE:
+            raise ctx.source.error(
+                path, f"{name} would load code from a path the file names",
+                fix=f"remove {name}; install extensions where PostgreSQL looks for them",
+            )  # fmt: skip
         if name in MANAGED:
             raise ctx.source.error(
                 path,
@@ -132,6 +141,12 @@ class ServerLayer(Layer):
         self, path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext
     ) -> str:
         """The value as the server reads it (base units), or an error naming the key."""
+        if name in PRELOADS and any(c in str(value) for c in "/$\\"):
+            raise ctx.source.error(
+                path, f"{name} names a library by path or variable ({value!r})",
+                expected="installed libraries by name, e.g. 'pg_stat_statements'",
+                fix="install the library and name it without a path",
+            )  # fmt: skip
         if not isinstance(value, str | int | float | bool):
             raise ctx.source.error(
                 path, f"{name} must be a string, number or boolean, not {type(value).__name__}"
@@ -161,43 +176,50 @@ class ServerLayer(Layer):
             else Cost.RELOAD
         )
 
-    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        cluster = env.require_cluster()
-        wanted = {k: as_pg_value(v) for k, v in values.items()} | env.server_overrides
+    def settings(self, values: dict[str, Value]) -> dict[str, str]:
+        """Setting name (the catalog's spelling) -> the text postgresql.conf gets."""
+        return {k: as_pg_value(v) for k, v in values.items()}
+
+    def prepare(self, settings: dict[str, str], trial: TrialContext) -> None:
+        """Start, restart or reload the server so it runs with the configuration's settings
+        and those earlier layers decided, then read every one back."""
+        server, cluster = trial.server, trial.cluster
+        wanted = settings | trial.demand.server_settings
         try:
-            if env.server_settings is None or cluster.postmaster_pid() is None:
+            if server.settings is None or not server.running():
+                cluster.cgroup = trial.demand.cgroup
                 cluster.write_settings(wanted)
                 cluster.start()
-                env.events.append("start")
-            elif wanted != env.server_settings:
-                changed = set(wanted.items()) ^ set(env.server_settings.items())
+                trial.events.append("start")
+            elif wanted != server.settings:
+                changed = set(wanted.items()) ^ set(server.settings.items())
                 cluster.write_settings(wanted)
                 if any(self.cost(k) is Cost.RESTART for k, _ in changed):
                     cluster.stop()
                     cluster.start()
-                    env.events.append("restart")
+                    trial.events.append("restart")
                 else:
-                    _reload_and_wait(env)
-                    env.events.append("reload")
+                    _reload_and_wait(cluster)
+                    trial.events.append("reload")
         except ServerError as exc:
-            env.server_settings = None
+            server.settings = None
             raise TrialFailure(str(exc).splitlines()[0], cluster.log_tail()) from exc
-        env.server_settings = wanted
-        self._verify(wanted, env)
+        server.settings = wanted
+        self._read_back(wanted, trial)
 
-    def _verify(self, wanted: dict[str, str], env: TrialEnv) -> None:
+    def _read_back(self, wanted: dict[str, str], trial: TrialContext) -> None:
         """Refuse the trial unless the server runs with exactly the configuration's levels."""
-        cluster = env.require_cluster()
+        cluster = trial.cluster
         with cluster.connect() as conn:
             start = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
-            env.server_started_at = start[0] if start else None
+            trial.server.started_at = start[0] if start else None
             for name, text in wanted.items():
                 row = conn.execute(
                     "SELECT setting, pending_restart FROM pg_settings WHERE name = %s", (name,)
                 ).fetchone()
                 shown = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-                env.effective[name] = shown[0] if shown else ""
-                expected = env.canonical.get(name, {}).get(text)
+                trial.effective[name] = shown[0] if shown else ""
+                expected = trial.run.canonical.get(name, {}).get(text)
                 if row is None or (expected is not None and row[0] != expected) or row[1]:
                     actual = row[0] if row else "(unknown)"
                     raise TrialFailure(
@@ -207,8 +229,7 @@ class ServerLayer(Layer):
                     )
 
 
-def _reload_and_wait(env: TrialEnv) -> None:
-    cluster = env.require_cluster()
+def _reload_and_wait(cluster: Cluster) -> None:
     with cluster.connect() as conn:
         before = conn.execute("SELECT pg_conf_load_time()").fetchone()
         cluster.reload()

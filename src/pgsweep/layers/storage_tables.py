@@ -22,128 +22,50 @@ _DEVICE = re.compile(r"/dev/[A-Za-z0-9_.:+-]+(/[A-Za-z0-9_.:+-]+)*")
 
 # option -> "value" (takes one plain value), None (a flag), or the sub-option keys allowed
 # in its comma-separated key[=value] list.
+# fmt: off
 MKFS_OPTIONS: dict[str, dict[str, Any]] = {
     "ext4": {
-        **dict.fromkeys(
-            (
-                "-b",
-                "-C",
-                "-g",
-                "-G",
-                "-i",
-                "-I",
-                "-m",
-                "-N",
-                "-L",
-                "-U",
-                "-O",
-                "-T",
-                "-e",
-                "-o",
-                "-r",
-            ),
-            "value",
-        ),
+        # no -L/-U (a label or UUID another filesystem uses can be mounted in its place at
+        # boot), no -e (errors=panic halts the machine), no -E root_owner (the filesystem's
+        # root must stay root's)
+        **dict.fromkeys(("-b", "-C", "-g", "-G", "-i", "-I", "-m", "-N", "-O", "-T", "-o",
+                         "-r"), "value"),
         "-j": None,
-        "-E": _SUB(
-            {
-                "stride",
-                "stripe_width",
-                "stripe-width",
-                "resize",
-                "lazy_itable_init",
-                "lazy_journal_init",
-                "num_backup_sb",
-                "packed_meta_blocks",
-                "discard",
-                "nodiscard",
-                "quotatype",
-                "encoding",
-                "encoding_flags",
-                "root_owner",
-                "assume_storage_prezeroed",
-                "orphan_file_size",
-                "test_fs",
-            }
-        ),
+        "-E": _SUB({"stride", "stripe_width", "stripe-width", "resize", "lazy_itable_init",
+                    "lazy_journal_init", "num_backup_sb", "packed_meta_blocks", "discard",
+                    "nodiscard", "quotatype", "encoding", "encoding_flags",
+                    "assume_storage_prezeroed", "orphan_file_size", "test_fs"}),
         "-J": _SUB({"size", "fast_commit_size"}),  # not device= (an external journal)
     },
     "xfs": {
         "-b": _SUB({"size"}),
         "-m": _SUB({"crc", "finobt", "uuid", "rmapbt", "reflink", "bigtime", "inobtcount"}),
-        "-d": _SUB(
-            {
-                "agcount",
-                "agsize",
-                "su",
-                "sunit",
-                "sw",
-                "swidth",
-                "size",
-                "noalign",
-                "cowextsize",
-                "extszinherit",
-            }
-        ),  # not file, name=
-        "-i": _SUB(
-            {"size", "maxpct", "align", "attr", "projid32bit", "sparse", "nrext64", "perblock"}
-        ),
+        "-d": _SUB({"agcount", "agsize", "su", "sunit", "sw", "swidth", "size", "noalign",
+                    "cowextsize", "extszinherit"}),  # not file, name=
+        "-i": _SUB({"size", "maxpct", "align", "attr", "projid32bit", "sparse", "nrext64",
+                    "perblock"}),
         "-l": _SUB({"size", "version", "su", "sunit", "lazy-count", "agnum"}),  # not logdev=
         "-n": _SUB({"size", "version", "ftype"}),
         "-s": _SUB({"size"}),
-        "-L": "value",
         "-K": None,
-        # no -r: a realtime section lives on another device (rtdev=)
+        # no -r (a realtime section lives on another device), no -L (labels)
     },
     "btrfs": {
-        **dict.fromkeys(
-            (
-                "-n",
-                "--nodesize",
-                "-s",
-                "--sectorsize",
-                "-d",
-                "--data",
-                "-m",
-                "--metadata",
-                "-O",
-                "--features",
-                "-R",
-                "--runtime-features",
-                "-L",
-                "--label",
-                "--csum",
-                "--checksum",
-                "-b",
-                "--byte-count",
-            ),
-            "value",
-        ),
+        **dict.fromkeys(("-n", "--nodesize", "-s", "--sectorsize", "-d", "--data", "-m",
+                         "--metadata", "-O", "--features", "-R", "--runtime-features",
+                         "--csum", "--checksum", "-b", "--byte-count"), "value"),
         **dict.fromkeys(("-K", "--nodiscard", "-M", "--mixed"), None),
     },
 }
+# fmt: on
 # Mount options that name another device or file, or change what mount(8) does.
-MOUNT_REFUSED = {
-    "logdev",
-    "rtdev",
-    "journal_path",
-    "journal_dev",
-    "device",
-    "loop",
-    "offset",
-    "sizelimit",
-    "helper",
-    "uhelper",
-    "bind",
-    "rbind",
-    "move",
-    "remount",
-    "subvol",
-    "subvolid",
-    "context",
-    "fscontext",
-    "rootcontext",
-}
+# fmt: off
+MOUNT_REFUSED = {"logdev", "rtdev", "journal_path", "journal_dev", "device", "loop", "offset",
+                 "sizelimit", "helper", "uhelper", "bind", "rbind", "move", "remount",
+                 "subvol", "subvolid", "context", "fscontext", "rootcontext", "defcontext",
+                 "uid", "gid", "owner", "user", "users", "group",
+                 "suid", "dev", "exec"}  # pgsweep mounts nosuid,nodev: these would lift it
+# fmt: on
 
 
 def check_mkfs_options(fs: str, text: str) -> str:
@@ -198,10 +120,12 @@ def check_mount_options(text: str) -> str:
     if not text:
         return text
     for item in text.split(","):
-        key = item.partition("=")[0]
-        if key in MOUNT_REFUSED or key.startswith("x-"):
-            raise ValueError(f"mount option {key!r} names a device or file, or changes what "
-                             "mount does; it cannot be used here")  # fmt: skip
+        key, _, value = item.partition("=")
+        if key.lower() in MOUNT_REFUSED or key.lower().startswith("x-"):
+            raise ValueError(f"mount option {key!r} names a device or file, changes what mount "
+                             "does or lifts nosuid/nodev; it cannot be used here")  # fmt: skip
+        if value.lower() == "panic":
+            raise ValueError(f"mount option {item!r} would halt the machine on an error")
     if not _PLAIN.match(text):
         raise ValueError("comma-separated options without paths, spaces or quotes")
     return text

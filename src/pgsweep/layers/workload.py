@@ -3,6 +3,8 @@ costs nothing; it decides the pgbench command line of the trial."""
 
 from __future__ import annotations
 
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,10 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import Cost, Value
 from ..host import safefs
+from ..host.proc import RunAs
+from ..host.workarea import traversable_by
 from ..postgres import pgbench
-from ..trialenv import TrialEnv, TrialFailure
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
+from .context import Demand, RunContext, TrialContext, TrialFailure
 
 PGBENCH_TABLES = (
     "pgbench_accounts",
@@ -75,11 +79,37 @@ def seconds(value: Value) -> int:
     return round(parse_duration(value))
 
 
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """One configuration's workload, typed: durations in seconds, the latency limit in ms."""
+
+    script: str  # as written: a builtin name or a path relative to the experiment file
+    clients: int
+    jobs: int
+    duration_s: int
+    warmup_s: int
+    rate: float | None
+    latency_limit_ms: float | None
+    protocol: str
+    prewarm: bool
+    latency_log: str | float  # "auto", "off" or a sampling rate
+    max_tries: int
+    writes: bool  # the script changes data: each trial starts from the snapshot
+
+    def pgbench(self, script_path: str) -> pgbench.Workload:
+        return pgbench.Workload(
+            script=script_path, clients=self.clients, jobs=self.jobs, seconds=self.duration_s,
+            protocol=self.protocol, rate=self.rate, latency_limit_ms=self.latency_limit_ms,
+            max_tries=self.max_tries,
+        )  # fmt: skip
+
+
 class WorkloadLayer(Layer):
     name = "workload"
 
     def __init__(self) -> None:
         self.scripts: dict[str, tuple[Path, str]] = {}  # as written -> (resolved path, text)
+        self.frozen: dict[str, Path] = {}  # as written -> the copy pgbench reads
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -92,6 +122,20 @@ class WorkloadLayer(Layer):
                 self.scripts[script] = _read_script(ctx, path, script)
         return dict(table.model_dump())
 
+    def settings(self, values: dict[str, Value]) -> WorkloadSettings:
+        script = str(values["script"])
+        custom = self.scripts[script][1] if script in self.scripts else None
+        limit, rate, log = values.get("latency_limit"), values.get("rate"), values["latency_log"]
+        return WorkloadSettings(
+            script=script, clients=int(values["clients"]), jobs=int(values["jobs"]),
+            duration_s=seconds(values["duration"]), warmup_s=seconds(values["warmup"]),
+            rate=float(rate) if rate is not None else None,
+            latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
+            protocol=str(values["protocol"]), prewarm=bool(values["prewarm"]),
+            latency_log=log if isinstance(log, float) else str(log),
+            max_tries=int(values["max_tries"]), writes=pgbench.writes(script, custom),
+        )  # fmt: skip
+
     def level_identity(self, key: str, level: Value) -> object:
         if key in ("duration", "warmup"):
             return parse_duration(level)
@@ -102,48 +146,31 @@ class WorkloadLayer(Layer):
     def cost(self, key: str) -> Cost:
         return Cost.NOTHING
 
-    def freeze_scripts(self, into: Path) -> None:
+    def record_inputs(self, results: Path) -> None:
         """Copy custom scripts next to the results (the text validated, not the file as it
         is now), so the run and the record use one text."""
+        into = results / "scripts"
         into.mkdir(exist_ok=True)
         for i, (src, text) in enumerate(self.scripts.values()):
-            safefs.write_file(into / f"{i}-{src.name}", text, 0o644)
+            safefs.write_file(into / f"{i}-{src.name}", text, 0o600)
 
-    def apply(self, values: dict[str, Value], env: TrialEnv) -> None:
-        script = str(values["script"])
-        custom_sql = None
-        if script not in pgbench.BUILTIN_SCRIPTS:
-            custom_sql = self.scripts[script][1]
-            script = str(self._frozen(script, env))
-        limit = values.get("latency_limit")
-        env.workload = pgbench.Workload(
-            script=script,
-            clients=int(values["clients"]),
-            jobs=int(values["jobs"]),
-            seconds=seconds(values["duration"]),
-            protocol=str(values["protocol"]),
-            rate=float(values["rate"]) if values.get("rate") is not None else None,
-            latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
-            max_tries=int(values.get("max_tries", 1)),
-        )
-        env.latency_log = values.get("latency_log", "auto")
-        env.workload_writes = pgbench.writes(str(values["script"]), custom_sql)
-        env.warmup_seconds = seconds(values["warmup"])
-        if values.get("prewarm") and env.prewarmed_for != env.server_started_at:
-            _prewarm(env)
+    def start_run(self, run: RunContext) -> None:
+        """The copies pgbench reads: numbered (two scripts may share a name), in a
+        root-owned directory, readable by the server user only."""
+        if not self.scripts:
+            return
+        folder = run.workdir / "scripts"
+        folder.mkdir(mode=0o711, exist_ok=True)
+        for i, (script, (src, text)) in enumerate(self.scripts.items()):
+            frozen = folder / f"{i}-{src.name}"
+            safefs.write_file(frozen, text, 0o400, safefs.owner_ids(run.user))
+            self.frozen[script] = frozen
 
-    def _frozen(self, script: str, env: TrialEnv) -> Path:
-        """The copy pgbench reads: numbered (two scripts may share a name), in a root-owned
-        directory, readable by the server user only."""
-        i = list(self.scripts).index(script)
-        frozen = env.workdir / "scripts" / f"{i}-{self.scripts[script][0].name}"
-        if not frozen.exists():
-            (env.workdir / "scripts").mkdir(mode=0o711, exist_ok=True)
-            safefs.write_file(frozen, self.scripts[script][1], 0o400, safefs.owner_ids(env.user))
-        return frozen
-
-    def undo(self, env: TrialEnv) -> None:
-        env.workload = None
+    def prepare(self, settings: WorkloadSettings, trial: TrialContext) -> Demand:
+        script = str(self.frozen.get(settings.script, settings.script))
+        if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:
+            _prewarm(trial)
+        return Demand(workload=settings.pgbench(script))
 
 
 MAX_SCRIPT_BYTES = 1 << 20
@@ -162,6 +189,11 @@ def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> 
     if resolved.suffix != ".sql":
         raise ctx.source.error(path, f"the custom script {script!r} is not a .sql file",
                                expected=expected, fix="name pgbench scripts NAME.sql")  # fmt: skip
+    if ctx.user is not None and not _readable_by(resolved, ctx.user):
+        raise ctx.source.error(path, f"the custom script {script!r} is not readable by the "
+                               f"server user {ctx.user.name}, who runs pgbench",
+                               expected=expected, fix="make it readable by that user (it "
+                               "gets the script's text), or use another script")  # fmt: skip
     raw = resolved.read_bytes()
     try:
         text = raw.decode()
@@ -175,9 +207,21 @@ def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> 
     return resolved, text
 
 
-def _prewarm(env: TrialEnv) -> None:
-    cluster = env.require_cluster()
-    with cluster.connect() as conn:
+def _readable_by(path: Path, user: RunAs) -> bool:
+    """Could `user` read `path` itself? pgbench, run as that user, gets the script's text:
+    a file only root may read must not reach it through pgsweep's copy."""
+    st = path.stat()
+    if st.st_uid == user.uid:
+        ok = st.st_mode & stat.S_IRUSR
+    elif st.st_gid == user.gid:
+        ok = st.st_mode & stat.S_IRGRP
+    else:
+        ok = st.st_mode & stat.S_IROTH
+    return bool(ok) and traversable_by(path.parent, user)
+
+
+def _prewarm(trial: TrialContext) -> None:
+    with trial.cluster.connect() as conn:
         if not conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_prewarm'").fetchone():
             raise TrialFailure(
                 "workload.prewarm is on but the pg_prewarm extension is not "
@@ -187,5 +231,5 @@ def _prewarm(env: TrialEnv) -> None:
             "SELECT pg_prewarm(c.oid) FROM pg_class c WHERE c.relname = ANY(%s)",
             (list(PGBENCH_TABLES),),
         )
-    env.prewarmed_for = env.server_started_at
-    env.events.append("prewarm")
+    trial.server.prewarmed_for = trial.server.started_at
+    trial.events.append("prewarm")

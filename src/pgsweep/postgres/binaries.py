@@ -54,6 +54,15 @@ def locate(bin_setting: str, *, where: str) -> Path:
     """`auto`: the newest /usr/lib/postgresql/N/bin, else pg_config on PATH; or a directory."""
     if bin_setting != "auto":
         bindir = Path(bin_setting)
+        why = safefs.untrusted_component(bindir)
+        if why:
+            raise PgsweepError(
+                f"{bindir} is not a PostgreSQL installation pgsweep can trust: {why}",
+                where=where,
+                expected="a directory owned by root (or you), on a path no other user can "
+                "change: its programs run for every trial",
+                fix="install PostgreSQL as root (e.g. make install into /usr/local/pgsql)",
+            )
         if not _has_all(bindir):
             missing = [p for p in REQUIRED if not (bindir / p).is_file()]
             raise PgsweepError(
@@ -92,15 +101,18 @@ def _parse_catalog(text: str) -> dict[str, Setting]:
     return catalog
 
 
-def inspect(bindir: Path, scratch: Path) -> Binaries:
-    """Version and the full settings catalog of this installation."""
-    res = proc.run([str(bindir / "postgres"), "--version"], out=scratch / "version.out")
+def inspect(bindir: Path, scratch: Path, user: proc.RunAs | None = None) -> Binaries:
+    """Version and the full settings catalog of this installation, asked as the server
+    user (root never runs the programs of a PostgreSQL installation)."""
+    res = proc.run([str(bindir / "postgres"), "--version"], out=scratch / "version.out",
+                   user=user)  # fmt: skip
     m = re.search(r"\(PostgreSQL\) (\d+(?:\.\d+)?)", res.stdout)
     if not res.ok or not m:
         raise internal(f"cannot read the PostgreSQL version: {res.describe_failure()}")
     res = proc.run(
-        [str(bindir / "postgres"), "--describe-config"], out=scratch / "describe-config.out"
-    )
+        [str(bindir / "postgres"), "--describe-config"], out=scratch / "describe-config.out",
+        user=user,
+    )  # fmt: skip
     if not res.ok:
         raise internal(f"postgres --describe-config failed: {res.describe_failure()}")
     return Binaries(bindir, m.group(1), _parse_catalog(res.stdout))
@@ -118,6 +130,7 @@ class ValueChecker:
         self.binaries = binaries
         self.user = user
         self._cache: dict[tuple[str, str], str] = {}
+        self._runtime: dict[tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]], str] = {}
         self._dir: Path | None = None
         self._out: Path | None = None
 
@@ -161,23 +174,34 @@ class ValueChecker:
     def answers(self) -> dict[tuple[str, str], str]:
         return dict(self._cache)
 
-    def shared_memory_mb(self, settings: dict[str, str]) -> int:
+    def shared_memory_mb(
+        self, settings: dict[str, str], initdb_options: tuple[str, ...] = ()
+    ) -> int:
         """MB of shared memory a server with `settings` allocates, as the server computes
         it (`postgres -C shared_memory_size` needs a real, stopped data directory, so the
-        first call runs a scratch initdb, about half a second)."""
+        first call per initdb option set runs a scratch initdb, about half a second)."""
+        return int(self.runtime("shared_memory_size", settings, initdb_options))
+
+    def runtime(
+        self, name: str, settings: dict[str, str], initdb_options: tuple[str, ...] = ()
+    ) -> str:
+        """A runtime-computed setting (shared_memory_size[_in_huge_pages]) for `settings`,
+        on a scratch cluster made by initdb with `initdb_options` (the WAL segment size
+        changes wal_buffers' default, so the shared memory)."""
         assert self._dir is not None and self._out is not None, "ValueChecker outside `with`"
-        data = self._dir / "shm-data"
-        if not data.exists():
-            safefs.leaf_dir(data, self.user)
-            res = proc.run(
-                [self.binaries.path("initdb"), "-N", "-D", str(data), "--no-instructions"],
-                out=self._out / "initdb.out", timeout=120, user=self.user,
-            )  # fmt: skip
-            if not res.ok:
-                raise internal(f"scratch initdb failed: {res.describe_failure()}")
-        value = runtime_value(self.binaries, data, "shared_memory_size", settings, self.user,
-                              self._out)  # fmt: skip
-        return int(value)
+        key = (name, tuple(sorted(settings.items())), initdb_options)
+        if key not in self._runtime:
+            data = self._dir / f"shm-data-{abs(hash(initdb_options)) % 10**8}"
+            if not data.exists():
+                safefs.leaf_dir(data, self.user)
+                argv = [self.binaries.path("initdb"), "-N", "-D", str(data), "--no-instructions",
+                        *initdb_options]  # fmt: skip
+                res = proc.run(argv, out=self._out / "initdb.out", timeout=120, user=self.user)
+                if not res.ok:
+                    raise internal(f"scratch initdb failed: {res.describe_failure()}")
+            self._runtime[key] = runtime_value(self.binaries, data, name, settings, self.user,
+                                               self._out)  # fmt: skip
+        return self._runtime[key]
 
 
 def runtime_value(

@@ -114,7 +114,12 @@ class Cluster:
             os.close(fd)
 
     def conninfo(self, dbname: str = "postgres") -> dict[str, Any]:
-        return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname}
+        """The private socket, trust authentication only: the socket directory is the server
+        user's, who could put a fake server there to ask root's libpq for a password, so no
+        password is ever offered (no passfile, no PGPASSWORD, require_auth=none)."""
+        return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname,
+                "passfile": "/proc/pgsweep-no-passfile", "sslmode": "disable",
+                "gssencmode": "disable", "require_auth": "none"}  # fmt: skip
 
     def pgbench_conn_args(self) -> list[str]:
         return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
@@ -155,7 +160,7 @@ class Cluster:
         res = self._run(argv, "initdb")
         if not res.ok:
             raise ServerError(f"initdb failed: {res.describe_failure()}")
-        readable = (0, self.gid)
+        readable = (os.geteuid(), self.gid)  # root, or ourselves when we run the server
         safefs.write_file(self.conf / "pg_hba.conf", HBA, 0o640, readable)
         safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
         self.write_settings({})
@@ -167,7 +172,7 @@ class Cluster:
         text = "# written by pgsweep: the experiment's settings, then pgsweep's own\n"
         text += "".join(conf_line(k, v) for k, v in sorted(settings.items()))
         text += "".join(conf_line(k, v) for k, v in self.managed().items())
-        safefs.write_file(self.conf / "postgresql.conf", text, 0o640, (0, self.gid))
+        safefs.write_file(self.conf / "postgresql.conf", text, 0o640, (os.geteuid(), self.gid))
 
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
         argv = [self.binaries.path("pg_ctl"), "-D", str(self.conf), "-l", str(self.logfile)]

@@ -32,7 +32,10 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from . import statmodel as sm
+from .dist import ALPHA, MC_SEED, POWER, corr_key, max_t_quantile, max_t_sf, noncentrality, sd_upper
+from .families import Contrast, Family, baseline_family, effects_family
+from .model import Model, Observations, fit
+from .words import format_percent
 
 FUTILITY_POWER = 0.20  # stop for futility when conditional power falls below this
 GRID = 801  # points of the numerical integration of the boundary crossing probabilities
@@ -40,7 +43,7 @@ MC_PATHS = 1 << 16  # simulated paths for a family's boundaries
 MIN_HITS = 64  # fewer crossing paths than this cannot place a boundary
 
 
-def obf_spending(t: float, alpha: float = sm.ALPHA) -> float:
+def obf_spending(t: float, alpha: float = ALPHA) -> float:
     """Lan-DeMets O'Brien-Fleming-type spending of a two-sided alpha by information
     fraction t, as two one-sided halves (each 2 - 2 Phi(z_{1-alpha/4} / sqrt t)): the
     convention of the published two-sided tables (K = 5 equal looks at 5%: 4.877, 3.357,
@@ -110,7 +113,7 @@ class SequentialPlan:
 
 
 def make_plan(max_rounds: int, min_rounds: int = 3, looks: list[int] | None = None,
-              alpha: float = sm.ALPHA) -> SequentialPlan:  # fmt: skip
+              alpha: float = ALPHA) -> SequentialPlan:  # fmt: skip
     """Looks after every round from `min_rounds` to `max_rounds` unless given."""
     chosen = tuple(looks) if looks else tuple(range(min_rounds, max_rounds + 1))
     if not chosen or list(chosen) != sorted(set(chosen)) or chosen[-1] != max_rounds:
@@ -141,7 +144,7 @@ def check_resume(plan: SequentialPlan, looks_made: int, rounds: int) -> str | No
                 f"so make a new plan for {rounds}")  # fmt: skip
     if looks_made >= len(plan.looks):
         return (f"the last planned look (round {plan.looks[-1]}) has been made and the whole "
-                f"{sm.format_percent(plan.alpha)} was spent on it: more rounds cannot give "
+                f"{format_percent(plan.alpha)} was spent on it: more rounds cannot give "
                 "valid verdicts; start a new experiment and treat this one as a pilot")  # fmt: skip
     return (f"{looks_made} look(s) already made: extend the plan with extend_plan, which keeps "
             f"their boundaries and spends only the alpha left over the new rounds")  # fmt: skip
@@ -185,7 +188,7 @@ def _family_z(times: tuple[float, ...], spent: tuple[float, ...], corr_key: tupl
     corr = np.array(corr_key).reshape(m, m)
     w, v = np.linalg.eigh(corr)
     root = v * np.sqrt(np.clip(w, 0.0, None))
-    rng = np.random.default_rng(sm.MC_SEED)
+    rng = np.random.default_rng(MC_SEED)
     s, alive, prev, crossed, due = np.zeros((MC_PATHS, m)), np.ones(MC_PATHS, bool), 0.0, 0, 0.0
     out = []
     for t, a in zip(times, spent, strict=True):
@@ -213,8 +216,8 @@ def look_level(plan: SequentialPlan, look: int) -> Callable[[np.ndarray], float]
         if m == 1:
             return plan.nominal[look]
         times = tuple(r / plan.max_rounds for r in plan.looks)
-        c = _family_z(times, plan.spent, sm.corr_key(corr), m)[look]
-        return float(sm.max_t_sf(c, corr, 1e7)[0]) if math.isfinite(c) else 0.0
+        c = _family_z(times, plan.spent, corr_key(corr), m)[look]
+        return float(max_t_sf(c, corr, 1e7)[0]) if math.isfinite(c) else 0.0
 
     return level
 
@@ -225,18 +228,18 @@ class Look:
     index: int  # which planned look, from 0
     stop: bool
     reason: str
-    family: sm.Family  # this look's repeated confidence intervals
-    decided: dict[str, sm.Contrast]  # label -> the contrast as first decided, at any look
+    family: Family  # this look's repeated confidence intervals
+    decided: dict[str, Contrast]  # label -> the contrast as first decided, at any look
 
-    def contrasts(self) -> list[sm.Contrast]:
+    def contrasts(self) -> list[Contrast]:
         """The answers so far: a contrast decided at an earlier look keeps that look's
         interval and decision (repeated confidence intervals hold for all looks at once)."""
         return [self.decided.get(c.label, c) for c in self.family.contrasts]
 
 
-def decide_at_look(plan: SequentialPlan, obs: sm.Observations, decide: str = "baseline",
+def decide_at_look(plan: SequentialPlan, obs: Observations, decide: str = "baseline",
                    precision: float = 0.02, interest: float | None = None,
-                   decided: dict[str, sm.Contrast] | None = None,
+                   decided: dict[str, Contrast] | None = None,
                    resolution: float | None = None) -> Look:  # fmt: skip
     """Look at the experiment cut to the rounds so far. `precision` is the equivalence
     margin and the interval half-width that is precise enough; `interest` the difference
@@ -249,8 +252,8 @@ def decide_at_look(plan: SequentialPlan, obs: sm.Observations, decide: str = "ba
     if obs.n_rounds not in plan.looks:
         raise ValueError(f"round {obs.n_rounds} is not a planned look {plan.looks}")
     k = plan.looks.index(obs.n_rounds)
-    family_of = sm.baseline_family if decide == "baseline" else sm.effects_family
-    model = sm.fit(obs, resolution)
+    family_of = baseline_family if decide == "baseline" else effects_family
+    model = fit(obs, resolution)
     seen: list[np.ndarray] = []  # the family's correlation, for the futility rule
 
     def level(corr: np.ndarray) -> float:
@@ -278,12 +281,12 @@ def decide_at_look(plan: SequentialPlan, obs: sm.Observations, decide: str = "ba
     wanted = precision if interest is None else interest
     if all(_conditional_power(c, obs.n_rounds, plan.max_rounds, seen[0], final, wanted)
            < FUTILITY_POWER for c in open_):  # fmt: skip
-        return look(True, f"futility: a difference of {sm.format_percent(wanted)} could no "
+        return look(True, f"futility: a difference of {format_percent(wanted)} could no "
                     "longer be found")  # fmt: skip
     return look(False, f"{len(open_)} comparison(s) undecided")
 
 
-def _conditional_power(c: sm.Contrast, rounds: int, max_rounds: int, corr: np.ndarray,
+def _conditional_power(c: Contrast, rounds: int, max_rounds: int, corr: np.ndarray,
                        final_level: float, interest: float) -> float:  # fmt: skip
     """Probability that the last look calls c different if the rounds still to come carried
     a true change of +-interest (the larger of the two), given the estimate so far: normal
@@ -292,7 +295,7 @@ def _conditional_power(c: sm.Contrast, rounds: int, max_rounds: int, corr: np.nd
     for futility can only lower the false "different" rate."""
     info, info_end = 1 / c.se**2, max_rounds / rounds / c.se**2
     df_end = c.df * (max_rounds - 1) / max(rounds - 1, 1)
-    crit = sm.max_t_quantile(corr, df_end, final_level)
+    crit = max_t_quantile(corr, df_end, final_level)
     best = 0.0
     for delta in (math.log1p(interest), -math.log1p(interest)):
         mean = (math.log(c.ratio) * info + delta * (info_end - info)) / math.sqrt(info_end)
@@ -304,8 +307,8 @@ def _conditional_power(c: sm.Contrast, rounds: int, max_rounds: int, corr: np.nd
 # ---- planning -------------------------------------------------------------------------
 
 
-def sensitivity_for(sigma_log: float, rounds: int, n_configs: int, *, alpha: float = sm.ALPHA,
-                    power: float = sm.POWER, comparisons: int | None = None,
+def sensitivity_for(sigma_log: float, rounds: int, n_configs: int, *, alpha: float = ALPHA,
+                    power: float = POWER, comparisons: int | None = None,
                     sigma_df: float | None = None) -> float:  # fmt: skip
     """The smallest ratio change of one configuration against the baseline that `rounds`
     complete rounds detect with `power`, at the baseline family's (Dunnett) critical value.
@@ -315,13 +318,13 @@ def sensitivity_for(sigma_log: float, rounds: int, n_configs: int, *, alpha: flo
     k = n_configs - 1 if comparisons is None else comparisons
     df = (rounds - 1) * (n_configs - 1)
     corr = np.full((k, k), 0.5) + 0.5 * np.eye(k)
-    q = sm.max_t_quantile(corr, df, alpha)
-    sigma = sm.sd_upper(sigma_log, sigma_df) if sigma_df else sigma_log
-    return math.expm1(sm.noncentrality(q, df, power) * sigma * math.sqrt(2 / rounds))
+    q = max_t_quantile(corr, df, alpha)
+    sigma = sd_upper(sigma_log, sigma_df) if sigma_df else sigma_log
+    return math.expm1(noncentrality(q, df, power) * sigma * math.sqrt(2 / rounds))
 
 
-def rounds_needed(sigma_log: float, effect: float, n_configs: int, *, alpha: float = sm.ALPHA,
-                  power: float = sm.POWER, comparisons: int | None = None,
+def rounds_needed(sigma_log: float, effect: float, n_configs: int, *, alpha: float = ALPHA,
+                  power: float = POWER, comparisons: int | None = None,
                   sigma_df: float | None = None, max_rounds: int = 1000) -> int | None:  # fmt: skip
     """The fewest rounds (at least 2) whose sensitivity reaches `effect` (0.05 = 5%), or
     None if even max_rounds do not."""
@@ -346,7 +349,7 @@ class Drift:
     reason: str
 
 
-def drift(model: sm.Model, judged: float) -> Drift:
+def drift(model: Model, judged: float) -> Drift:
     """How much the machine moved between rounds, from the round effects of the two-way
     model, against the smallest difference being judged (a margin, or the smallest
     sensitivity of the report). Large when the typical swing (2 SD) or the trend over the
@@ -354,7 +357,7 @@ def drift(model: sm.Model, judged: float) -> Drift:
     means and comparisons across clusters built once carry it, and a trend that size also
     moves trials within a round against each other. Not a significance test: a drift can
     be certain and harmless, or unproven and large."""
-    plain = sm.fit(replace(model.obs, whole_plot_factors=()), model.resolution)
+    plain = fit(replace(model.obs, whole_plot_factors=()), model.resolution)
     c = model.obs.n_configs
     rounds = [r for r in range(model.obs.n_rounds) if np.any(plain.blocks[:, r] >= 0)]
     effects = np.array([plain.sub.coef[c + plain.blocks[plain.blocks[:, r] >= 0, r][0]]
@@ -365,12 +368,12 @@ def drift(model: sm.Model, judged: float) -> Drift:
     sd = math.sqrt(max(0.0, float(np.var(effects, ddof=1)) - noise)) if len(rounds) > 1 else 0.0
     slope, p = 0.0, None
     if len(rounds) >= 3:
-        fit = sps.linregress(rounds, effects)
-        slope, p = float(fit.slope), float(fit.pvalue)
+        trend = sps.linregress(rounds, effects)
+        slope, p = float(trend.slope), float(trend.pvalue)
     over = math.expm1(slope * (rounds[-1] - rounds[0]))
     large = 2 * math.expm1(sd) >= judged or abs(over) >= judged
-    size = f"rounds moved by {sm.format_percent(round(math.expm1(sd), 4))} (SD) and "
+    size = f"rounds moved by {format_percent(round(math.expm1(sd), 4))} (SD) and "
     size += f"{0.0 if abs(over) < 5e-4 else over:+.1%} from first to last"
     verdict = "large" if large else "small"
-    reason = f"{size}: {verdict} against the {sm.format_percent(judged)} being judged"
+    reason = f"{size}: {verdict} against the {format_percent(judged)} being judged"
     return Drift(math.expm1(slope), over, math.expm1(sd), p, judged, large, reason)

@@ -6,27 +6,33 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
-from .collect import counters, devices, environment, metrics, txlog
-from .host import proc, safefs
-from .postgres import pgbench
-from .store import TrialRecord
-from .trialenv import TrialEnv, TrialFailure
+from ..collect import counters, devices, environment, metrics, txlog
+from ..host import proc, safefs
+from ..layers.context import Server, TrialContext, TrialFailure
+from ..postgres import pgbench
+from ..store import TrialRecord
 
 # Above this many transactions per second the log is sampled down to it: logging every
 # transaction costs pgbench client CPU (bench/fidelity measures how much).
 AUTO_LOGGED_PER_S = 2_000
+_PGBENCH_LOG = re.compile(r"tx\.\d+(\.\d+)?")  # the names pgbench gives its per-thread logs
 
 
-def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
-    cluster, w = env.require_cluster(), env.workload
+def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
+            record_settings: bool) -> None:  # fmt: skip
+    """The measured window of `trial`, into `record`; with `record_settings`, also every
+    setting of the server that is not at its default (once per configuration)."""
+    server, cluster, w = trial.server, trial.cluster, trial.demand.workload
     assert w is not None, "the workload layer prepares every trial"
-    pgb, conn = env.binaries.path("pgbench"), cluster.pgbench_conn_args()
+    settings = trial.settings["workload"]
+    pgb, conn = trial.run.binaries.path("pgbench"), cluster.pgbench_conn_args()
     warmup_tps = None
-    if env.warmup_seconds > 0:
-        argv = w.argv(pgb, conn, seconds=env.warmup_seconds, vacuum=True)
-        res = _pgbench(argv, trial_dir / "warmup", env, env.warmup_seconds)
+    if settings.warmup_s > 0:
+        argv = w.argv(pgb, conn, seconds=settings.warmup_s, vacuum=True)
+        res = _pgbench(argv, trial_dir / "warmup", trial, settings.warmup_s)
         record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
         record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
         if not res.ok:
@@ -34,41 +40,44 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
                 f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
             )
         warmup_tps = pgbench.parse_summary(res.stdout).tps
-    rate = sampling_rate(env.latency_log, w.rate, warmup_tps)
+    rate = sampling_rate(settings.latency_log, w.rate, warmup_tps)
     log_dir = trial_dir / "txlog"
     if rate is not None:
-        safefs.leaf_dir(log_dir, env.user)  # pgbench (the server user) writes it
+        safefs.leaf_dir(log_dir, trial.run.user)  # pgbench (the server user) writes it
     argv = w.argv(
         pgb,
         conn,
         seconds=w.seconds,
-        vacuum=env.warmup_seconds == 0,
+        vacuum=settings.warmup_s == 0,
         log_prefix=str(log_dir / "tx") if rate is not None else None,
         sampling_rate=rate or 1.0,
     )
     record.pgbench_argv = json.dumps(argv)
-    record.warmup_s, record.duration_s = env.warmup_seconds, w.seconds
-    if not env.devices:
-        env.devices, env.primary_devices = devices.for_cluster(cluster, env.storage_devices)
-        record.environment[cluster.root.name] = environment.storage(cluster, env.devices)
-    if env.cgroup is not None:
-        _check_in_cgroup(env)
-    if env.workload_writes:
-        env.data_dirty = True  # from here on, even if the trial fails
-    before = snapshot(env)
-    res = _pgbench(argv, trial_dir / "pgbench", env, w.seconds)
-    record.counters = counters.delta(before, snapshot(env))
+    record.warmup_s, record.duration_s = settings.warmup_s, w.seconds
+    pool = trial.resources["storage"].pool_devices if "storage" in trial.resources else []
+    if not server.devices:
+        server.devices, server.primary_devices = devices.for_cluster(cluster, pool)
+    if not server.recorded:
+        record.environment[cluster.root.name] = environment.storage(cluster, server.devices)
+        server.recorded = True
+    cgroup = trial.demand.cgroup
+    if cgroup is not None:
+        _check_in_cgroup(trial, cgroup)
+    if settings.writes:
+        server.dirty = True  # from here on, even if the trial fails
+    before = snapshot(trial)
+    res = _pgbench(argv, trial_dir / "pgbench", trial, w.seconds)
+    record.counters = counters.delta(before, snapshot(trial))
     mem = metrics.memory()
-    if env.cgroup is not None:
-        mem.update(metrics.cgroup_memory(env.cgroup))
+    if cgroup is not None:
+        mem.update(metrics.cgroup_memory(cgroup))
     record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
     record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
-    if record.config_id not in env.settings_recorded:
+    if record_settings:
         with cluster.connect() as db:
             record.environment[record.config_id] = environment.settings(db)
-        env.settings_recorded.add(record.config_id)
     summary = pgbench.parse_summary(res.stdout)
     record.tps, record.transactions = summary.tps, summary.transactions
     record.failed_transactions = summary.failed
@@ -80,20 +89,18 @@ def measure(env: TrialEnv, trial_dir: Path, record: TrialRecord) -> None:
     record.samples = [
         (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped) for p in progress
     ]
-    uid = safefs.owner_ids(env.user)[0]
+    uid = safefs.owner_ids(trial.run.user)[0]
     log = _reduce_log(log_dir, w.seconds, uid) if rate is not None else None
-    _derive(record, env, summary, log, rate or 1.0, [p.tps for p in progress])
+    _derive(record, server, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
 
 
-def _check_in_cgroup(env: TrialEnv) -> None:
-    cluster = env.require_cluster()
-    pid = cluster.postmaster_pid()
-    assert env.cgroup is not None
+def _check_in_cgroup(trial: TrialContext, cgroup: Path) -> None:
+    pid = trial.cluster.postmaster_pid()
     lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid else []
-    if not any(line.split(":")[1:] == ["memory", f"/{env.cgroup.name}"] for line in lines):
+    if not any(line.split(":")[1:] == ["memory", f"/{cgroup.name}"] for line in lines):
         raise TrialFailure(
-            f"os.memory_limit: the postmaster ({pid}) is not in {env.cgroup}: "
+            f"os.memory_limit: the postmaster ({pid}) is not in {cgroup}: "
             + "; ".join(line for line in lines if ":memory:" in line)
         )
 
@@ -117,7 +124,7 @@ def sampling_rate(
 def _reduce_log(log_dir: Path, seconds: int, uid: int) -> txlog.Reduction:
     """Read pgbench's log files from a directory the server user owns: listed and opened
     without following links, each a regular file owned by that user."""
-    names = [n for n in safefs.list_owned(log_dir) if n.startswith("tx.")]
+    names = [n for n in safefs.list_owned(log_dir) if _PGBENCH_LOG.fullmatch(n)]
     if not names:
         raise TrialFailure(f"pgbench wrote no transaction log in {log_dir}")
     files = []
@@ -136,7 +143,7 @@ def _reduce_log(log_dir: Path, seconds: int, uid: int) -> txlog.Reduction:
 
 def _derive(
     record: TrialRecord,
-    env: TrialEnv,
+    server: Server,
     summary: pgbench.Summary,
     log: txlog.Reduction | None,
     rate: float,
@@ -145,27 +152,38 @@ def _derive(
     m = record.metrics
     m.update(metrics.transactions(summary, log, rate))
     if log is not None:
-        record.seconds = log.seconds
+        # a sampled log holds `rate` of the transactions: counts scale back up, latencies
+        # (means and percentiles of the sample) stay as they are
+        record.seconds = [_unsampled(s, rate) for s in log.seconds]
         record.latency_bins = log.histogram
-        per_second = [s["tps"] / rate for s in log.seconds]
+        per_second = [s["tps"] for s in record.seconds]
     else:
         per_second = progress_tps
     m.update(metrics.stability(per_second, record.counters))
-    m.update(metrics.io(record.counters, env.primary_devices, m["tx.ok"]))
+    m.update(metrics.io(record.counters, server.primary_devices, m["tx.ok"]))
     m.update(metrics.host_shares(record.counters))
-    record.load, env.load_counters = env.load_counters, {}
+    if server.load:
+        record.load, server.load = {server.cluster.root.name: server.load}, {}
 
 
-def snapshot(env: TrialEnv) -> dict[str, float]:
+COUNTED_PER_SECOND = ("tps", "failed", "skipped")
+
+
+def _unsampled(second: dict[str, float], rate: float) -> dict[str, float]:
+    return {k: v / rate if k in COUNTED_PER_SECOND else v for k, v in second.items()}
+
+
+def snapshot(trial: TrialContext) -> dict[str, float]:
     """Disk, host, ZFS ARC and PostgreSQL counters, prefixed by their source."""
-    snap = {f"disk.{k}": v for k, v in counters.diskstats(env.devices).items()}
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(trial.server.devices).items()}
     snap.update({f"host.{k}": v for k, v in counters.host().items()})
     snap.update({f"zfs.{k}": v for k, v in counters.zfs_arc().items()})
-    with env.require_cluster().connect() as conn:
-        snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, env.binaries.major).items()})
+    with trial.cluster.connect() as conn:
+        major = trial.server.binaries.major
+        snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, major).items()})
     return snap
 
 
-def _pgbench(argv: list[str], stem: Path, env: TrialEnv, seconds: int) -> proc.Result:
+def _pgbench(argv: list[str], stem: Path, trial: TrialContext, seconds: int) -> proc.Result:
     out, err = stem.with_suffix(".out"), stem.with_suffix(".err")
-    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=env.user)
+    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=trial.run.user)

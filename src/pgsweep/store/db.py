@@ -1,6 +1,7 @@
-"""The results database: one SQLite file per results folder, written one transaction per
-trial, so a crash or `kill -9` loses at most the trial in progress. The schema carries a
-version (PRAGMA user_version) and is brought up to date by the migrations below."""
+"""The results database and its writer: one SQLite file per results folder, written one
+transaction per trial, so a crash or `kill -9` loses at most the trial in progress. The
+schema carries a version (PRAGMA user_version) and is brought up to date by the migrations
+below. Reports read through store.results, never with SQL of their own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import PgsweepError
+from ..errors import PgsweepError
 
 MIGRATIONS: list[str] = [
     # 1: experiments, configurations, trials, per-second samples, raw outputs
@@ -126,7 +127,20 @@ class TrialRecord:
     environment: dict[str, dict[str, str]] = field(default_factory=dict)  # scope -> values
 
 
+def newer_schema(path: Path, version: int) -> PgsweepError:
+    """The writer and the reader refuse a newer schema with the same words: columns this
+    pgsweep does not know could change what a report means."""
+    return PgsweepError(
+        f"{path} was written by a newer pgsweep (schema {version}, this one "
+        f"knows {SCHEMA_VERSION})",
+        fix="upgrade pgsweep to read these results",
+    )
+
+
 class Store:
+    """The writer. `rows` and `experiment` serve the run loop (resume checks, the count of
+    failed trials); everything that reports reads goes through store.results.Results."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.db = sqlite3.connect(path, isolation_level=None)
@@ -140,11 +154,7 @@ class Store:
     def _migrate(self) -> None:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise PgsweepError(
-                f"{self.path} was written by a newer pgsweep (schema {version}, this one "
-                f"knows {SCHEMA_VERSION})",
-                fix="upgrade pgsweep to read these results",
-            )
+            raise newer_schema(self.path, version)
         for number in range(version, SCHEMA_VERSION):
             self.db.execute("BEGIN IMMEDIATE")
             # statement by statement: executescript would COMMIT half a migration
@@ -261,10 +271,13 @@ class Store:
     def done_trials(self) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT id FROM trial")}
 
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        cur = self.db.execute(sql, params)
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    def failed_count(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM trial WHERE status = 'failed'")
+                   .fetchone()[0])  # fmt: skip
+
+    def environment_scopes(self) -> set[str]:
+        """Scopes recorded so far ("host", "cluster-N", configuration ids)."""
+        return {r[0] for r in self.db.execute("SELECT DISTINCT scope FROM environment")}
 
     def artifact(self, trial_id: str, name: str) -> bytes | None:
         row = self.db.execute(

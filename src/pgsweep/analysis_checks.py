@@ -1,0 +1,70 @@
+"""Warnings a person can act on, from an analysis and its results folder: too few trials,
+noisy configurations, failed trials, metrics left out, a machine that drifted by as much as
+the differences being judged, windows whose own TPS disagrees with pgbench's, checkpoints
+in some windows only, whole-plot factors resting on one build per level."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .store import TPS, Results
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
+
+CV_WARN = 0.05
+WINDOW_TOLERANCE = 0.02
+
+
+def warnings(a: Analysis, results: Results) -> list[str]:
+    from .analysis import METRICS, NEGLIGIBLE_BYTES
+
+    out = []
+    for c in a.configurations:
+        s = c.summary.get(TPS)
+        n = s["n"] if s else 0
+        if n < 3:
+            out.append(f"{c.id}: only {n} successful trial(s); intervals need 3 or more")
+        if s and s["cv"] is not None and s["cv"] > CV_WARN:
+            out.append(f"{c.id}: TPS varies by CV {s['cv']:.1%} across trials (above "
+                       f"{CV_WARN:.0%}); add rounds or longer windows")  # fmt: skip
+        if c.failed:
+            out.append(f"{c.id}: {c.failed} failed trial(s) (`pgsweep show` lists why)")
+        zero = [r for r, v in c.values.get(TPS, {}).items() if not v or v <= 0]
+        if zero:
+            out.append(f"{c.id}: {len(zero)} trial(s) completed no transaction; they are "
+                       "left out of the comparisons")  # fmt: skip
+    for name, (label, _, _) in METRICS.items():
+        quiet = [c.id for c in a.configurations if name in c.negligible]
+        if quiet:
+            out.append(f"{label}: {', '.join(quiet)} wrote under {NEGLIGIBLE_BYTES:.0f} B "
+                       "per transaction in some trials; those trials are not compared on "
+                       "it")  # fmt: skip
+    if a.drift and a.drift["large"]:
+        out.append(f"the machine drifted during the run: {a.drift['reason']}; comparisons "
+                   "within rounds cancel most of it, but per-configuration levels, and "
+                   "factors built once per level, carry it (see the per-round levels)")  # fmt: skip
+    out += _windows(results)
+    if a.whole_plot_factors and not a.experiment.get("replicated"):
+        out.append(f"{', '.join(a.whole_plot_factors)}: each level ran on one cluster built "
+                   "once, so their intervals cover run-to-run noise only, not build-to-build "
+                   "variation (rebuild = \"per_round\" replicates them)")  # fmt: skip
+    out += [f"method: {n}" for n in a.method.get("notes", [])]
+    return out
+
+
+def _windows(results: Results) -> list[str]:
+    out = []
+    ratios = list(results.metric("window.tps_vs_summary").values())  # failed trials too
+    off = [v for v in ratios if abs(v - 1) > WINDOW_TOLERANCE]
+    if off:
+        worst = max(off, key=lambda v: abs(v - 1))
+        out.append(f"{len(off)} trial(s) counted a window TPS from the transaction log more "
+                   f"than {WINDOW_TOLERANCE:.0%} away from pgbench's own (worst {worst:.3f}x): "
+                   "check those trials' logs")  # fmt: skip
+    checkpoints = list(results.metric("stability.checkpoints", ok_only=True).values())
+    hit = sum(v > 0 for v in checkpoints)
+    if 0 < hit < len(checkpoints):
+        out.append(f"checkpoints started inside {hit} of {len(checkpoints)} measured windows: "
+                   "those trials paid for writes the others did not")  # fmt: skip
+    return out

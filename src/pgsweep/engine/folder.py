@@ -1,0 +1,102 @@
+"""The results folder of a run: never one pgsweep did not make (an existing folder must
+be empty, or hold a run's results.db to `--resume`), the frozen experiment file, the
+plan, and the store, with what must not change between a run and its resume."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .. import __version__
+from ..errors import PgsweepError
+from ..plan import Plan
+from ..spec import Experiment
+from ..store import Store
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def fingerprint(exp: Experiment) -> str:
+    """What must not change between a run and its --resume."""
+    return json.dumps(
+        {
+            "base": exp.base,
+            "factors": [[f.name, list(f.levels)] for f in exp.factors],
+            "rounds": exp.rounds,
+            "seed": exp.seed,
+            "rebuild": exp.rebuild,
+            "postgres": str(exp.binaries.bindir),
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def check_results_folder(results: Path, resume: bool) -> None:
+    """Never adopt a folder pgsweep did not write: an existing one must be empty, or hold
+    a run's results.db."""
+    if results.exists() and not results.is_dir():
+        raise PgsweepError(f"{results} exists and is not a folder", where=str(results),
+                           fix="choose another --results folder")  # fmt: skip
+    if results.is_dir() and not resume and any(results.iterdir()):
+        held = "already holds results" if (results / "results.db").exists() else "is not empty"
+        raise PgsweepError(
+            f"the results folder {results} {held}",
+            where=str(results),
+            fix="add --resume to continue that run, or choose a new or empty --results folder"
+            if held == "already holds results" else "choose a new or empty --results folder",
+        )  # fmt: skip
+
+
+def resume_store(exp: Experiment, results: Path) -> Store:
+    """The store of the run to continue; refuses when the file changed its plan."""
+    db_path = results / "results.db"
+    if not db_path.exists():
+        raise PgsweepError(
+            f"nothing to resume: {db_path} does not exist",
+            where=str(results),
+            fix="start without --resume, or name the results folder of the run",
+        )
+    store = Store(db_path)
+    stored = store.experiment()
+    if stored is None:
+        store.close()
+        raise PgsweepError(f"{db_path} holds no experiment", fix="start a new run")
+    if not exp.seed_given:
+        exp.seed = int(stored["seed"])
+    if stored["fingerprint"] != fingerprint(exp):
+        store.close()
+        old, new = json.loads(stored["fingerprint"]), json.loads(fingerprint(exp))
+        changed = ", ".join(k for k in new if old.get(k) != new.get(k))
+        raise PgsweepError(
+            f"the experiment file changed since this run started ({changed} differ)",
+            where=str(exp.source.path),
+            fix=f"undo the change to resume, or start a new run without --resume "
+            f"(the original is frozen in {results / 'experiment.toml'})",
+        )
+    return store
+
+
+def new_store(exp: Experiment, results: Path, plan: Plan) -> Store:
+    """A new results folder: the frozen file, the plan and the store."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "experiment.toml").write_text(exp.source.text)
+    (results / "plan.json").write_text(plan.to_json())
+    store = Store(results / "results.db")
+    store.write_experiment(
+        {
+            "name": exp.name,
+            "file_text": exp.source.text,
+            "fingerprint": fingerprint(exp),
+            "seed": exp.seed,
+            "plan_json": plan.to_json(),
+            "created_at": now(),
+            "pgsweep_version": __version__,
+            "postgres_version": exp.binaries.version,
+        },
+        [(c.id, c.label(), json.dumps(c.levels), c.group) for c in plan.configurations],
+    )
+    return store

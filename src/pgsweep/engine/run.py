@@ -1,0 +1,194 @@
+"""Runs a plan: every trial prepared through the layers on resources the engine keeps,
+measured with pgbench and saved atomically; everything it made is taken down on success,
+error, Ctrl-C, SIGTERM or SIGHUP, and a second signal cannot cut that short."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+from ..collect import environment
+from ..host import journal, proc, safefs, workarea
+from ..layers.base import ResourceLayer
+from ..layers.context import RunContext
+from ..plan import Configuration, Plan, Trial, make_plan
+from ..spec import Experiment
+from ..store import Store, TrialRecord
+from .folder import check_results_folder, new_store, resume_store
+from .plans import plan_for, preflight
+from .resources import Resources
+from .trial import run_trial
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Reporter(Protocol):
+    def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None: ...
+    def trial_started(self, trial: Trial, config: Configuration, done: int) -> None: ...
+    def trial_finished(self, trial: Trial, record: TrialRecord, done: int) -> None: ...
+    def finished(self) -> None: ...
+
+
+@dataclass
+class Outcome:
+    results: Path
+    total: int
+    failed: int
+    interrupted: bool = False
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP end the run through its cleanup. The first one raises
+    KeyboardInterrupt and from then on all three are ignored, so a second signal can cut
+    neither the unwinding nor the cleanup short. The handlers come back only after a run
+    that was not stopped: a stopped one is on its way out, and a signal arriving after its
+    cleanup must not turn exit code 130 into a kill."""
+    stopped = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        stopped.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        if not stopped:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Cleanup runs to its end: a further Ctrl-C or SIGTERM is ignored meanwhile."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Plan, Store]:
+    if not resume:
+        plan = plan_for(exp, where)
+        return plan, new_store(exp, results, plan)
+    store = resume_store(exp, results)
+    stored = json.loads(store.experiment()["plan_json"])  # type: ignore[index]
+    # the run keeps the policy it started with (what fitted then), not what fits now
+    plan = plan_for(exp)
+    plan = make_plan(list(plan.factors), plan.rounds, plan.seed, plan.rebuild,
+                     stored.get("keep_alive", True), stored.get("why_not_alive", ""))  # fmt: skip
+    return plan, store
+
+
+def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
+    proc.become_subreaper()  # a killed postmaster must not stay a zombie (see proc)
+    results = safefs.trusted_target(results, "the results folder")  # resolved, once
+    with _stopped_by_signals():
+        stale, unrestored = journal.recover_stale()
+        check_results_folder(results, resume)
+        where = preflight(exp, results)
+        fresh = not results.exists()
+        plan, store = _open(exp, results, resume, where)
+        try:
+            area = workarea.WorkArea.create(results, exp.user)
+        except BaseException:
+            store.close()
+            if fresh:
+                safefs.remove_tree(results)
+            raise
+        notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
+        notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
+        outcome = _run(exp, plan, store, area, reporter, notes)
+    outcome.failed = store.failed_count()
+    store.close()
+    if not list(workarea.registry_dir().glob(f"{area.run}.*undo")):
+        workarea.forget_lock(area.run)  # nothing of this run is left to put back
+    return outcome
+
+
+def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
+         reporter: Reporter, notes: list[str]) -> Outcome:  # fmt: skip
+    """Trials, then cleanup, which a further signal cannot cut short."""
+    ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
+                     exp.canonical)  # fmt: skip
+    resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
+                          not plan.keep_alive)  # fmt: skip
+    outcome = Outcome(area.results, len(plan.trials), 0)
+    try:
+        if not store.has_environment("host"):
+            host = environment.host(exp.binaries, area.private, exp.user)
+            store.save_environment("host", host)
+        notes += [area.note] if area.note else []
+        if not plan.keep_alive:
+            notes.append(f"whole-plot groups run as batches, rebuilt each round: "
+                         f"{plan.why_not_alive}")  # fmt: skip
+        for layer in exp.layers:
+            layer.record_inputs(area.results)
+        done = store.done_trials()
+        todo = [t for t in plan.trials if t.id not in done]
+        reporter.started(plan, todo, area.results, notes)
+        _trials(exp, plan, todo, resources, ctx, store, reporter)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        with _signals_ignored():
+            _clean_up(exp, resources, ctx, area, reporter)
+    return outcome
+
+
+def _trials(exp: Experiment, plan: Plan, todo: list[Trial], resources: Resources,
+            ctx: RunContext, store: Store, reporter: Reporter) -> None:  # fmt: skip
+    for layer in exp.layers:
+        layer.start_run(ctx)
+    recorded = store.environment_scopes()  # configurations whose settings are recorded
+    current_round = None
+    for n, trial in enumerate(todo):
+        if plan.rebuild == "per_round" and current_round not in (None, trial.round):
+            resources.release_all()  # whole plots replicated: new builds every round
+        current_round = trial.round
+        config = plan.config(trial.config)
+        reporter.trial_started(trial, config, n)
+        record = run_trial(exp.layers, resources, ctx, trial, config, exp.settings(config.levels),
+                           config.id not in recorded)  # fmt: skip
+        if record.status == "ok":
+            recorded.add(config.id)
+        store.save_trial(record)
+        reporter.trial_finished(trial, record, n + 1)
+
+
+def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
+              area: workarea.WorkArea, reporter: Reporter) -> None:  # fmt: skip
+    """Servers and clusters, then filesystems, then every layer's kernel values, then the
+    work area; each step even when an earlier one failed."""
+    first: BaseException | None = None
+
+    def step(action: Callable[[], object]) -> None:
+        nonlocal first
+        try:
+            action()
+        except Exception as exc:  # the remaining steps still run; the first failure is raised
+            first = first or exc
+
+    step(resources.release_all)
+    # anything of the server user's still using the work area (its own processes, or an
+    # intruder's) would keep filesystems and cgroups busy: they go before the layers undo
+    step(partial(workarea.kill, workarea.users_of(area.workdir, area.server_uid),
+                 "the server user's, in the work area"))  # fmt: skip
+    for layer in reversed(exp.layers):
+        step(partial(layer.finish_run, ctx))
+    step(area.remove)
+    step(reporter.finished)
+    if first is not None:
+        raise first

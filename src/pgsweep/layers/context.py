@@ -1,0 +1,116 @@
+"""What layers act on while a run goes on, passed to them through the layer interface:
+
+- `RunContext`: the run's fixed facts (binaries, server user, work area, journals' home);
+- resources the engine owns and keeps alive across trials, keyed by the levels that shape
+  them: a `Storage` (a filesystem to build clusters on) and a `Server` (a loaded cluster
+  and what its server runs with now);
+- `TrialContext`: one trial: every layer's typed settings for its configuration (read
+  only), the resources it runs on, what earlier layers demand of later ones (`Demand`),
+  and what preparing it did and found (events, effective settings) for the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..host.proc import RunAs
+    from ..postgres.binaries import Binaries
+    from ..postgres.cluster import Cluster
+    from ..postgres.pgbench import Workload
+
+
+class TrialFailure(Exception):
+    """This trial cannot be measured; the run stores it as failed and goes on."""
+
+    def __init__(self, reason: str, log_tail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class RunContext:
+    binaries: Binaries  # the installed PostgreSQL the experiment names (postgres.bin)
+    user: RunAs | None  # the server user; None: the user running pgsweep
+    workdir: Path  # the run's work area (root-owned, 0711)
+    private: Path  # root's own scratch in it (0700): command output, images, pid files
+    socket_root: Path  # /tmp/pgsweep-XXXX: socket paths must stay short
+    # server setting -> {level as written: value in base units} from `postgres -C`
+    canonical: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Storage:
+    """A filesystem clusters are built on (or the work area itself, without [storage])."""
+
+    key: str
+    home: Path  # root-owned directory clusters are made in
+    wal_home: Path | None = None  # where their pg_wal goes, on a device of its own
+    pool_devices: list[str] = field(default_factory=list)  # FUSE hides these from stat
+    handle: Any = None  # the storage layer's own record of what it made
+
+
+@dataclass
+class Server:
+    """A loaded cluster and its server's state. Only one server runs at a time: the engine
+    stops the others before a trial starts this one."""
+
+    key: str
+    cluster: Cluster
+    binaries: Binaries
+    settings: dict[str, str] | None = None  # in force on the running server; None: restart
+    started_at: datetime | None = None
+    prewarmed_for: datetime | None = None
+    dirty: bool = False  # a writing workload ran since the snapshot was restored
+    devices: list[str] = field(default_factory=list)  # block devices under data and WAL
+    primary_devices: list[str] = field(default_factory=list)  # the ones filesystems sit on
+    load: dict[str, float] = field(default_factory=dict)  # the load phase's I/O, not yet saved
+    recorded: bool = False  # its storage environment is in the store
+
+    def stop(self) -> None:
+        self.cluster.stop()
+        self.settings = None
+
+    def running(self) -> bool:
+        return self.cluster.postmaster_pid() is not None
+
+
+@dataclass
+class Demand:
+    """What a layer decides for the layers after it in a trial: server settings it owns
+    (os.huge_pages sets huge_pages and huge_page_size), the cgroup the server must start
+    in, the pgbench workload to measure."""
+
+    server_settings: dict[str, str] = field(default_factory=dict)
+    cgroup: Path | None = None
+    workload: Workload | None = None
+
+    def merged(self, other: Demand | None) -> Demand:
+        if other is None:
+            return self
+        return Demand(
+            {**self.server_settings, **other.server_settings},
+            other.cgroup if other.cgroup is not None else self.cgroup,
+            other.workload if other.workload is not None else self.workload,
+        )
+
+
+@dataclass
+class TrialContext:
+    id: str
+    settings: Mapping[str, Any]  # layer name -> that layer's typed settings, read only
+    resources: Mapping[str, Any]  # layer name -> the resource it built for this trial
+    run: RunContext
+    server: Server
+    demand: Demand = field(default_factory=Demand)
+    events: list[str] = field(default_factory=list)  # what preparing it did
+    effective: dict[str, str] = field(default_factory=dict)  # what is in force, read back
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.server.cluster

@@ -1,0 +1,34 @@
+"""The results store: `db` holds the schema, its migrations and the writer the run loop
+uses; `results` is the typed, read-only API everything that reports reads through."""
+
+from __future__ import annotations
+
+from .db import MIGRATIONS, SCHEMA_VERSION, SECOND_COLUMNS, Store, TrialRecord
+from .results import (
+    TPS,
+    Configuration,
+    Experiment,
+    Fact,
+    LatencyBin,
+    Results,
+    Sample,
+    Second,
+    Trial,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SECOND_COLUMNS",
+    "TPS",
+    "Configuration",
+    "Experiment",
+    "Fact",
+    "LatencyBin",
+    "Results",
+    "Sample",
+    "Second",
+    "Store",
+    "Trial",
+    "TrialRecord",
+]

@@ -1,0 +1,204 @@
+"""The two families of claims per metric and the machinery that judges them: Contrast and
+Family, baseline_family (every configuration against the baseline, Dunnett-type) and
+effects_family (main effects, then two-factor interactions). Pooled error: the
+covariance of all contrasts from both strata of the model (trial and build, so
+split-plot contrasts get their whole-plot part from the builds) and one family critical
+value. Paired: when pooling is refused, each contrast from its own per-round values,
+Bonferroni over the family. Either way the decision is read off the interval."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from .dist import ALPHA, Array, criticals, noncentrality, round_up, sd_upper
+from .model import Model, Spec, baseline_specs, effect_specs, estimable
+
+# A family's level: alpha, or a function of the family's correlation matrix giving it (a
+# sequential look's level depends on the family's joint distribution)
+Level = float | Callable[[Array], float]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    kind: str  # "baseline" | "main" | "interaction"
+    label: str
+    terms: tuple[tuple[str, Any, Any], ...]  # (factor, level, reference level)
+    config: int | None  # the configuration compared with the baseline
+    ratio: float
+    low: float  # simultaneous interval of the ratio
+    high: float
+    se: float  # standard error of log(ratio)
+    t: float
+    df: float
+    critical: float  # the family's critical |t| (never below the single-comparison one)
+    p_adjusted: float  # family-wise (single-step) adjusted p-value
+    decision: str  # "different" | "equivalent" | "undecided"
+    error: str  # "pooled" | "paired" | "whole-plot" | "split-plot" | "within-run only"
+    replicates: int  # independent replicates (rounds, or builds per level) it rests on
+    detectable: float  # ratio change found with 80% power at this critical value (0.08 = 8%)
+    floored: bool  # the noise SD was raised to the measurement resolution
+    margin: float | None
+    weights: tuple[float, ...]  # the contrast over configurations, on the log scale
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # "baseline" | "effects"
+    alpha: float
+    method: str
+    pooled: bool
+    heterogeneity_p: float | None
+    contrasts: list[Contrast]
+    notes: list[str]
+
+
+def baseline_family(model: Model, alpha: Level = ALPHA, margin: float | None = None) -> Family:
+    """Every configuration against the baseline: one family (Dunnett's comparisons)."""
+    return _family(model, "baseline", baseline_specs(model.obs), alpha, margin)
+
+
+def effects_family(model: Model, alpha: Level = ALPHA, margin: float | None = None) -> Family:
+    """Main effects, then two-factor interactions, as one family: a 3x4 with 11 contrasts
+    keeps 5% family-wise instead of taking 11 chances at 5%."""
+    return _family(model, "effects", effect_specs(model.obs), alpha, margin)
+
+
+def _family(model: Model, name: str, specs: list[Spec], alpha: Level,
+            margin: float | None) -> Family:  # fmt: skip
+    notes: list[str] = []
+    if model.pooled:
+        rows, level = _pooled(model, specs, alpha, margin, notes)
+        method = "single-step max-|t| (Dunnett-type) on the pooled error"
+    else:
+        rows, level = _paired(model, specs, alpha, margin, notes)
+        method = "Bonferroni over paired t: residual spreads differ between configurations"
+    if any(c.floored for c in rows):
+        notes.append(f"noise SD raised to the measurement resolution ({model.resolution:g}): "
+                     "the values are too coarse to show smaller noise")  # fmt: skip
+    return Family(name, level, method, model.pooled, model.heterogeneity_p, rows, notes)
+
+
+def _parts(model: Model, w: Array) -> tuple[Array, Array, bool]:
+    """A contrast split into its within-build part (over the trial stratum's coefficients)
+    and its whole-plot part (over the build stratum's), and whether it reaches across
+    whole-plot levels at all."""
+    g = model.groups
+    u = np.bincount(g, weights=w)
+    ls = np.zeros(len(model.sub.coef))
+    ls[: len(w)] = w - u[g] / np.bincount(g)[g]
+    lw = np.zeros(0 if model.whole is None else len(model.whole.coef))
+    if model.whole is not None:
+        lw[: len(u)] = u
+    return ls, lw, bool(np.any(np.abs(u) > 1e-12))
+
+
+def _error(model: Model, across: bool, within: bool, paired: bool) -> str:
+    if across and not model.obs.replicated_whole_plots:
+        return "within-run only"
+    if paired or not across:
+        return "paired" if paired else "pooled"
+    return "split-plot" if within else "whole-plot"
+
+
+def _replicates(model: Model, w: Array, across: bool) -> int:
+    if across and not model.obs.replicated_whole_plots:
+        return 1
+    return int((~np.isnan(model.logs[w != 0])).all(axis=0).sum())
+
+
+def _pooled(model: Model, specs: list[Spec], alpha: Level, margin: float | None,
+            notes: list[str]) -> tuple[list[Contrast], float]:  # fmt: skip
+    """Covariance of all contrasts from both strata, then the family's critical values."""
+    sub, whole = model.sub, model.whole
+    level = math.nan if callable(alpha) else float(alpha)
+    if not specs:
+        return [], level
+    parts = [_parts(model, s.weights) for s in specs]
+    a_s, a_w = np.array([p[0] for p in parts]), np.array([p[1] for p in parts])
+    ok = estimable(sub, a_s) & estimable(whole, a_w)
+    keep = [(s, p[2]) for s, p, k in zip(specs, parts, ok, strict=True) if k]
+    notes += [f"{s.label}: not estimable from these trials" for s, k in zip(specs, ok, strict=True)
+              if not k]  # fmt: skip
+    if not keep:
+        return [], level
+    a_s, a_w = a_s[ok], a_w[ok]
+    v_s = a_s @ sub.ginv @ a_s.T
+    s_s = max(sub.sigma, model.floor) if sub.df > 0 else 0.0
+    est, cov = a_s @ sub.coef, s_s**2 * v_s
+    v_w, s_w, df_w = np.zeros_like(v_s), 0.0, 0
+    if whole is not None and whole.df > 0:
+        v_w, df_w = a_w @ whole.ginv @ a_w.T, whole.df
+        s_w = max(whole.sigma, model.floor / math.sqrt(np.bincount(model.groups).max()))
+        est, cov = est + a_w @ whole.coef, cov + s_w**2 * v_w
+    sd = np.sqrt(np.diag(cov))
+    corr = cov / np.outer(sd, sd)
+    level = alpha(corr) if callable(alpha) else float(alpha)
+    parts_v = (s_s**2 * np.diag(v_s), sub.df, s_w**2 * np.diag(v_w), df_w)
+    q, dfs, p_adj = criticals(np.abs(est) / sd, corr, parts_v, level)
+    out = []
+    for j, (s, across) in enumerate(keep):
+        within, between = v_s[j, j] > 1e-12, v_w[j, j] > 1e-12
+        se_up = math.sqrt(_up(s_s, sub.df) ** 2 * v_s[j, j] + _up(s_w, df_w) ** 2 * v_w[j, j])
+        floored = bool(within and sub.sigma < model.floor) or bool(
+            between and whole is not None and whole.sigma < s_w)  # fmt: skip
+        out.append(_contrast(s, float(est[j]), float(sd[j]), dfs[j], q[j], p_adj[j], margin,
+                             _error(model, across, within, False),
+                             _replicates(model, s.weights, across), se_up, floored))  # fmt: skip
+    return out, level
+
+
+def _up(sigma: float, df: int) -> float:
+    return sd_upper(sigma, df) if sigma > 0 and df > 0 else 0.0
+
+
+def _paired(model: Model, specs: list[Spec], alpha: Level, margin: float | None,
+            notes: list[str]) -> tuple[list[Contrast], float]:  # fmt: skip
+    """Each contrast from its own per-round values (only rounds holding every configuration
+    it involves): no pooling, so one noisy configuration cannot borrow the others' calm.
+    Bonferroni, because the contrasts' spreads are estimated separately."""
+    per = []
+    for s in specs:
+        used = s.weights != 0
+        cols = ~np.isnan(model.logs[used]).any(axis=0)
+        d = s.weights[used] @ model.logs[used][:, cols]
+        if len(d) >= 2:
+            per.append((s, d))
+        else:
+            notes.append(f"{s.label}: fewer than 2 rounds hold all its configurations")
+    level = alpha(np.eye(max(1, len(per)))) if callable(alpha) else float(alpha)
+    out = []
+    for s, d in per:
+        n = len(d)
+        raw = float(np.std(d, ddof=1))
+        sd = max(raw, model.floor * float(np.linalg.norm(s.weights)))
+        q = float(sps.t.isf(level / (2 * len(per)), n - 1)) if level > 0 else math.inf
+        se = sd / math.sqrt(n)
+        p_adj = min(1.0, len(per) * 2 * float(sps.t.sf(abs(d.mean()) / se, n - 1)))
+        across = bool(np.any(np.abs(np.bincount(model.groups, weights=s.weights)) > 1e-12))
+        out.append(_contrast(s, float(d.mean()), se, n - 1, q, p_adj, margin,
+                             _error(model, across, True, True), _replicates(model, s.weights,
+                             across), sd_upper(sd, n - 1) / math.sqrt(n), raw < sd))  # fmt: skip
+    return out, level
+
+
+def _contrast(s: Spec, est: float, se: float, df: float, q: float, p_adj: float,
+              margin: float | None, error: str, reps: int, se_upper: float,
+              floored: bool) -> Contrast:  # fmt: skip
+    """Decision from the interval itself, so the two cannot disagree."""
+    low, high = math.exp(est - q * se), math.exp(est + q * se)
+    if low > 1 or high < 1:
+        decision = "different"
+    elif margin is not None and 1 - margin <= low and high <= 1 + margin:
+        decision = "equivalent"
+    else:
+        decision = "undecided"
+    detect = round_up(math.expm1(noncentrality(q, df) * se_upper))
+    return Contrast(s.kind, s.label, s.terms, s.config, math.exp(est), low, high, se, est / se,
+                    float(df), float(q), float(p_adj), decision, error, reps, detect, floored,
+                    margin, tuple(float(v) for v in s.weights))  # fmt: skip
