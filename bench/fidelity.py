@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pgsweep import proc
-from pgsweep.measure import sampling_rate
+from pgsweep import spec
+from pgsweep.engine.measure import sampling_rate
+from pgsweep.host import proc
 from pgsweep.postgres import binaries, pgbench
 from pgsweep.postgres.cluster import Cluster
 
@@ -100,11 +101,11 @@ def main() -> None:
     ap.add_argument("--cost-rounds", type=int, default=10, help="rounds of part 2")
     ap.add_argument("--only", choices=("pairs", "cost"), help="run one part")
     args = ap.parse_args()
-    user = proc.RunAs("postgres") if os.geteuid() == 0 else None
+    user = proc.RunAs(spec.default_user()) if os.geteuid() == 0 else None
     with tempfile.TemporaryDirectory(prefix="pgsweep-fidelity-", dir="/var/tmp") as tmp:
         folder = Path(tmp)
         folder.chmod(0o755)
-        bins = binaries.inspect(BINDIR, folder)
+        bins = binaries.inspect(BINDIR, folder, user)
         sockets = Path(tempfile.mkdtemp(prefix="pgsweep-fid-sock-"))
         sockets.chmod(0o755)
         cluster = Cluster(bins, user, folder / "bare", sockets / "s")

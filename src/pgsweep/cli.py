@@ -15,7 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, show, spec
-from .errors import EXIT_FAILED_TRIALS, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, PgsweepError
+from .errors import (
+    EXIT_FAILED_TRIALS,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    PgsweepError,
+)
 from .host import journal
 from .host.blockdev import Grant
 from .plan import estimate_parts
@@ -71,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("before", type=Path)
     sc.add_argument("after", type=Path)
     sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    sc.add_argument(
+        "--fail-if-slower", metavar="PCT",
+        help='regression gate, e.g. "3%%": exit 4 when a configuration is significantly '
+        "more than PCT slower (its whole interval below -PCT)",
+    )  # fmt: skip
+    sc.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+    sc.add_argument("--alpha", type=float, help="family-wise false 'different' rate (0.05)")
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
     se.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
@@ -233,9 +247,13 @@ def _alpha(value: float) -> float:
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from . import compare
 
+    threshold = None
+    if args.fail_if_slower is not None:
+        threshold = spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
+    alpha = compare.ALPHA if args.alpha is None else _alpha(args.alpha)
     a, b = show.open_store(args.before), show.open_store(args.after)
     try:
-        result = compare.compare(a, b)
+        result = compare.compare(a, b, alpha, threshold)
     finally:
         a.close()
         b.close()
@@ -243,7 +261,12 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps(result, indent=1, allow_nan=False))
     else:
         show.render_compare(result, args.before, args.after, console)
-    return EXIT_OK
+    if args.junit:
+        args.junit.write_text(compare.junit_xml(result, str(args.before), str(args.after)))
+    if threshold is None:
+        return EXIT_OK
+    print(compare.gate_line(result), file=sys.stderr if args.json else sys.stdout)
+    return EXIT_REGRESSION if result["regressions"] else EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:

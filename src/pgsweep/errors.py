@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1  # pgsweep itself failed (a bug, or the machine refused something)
 EXIT_INPUT = 2  # invalid input: nothing was started or changed
 EXIT_FAILED_TRIALS = 3  # the run finished, but some trials failed
+EXIT_REGRESSION = 4  # compare --fail-if-slower: a slowdown beyond the threshold is significant
 EXIT_INTERRUPTED = 130  # Ctrl-C: results so far are kept, `--resume` continues
 
 

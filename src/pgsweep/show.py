@@ -157,12 +157,13 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
 
 def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:
     table = Table(title=f"TPS in {b} against {a} (same factor levels)")
-    for col in ("levels", "n before", "n after", "ratio", "95% CI", "verdict"):
+    level = f"{1 - result['alpha']:.0%}".rstrip("%")
+    for col in ("levels", "n before", "n after", "ratio", f"{level}% CI (simultaneous)", "verdict"):
         table.add_column(col)
     for r in result["matched"]:
         levels = ", ".join(f"{k}={v}" for k, v in r["levels"].items()) or "(no factors)"
         ci = "-" if r["ci_low"] is None else f"{r['ci_low']:.3f} to {r['ci_high']:.3f}"
-        table.add_row(levels, str(r["n_b"]), str(r["n_a"]), f"{r['ratio']:.3f}", ci, r["verdict"])
+        table.add_row(levels, str(r["n_a"]), str(r["n_b"]), f"{r['ratio']:.3f}", ci, r["verdict"])
     console.print(table)
     for side, rows in (("before", result["only_in_a"]), ("after", result["only_in_b"])):
         for levels in rows:

@@ -206,5 +206,8 @@ def test_compare_two_folders_warns_when_environments_differ(results: Path, tmp_p
     others = [r for k, r in by.items() if k != ("plain", "off")]
     assert all(r["verdict"].startswith("no significant difference (+0.0%") for r in others)
     assert any("differ in kernel" in w and "'9.9.9'" in w for w in data["warnings"])
+    assert data["warnings"][0].startswith("the folders ran in different sessions")
+    for r in data["matched"]:  # simultaneous intervals: verdict and interval agree
+        assert (r["decision"] == "no significant difference") == (r["ci_low"] <= 1 <= r["ci_high"])
     text = pgsweep("compare", str(results), str(after))
     assert text.returncode == 0 and "warning: the environments differ in kernel" in text.stdout

@@ -1,0 +1,75 @@
+"""The regression gate on real runs: `compare BEFORE AFTER --fail-if-slower 3%` exits 4 on
+a real injected slowdown (synchronous_commit = on where before it was off: every commit
+waits for its WAL flush) and 0 on an A/A pair (the same file run twice), with one line for
+the CI log and JUnit XML that names the failing configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from conftest import pgsweep, run_shared
+
+FILE = """
+[experiment]
+name = "gate"
+seed = 2
+[cluster]
+scale = 1
+[server]
+synchronous_commit = "{sync}"
+[workload]
+script = "tpcb-like"
+clients = 2
+jobs = 1
+duration = "2s"
+warmup = "0s"
+[repeat]
+rounds = 3
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {
+        "before": run_shared(tmp_path_factory, "before", FILE.format(sync="off")),
+        "again": run_shared(tmp_path_factory, "again", FILE.format(sync="off")),
+        "slower": run_shared(tmp_path_factory, "slower", FILE.format(sync="on")),
+    }
+
+
+def test_a_real_slowdown_fails_the_gate(runs: dict[str, Path], tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    res = pgsweep("compare", str(runs["before"]), str(runs["slower"]), "--fail-if-slower", "3%",
+                  "--junit", str(junit))  # fmt: skip
+    assert res.returncode == 4, res.stderr + res.stdout
+    line = [x for x in res.stdout.splitlines() if x.startswith("pgsweep gate:")]
+    assert len(line) == 1 and line[0].startswith("pgsweep gate: FAIL: 1 of 1"), res.stdout
+    assert "warning: the folders ran in different sessions" in res.stdout
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "1" and suite.get("failures") == "1"
+    (case,) = suite.iter("testcase")
+    failure = case.find("failure")
+    assert failure is not None and "slower" in (failure.get("message") or "")
+
+
+def test_an_a_a_pair_passes_the_gate(runs: dict[str, Path], tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    res = pgsweep("compare", str(runs["before"]), str(runs["again"]), "--fail-if-slower", "3%",
+                  "--junit", str(junit), "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert res.stderr.startswith("pgsweep gate: PASS"), res.stderr
+    data = json.loads(res.stdout)
+    (row,) = data["matched"]
+    assert not row["slower_beyond_threshold"] and row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    assert data["regressions"] == [] and data["fail_if_slower"] == 0.03
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and suite.find("testcase/failure") is None
+
+
+def test_a_bad_threshold_is_an_input_error(runs: dict[str, Path]) -> None:
+    res = pgsweep("compare", str(runs["before"]), str(runs["again"]), "--fail-if-slower", "3")
+    assert res.returncode == 2 and "--fail-if-slower" in res.stderr and "percentage" in res.stderr
