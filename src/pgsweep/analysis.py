@@ -225,3 +225,19 @@ def _round_levels(configs: list[Config], rounds: list[int]) -> list[dict[str, An
             gmean = math.exp(sum(math.log(v) for v in ok) / len(ok))
             out.append({"round": r, "tps": gmean, "configurations": len(ok)})
     return out
+
+
+def tps_noise(results: Results) -> tuple[float, int] | None:
+    """The residual SD of one trial's log TPS around its round and configuration, and its
+    degrees of freedom, in a finished run: what `plan --noise-from` plans the next with.
+    None when the run has too few complete rounds to tell."""
+    plan = results.experiment().plan
+    configs = _load(results)
+    rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
+    obs = _observations(configs, TPS, rounds, configs[0], True, [], False)
+    if obs is None:
+        return None
+    model = sm.fit(obs)
+    if model.sub.df < 1:
+        return None
+    return float(model.sub.sigma), int(model.sub.df)

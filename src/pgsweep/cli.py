@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("plan", help="validate an experiment file and print its plan")
     sp.add_argument("file", type=Path)
     sp.add_argument("--results", type=Path, help="the results folder `run` would use")
+    sp.add_argument(
+        "--noise-from", type=Path, metavar="DIR",
+        help="a pilot or earlier results folder: print the rounds needed to detect a difference",
+    )  # fmt: skip
     _device_options(sp)
     sr = sub.add_parser("run", help="run an experiment")
     sr.add_argument("file", type=Path)
@@ -135,7 +139,37 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
+    if args.noise_from:
+        _print_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)
     return EXIT_OK
+
+
+def _print_rounds_needed(folder: Path, n_configs: int, rounds: int, console: Console) -> None:
+    from . import analysis
+    from .verdict import sequential as sq
+
+    store = show.open_store(folder)
+    try:
+        noise = analysis.tps_noise(store)
+    finally:
+        store.close()
+    if noise is None:
+        raise PgsweepError(
+            f"{folder} has too few complete rounds to measure the noise",
+            where=str(folder), fix="use a results folder with at least 2 complete rounds",
+        )  # fmt: skip
+    sigma, df = noise
+    now = sq.sensitivity_for(sigma, max(rounds, 2), n_configs, sigma_df=df)
+    console.print(
+        f"noise from {folder}: {sigma:.1%} per trial (log TPS around its round and "
+        f"configuration, {df} df); with {rounds} rounds this plan detects differences of "
+        f"{now:.1%} or more against the baseline (80% power, alpha 0.05)",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    for target in (0.02, 0.03, 0.05, 0.10):
+        need = sq.rounds_needed(sigma, target, n_configs, sigma_df=df, max_rounds=200)
+        text = f"{need} rounds" if need else "more than 200 rounds"
+        console.print(f"  to detect {target:.0%}: {text}", markup=False, highlight=False)
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:

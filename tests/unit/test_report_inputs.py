@@ -59,3 +59,38 @@ def test_a_strong_trend_across_rounds_is_warned_about_even_unproven(tmp_path: Pa
                                      calm, 5))  # fmt: skip
     assert result.drift is not None and not result.drift["large"]
     assert not any("drifted" in w for w in result.warnings)
+
+
+def test_plan_noise_from_a_folder_gives_the_rounds_needed(tmp_path: Path) -> None:
+    """Noise of 5% per trial around round and configuration: the estimate is close, and
+    the rounds printed for each target difference are the fewest whose sensitivity
+    reaches it (and grow as the target shrinks)."""
+    import numpy as np
+
+    from conftest import have_postgres, pgsweep, write_experiment
+    from pgsweep.verdict import sequential as sq
+
+    rng = np.random.default_rng(7)
+    drift = {r: float(rng.normal(0, 0.1)) for r in range(1, 11)}
+    tps = {(c, r): 1000 * float(np.exp(drift[r] + rng.normal(0, 0.05)))
+           for c in range(4) for r in range(1, 11)}  # fmt: skip
+    folder = make_results(tmp_path / "pilot", {"server.work_mem": ["1MB", "2MB", "4MB", "8MB"]},
+                          tps, 10)  # fmt: skip
+    store = open_store(folder)
+    try:
+        sigma, df = analysis.tps_noise(store) or (0.0, 0)
+    finally:
+        store.close()
+    assert df == 27 and 0.035 < sigma < 0.07, sigma  # the round drift (10%) is not noise
+    need = {t: sq.rounds_needed(sigma, t, 4, sigma_df=df) for t in (0.05, 0.10)}
+    assert need[0.10] is not None and need[0.05] is not None and need[0.10] < need[0.05]
+    assert sq.sensitivity_for(sigma, need[0.10], 4, sigma_df=df) <= 0.10
+    assert sq.sensitivity_for(sigma, need[0.10] - 1, 4, sigma_df=df) > 0.10
+    if not have_postgres():
+        return
+    exp = write_experiment(tmp_path, '[experiment]\nname = "next"\nseed = 1\n[factors]\n'
+                           'server.work_mem = ["1MB", "2MB", "4MB", "8MB"]\n')  # fmt: skip
+    res = pgsweep("plan", str(exp), "--noise-from", str(folder))
+    assert res.returncode == 0, res.stderr
+    assert f"to detect 10%: {need[0.10]} rounds" in res.stdout
+    assert f"to detect 5%: {need[0.05]} rounds" in res.stdout
