@@ -28,7 +28,7 @@ scale = 1
 script = "tpcb-like"
 clients = 2
 jobs = 1
-duration = "2s"
+duration = "1s"
 warmup = "0s"
 [storage]
 filesystem = "ext4"

@@ -25,7 +25,7 @@ synchronous_commit = "{sync}"
 script = "tpcb-like"
 clients = 2
 jobs = 1
-duration = "2s"
+duration = "1s"
 warmup = "0s"
 [repeat]
 rounds = 3

@@ -29,7 +29,7 @@ script = "tpcb-like"
 clients = 2
 jobs = 2
 duration = "2s"
-warmup = "1s"
+warmup = "0s"
 [repeat]
 rounds = 4
 [factors]

@@ -167,6 +167,16 @@ class Pool:
         return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
 
 
+def _pool_listed(name: str, scratch: Path) -> bool:
+    """Is the pool there? A daemon that was busy when its parent was killed can fail a
+    `zpool list` for a moment (seen once in CI): ask a few times before calling it gone."""
+    for attempt in range(5):
+        if proc.run_tool(["zpool", "list", name], scratch, "zpool-list").ok:
+            return True
+        time.sleep(0.5 * (attempt + 1))
+    return False
+
+
 def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str | None:
     """Destroy a journaled pool (the daemon must still run), or stop a journaled daemon.
     Raises OSError when it cannot, so the journal keeps the entry. A journal is data: only
@@ -177,10 +187,7 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
         name = entry["zpool"]
         if not re.fullmatch(r"pgsweep\d+n\d+", name):
             raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
-        if (
-            not running_daemons()
-            or not proc.run_tool(["zpool", "list", name], scratch, "zpool-list").ok
-        ):
+        if not running_daemons() or not _pool_listed(name, scratch):
             return None
         for _ in range(10):  # "pool is busy" right after the server stopped
             res = proc.run_tool(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
