@@ -119,7 +119,10 @@ def attack(results: Path, canary: Path, prefix: str | None, log: list[str]) -> N
                     continue
             except PermissionError:
                 continue
-            loaded = (directory.parent / "snapshot" / "PG_VERSION").exists()
+            try:  # a snapshot being made is root's for a moment: not readable yet
+                loaded = (directory.parent / "snapshot" / "PG_VERSION").exists()
+            except OSError:
+                loaded = False
             if directory.name in ("data", "snapshot") and not loaded:
                 continue  # once loaded: earlier, a link only makes initdb (the server user) fail
             for name in LEAF_NAMES if leaf else ROOT_NAMES:

@@ -212,16 +212,16 @@ def _interrupt_mid_trial(
 
 def test_sigint_mid_trial_then_resume(tmp_path: Path, state_dir: Path) -> None:
     before = set(os.listdir("/tmp"))
-    path, results, run, out, err = _interrupt_mid_trial(tmp_path, 3, signal.SIGINT)
+    path, results, run, out, err = _interrupt_mid_trial(tmp_path, 2, signal.SIGINT)
     assert run.returncode == 130, err
     assert "--resume" in out
     done = len(trials(results))
-    assert 1 <= done < 6
+    assert 1 <= done < 4
     assert leftovers(before, results) == []
     res = pgsweep("run", str(path), "--results", str(results), "--resume")
     assert res.returncode == 0, res.stderr
-    assert f"{6 - done} of 6 trials to run" in res.stdout
-    _assert_complete_once(results, 6)
+    assert f"{4 - done} of 4 trials to run" in res.stdout
+    _assert_complete_once(results, 4)
     assert leftovers(before, results) == []
 
 

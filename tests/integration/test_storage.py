@@ -254,7 +254,7 @@ def test_zfs_live_property_changes_keep_the_cluster(
     if not Path("/usr/sbin/zfs-fuse").exists():
         pytest.skip("zfs-fuse is not installed")
     body = (
-        HEAD.replace("rounds = 1", "rounds = 2").replace("tpcb-like", "select-only")
+        HEAD.replace("tpcb-like", "select-only")
         + """
     [storage]
     device = "loop:1GiB"
@@ -273,12 +273,12 @@ def test_zfs_live_property_changes_keep_the_cluster(
     written = dict(_db(tmp_path / "r", "SELECT trial_id, value FROM metric "
                                        "WHERE name = 'io.device_bytes_written'"))  # fmt: skip
     rows = trials(tmp_path / "r")
-    assert len(rows) == 4
+    assert len(rows) == 2
     events = [e for t in rows for e in json.loads(t["events_json"])]
     assert events.count("new-cluster") == 1 and events.count("new-storage") == 1
-    assert events.count("zfs-set") >= 2  # the first trial, then at least one change
+    assert events.count("zfs-set") >= 2  # the first trial, then the change
     if cold:
-        assert events.count("arc-drop") == 4 and events.count("drop-caches") == 4
+        assert events.count("arc-drop") == 2 and events.count("drop-caches") == 2
     else:  # every change after the first setting
         assert events.count("arc-drop") == events.count("zfs-set") - 1
     identities = set()

@@ -252,38 +252,32 @@ def users_of(root: Path, uid: int) -> list[int]:
     return found
 
 
+def _signal_and_wait(pid: int, sig: int, seconds: float) -> bool:
+    """Send `sig` and wait up to `seconds` until the process is gone (reaped if ours);
+    False when it was already gone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        reap(pid)
+        if gone(pid):
+            break
+        time.sleep(0.02)
+    return True
+
+
 def kill(pids: list[int], why: str) -> list[str]:
     """SIGKILL these processes (the caller found them ours) and wait until they are gone."""
-    done = []
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        for _ in range(100):
-            reap(pid)
-            if gone(pid):
-                break
-            time.sleep(0.02)
-        done.append(f"killed process {pid} ({why})")
-    return done
+    return [f"killed process {pid} ({why})" for pid in pids
+            if _signal_and_wait(pid, signal.SIGKILL, 2)]  # fmt: skip
 
 
 def stop_postmasters_under(root: Path, uid: int) -> list[str]:
     """SIGQUIT (immediate shutdown) each postmaster `postmasters_under` finds."""
-    done = []
-    for pid in postmasters_under(root, uid):
-        try:
-            os.kill(pid, signal.SIGQUIT)
-        except ProcessLookupError:
-            continue
-        for _ in range(200):
-            reap(pid)
-            if gone(pid):
-                break
-            time.sleep(0.05)
-        done.append(f"stopped postmaster {pid} under {root}")
-    return done
+    return [f"stopped postmaster {pid} under {root}" for pid in postmasters_under(root, uid)
+            if _signal_and_wait(pid, signal.SIGQUIT, 10)]  # fmt: skip
 
 
 def alive(pid: int) -> bool:
