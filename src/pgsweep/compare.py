@@ -84,14 +84,13 @@ def _row(levels: dict[str, Any], before: list[float], after: list[float], alpha:
     verdict = f"{decision}: {text}" if decision != "no significant difference" else (
         f"no significant difference ({text})")  # fmt: skip
     if beyond and threshold is not None:
-        verdict += f"; slower than the {_pct(1 - threshold, sign=False)} allowed"
+        verdict += f"; slower than the {threshold * 100:g}% allowed"
     return Row(levels, len(a), len(b), ratio, lo, hi, p, decision, beyond, verdict)
 
 
-def _pct(ratio: float, sign: bool = True) -> str:
-    value = (ratio - 1) * 100 if sign else (1 - ratio) * 100
-    value = 0.0 if round(value, 1) == 0 else value
-    return f"{value:+.1f}%" if sign else f"{value:g}%"
+def _pct(ratio: float) -> str:
+    value = (ratio - 1) * 100
+    return f"{0.0 if round(value, 1) == 0 else value:+.1f}%"  # never "-0.0%"
 
 
 def junit_xml(result: dict[str, Any], before: str, after: str) -> str:
