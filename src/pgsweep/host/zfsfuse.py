@@ -167,6 +167,9 @@ class Pool:
         return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
 
 
+OUR_POOL = re.compile(r"pgsweep\d+n\d+")  # the names pgsweep gives its pools
+
+
 def _pool_listed(name: str, scratch: Path) -> bool:
     """Is the pool there? A daemon that was busy when its parent was killed can fail a
     `zpool list` for a moment (seen once in CI): ask a few times before calling it gone."""
@@ -185,7 +188,7 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
 
     if "zpool" in entry:
         name = entry["zpool"]
-        if not re.fullmatch(r"pgsweep\d+n\d+", name):
+        if not OUR_POOL.fullmatch(name):
             raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
         if not running_daemons() or not _pool_listed(name, scratch):
             return None
@@ -204,6 +207,13 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
         return None
     if pid not in running_daemons():
         return None
+    # pools of ours the daemon still holds go first, whatever order the journal gave
+    # (a pool entry can find the daemon too busy to answer right after a kill -9)
+    res = proc.run_tool(["zpool", "list", "-H", "-o", "name"], scratch, "zpool-list-all", 30)
+    mine = [n for n in res.stdout.split() if OUR_POOL.fullmatch(n)] if res.ok else []
+    destroy = ["zpool", "destroy", "-f"]
+    done = [f"destroyed pool {n}" for n in mine
+            if proc.run_tool([*destroy, n], scratch, "zpool-destroy").ok]  # fmt: skip
     os.kill(pid, signal.SIGTERM)
     for _ in range(300):  # zfs-fuse takes 5-15 s to exit
         proc.reap(pid)  # our child when this run started it (pgsweep is a subreaper)
@@ -218,4 +228,4 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
             break
         time.sleep(0.1)
     pidfile.unlink(missing_ok=True)
-    return f"stopped zfs-fuse {pid}"
+    return "; ".join([*done, f"stopped zfs-fuse {pid}"])
