@@ -23,6 +23,7 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -284,12 +285,7 @@ def remove_tree(path: Path) -> None:
     if deep:
         _rm_rf(path)
         return
-    try:
-        os.rmdir(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise internal(f"cannot remove {path}: {exc}") from exc
+    _remove_name(os.rmdir, path)
 
 
 MAX_DEPTH = 256
@@ -361,8 +357,13 @@ def _next_subdir(level: _Level, too_deep: bool) -> str | None:
 
 
 def _unlink(path: Path) -> None:
+    _remove_name(os.unlink, path)
+
+
+def _remove_name(remove: Callable[[Path], None], path: Path) -> None:
+    """rmdir or unlink one name; already gone is fine, anything else is pgsweep's failure."""
     try:
-        os.unlink(path)
+        remove(path)
     except FileNotFoundError:
         pass
     except OSError as exc:
