@@ -393,7 +393,7 @@ def parse_margin(text: str, where: str) -> float:
             f"{where} {text!r} is not a percentage",
             where=where,
             expected='a percentage such as "2%"',
-            fix="write e.g. --margin 2%",
+            fix=f"write e.g. {where} 2%",
         )
     return float(m.group(1)) / 100
 

@@ -73,3 +73,4 @@ def test_an_a_a_pair_passes_the_gate(runs: dict[str, Path], tmp_path: Path) -> N
 def test_a_bad_threshold_is_an_input_error(runs: dict[str, Path]) -> None:
     res = pgsweep("compare", str(runs["before"]), str(runs["again"]), "--fail-if-slower", "3")
     assert res.returncode == 2 and "--fail-if-slower" in res.stderr and "percentage" in res.stderr
+    assert "write e.g. --fail-if-slower 2%" in res.stderr  # the fix names the option given
