@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import stat
 import struct
 from dataclasses import dataclass
@@ -253,10 +254,10 @@ def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -
     safefs.check_mountpoint(point)  # right before: a real directory only root can change
     # nosuid,nodev always: the server user writes on this filesystem
     argv = ["mount", "-t", fstype, "-o", ",".join(["nosuid", "nodev", *filter(None, [options])])]
-    before = _kernel_log(scratch)
+    since = max((t for t, _ in _kernel_log(scratch)), default=-1.0)
     res = proc.run_tool([*argv, str(device), str(point)], scratch, "mount")
     if not res.ok:
-        new = _kernel_log(scratch)[len(before) :]
+        new = [line for t, line in _kernel_log(scratch) if t > since]
         said = [line for line in new if fstype in line.lower() or device.name in line]
         kernel = f"; the kernel said: {' / '.join(said[-3:])}" if said else ""
         raise DeviceError(
@@ -264,9 +265,16 @@ def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -
         )
 
 
-def _kernel_log(scratch: Path) -> list[str]:
-    res = proc.run_tool(["dmesg", "--notime"], scratch, "dmesg")
-    return res.stdout.splitlines() if res.ok else []
+def _kernel_log(scratch: Path) -> list[tuple[float, str]]:
+    """(seconds since boot, message) of each kernel log line. New lines are told by their
+    time, not by position: the ring buffer drops old lines once it is full."""
+    res = proc.run_tool(["dmesg"], scratch, "dmesg")
+    out = []
+    for line in res.stdout.splitlines() if res.ok else []:
+        m = re.match(r"\[\s*(\d+\.\d+)\]\s?(.*)", line)
+        if m:
+            out.append((float(m.group(1)), m.group(2)))
+    return out
 
 
 def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str | None:
