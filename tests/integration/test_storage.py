@@ -211,17 +211,19 @@ def test_kill_9_then_restore_leaves_no_mount_or_loop(
     storage = f'[storage]\ndevice = "loop:1GiB"\nfilesystem = "{filesystem}"\n'
     body = HEAD.replace('duration = "2s"', 'duration = "30s"') + storage
     path = write_experiment(tmp_path, body)
-    proc = subprocess.Popen(
+    run = subprocess.Popen(
         [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(tmp_path / "r")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (len(ours()) >= 2 and _pgbench_running()):
+        # a mount (the pool's, for zfs) and the run's own pgbench: a pgbench left by an
+        # earlier killed run must not start the kill before the pool exists
+        while time.monotonic() < deadline and not (_mounted() and _pgbench_running(run.pid)):
             time.sleep(0.3)
-        assert len(ours()) >= 2, "no mount and loop device within 2 minutes"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        assert _mounted() and len(ours()) >= 2, "no mount and loop device within 2 minutes"
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
         assert ours(), "kill -9 leaves them for restore"
         res = pgsweep("restore")
         assert res.returncode == 0, res.stderr
@@ -230,18 +232,29 @@ def test_kill_9_then_restore_leaves_no_mount_or_loop(
         assert undone in res.stdout, res.stdout
         assert not ours(), res.stdout
         assert not list(state_dir.glob("*.undo"))
+        assert not Path("/var/lib/zfs/zpool.cache").exists()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if run.poll() is None:
+            run.kill()
 
 
-def _pgbench_running() -> bool:
+def _mounted() -> bool:
+    return any("/storage/mnt-" in m.point for m in pgsweep_mounts.mounts())
+
+
+def _pgbench_running(ancestor: int) -> bool:
+    """A live pgbench started (through any helper) by process `ancestor`."""
     for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip() == "pgbench":
-                return True
-        except OSError:
+        pid = int(comm.parent.name)
+        if _comm(comm) != "pgbench" or proc.gone(pid):
             continue
+        while pid > 1:
+            try:
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
+            if pid == ancestor:
+                return True
     return False
 
 
@@ -295,8 +308,8 @@ def test_zfs_live_property_changes_keep_the_cluster(
         assert t["id"] in written  # the pool's loop device is counted
         identities.add(seen["cluster.system_identifier"])
     assert len(identities) == 1, "one cluster for every primarycache level"
-    assert not ours()
-    assert not [p for p in Path("/proc").glob("[0-9]*/comm") if _comm(p) == "zfs-fuse"]
+    assert not ours()  # the daemon too
+    assert not Path("/var/lib/zfs/zpool.cache").exists(), "pools are made with cachefile=none"
 
 
 def _comm(path: Path) -> str:
