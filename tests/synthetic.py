@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pgsweep.core import Cost
-from pgsweep.plan import PlanFactor, make_plan
+from pgsweep.plan import Adaptive, PlanFactor, make_plan
 from pgsweep.store import Store, TrialRecord
 
 
@@ -23,11 +23,14 @@ def make_results(
     name: str = "synthetic",
     cost: Cost = Cost.RESTART,
     metrics: dict[tuple[int, int], dict[str, float]] | None = None,
+    adaptive: Adaptive | None = None,
+    last_round: int | None = None,
 ) -> Path:
     """A results folder whose trial (configuration index, round) has TPS tps[(c, r)];
     configurations in factorial order, as `pgsweep run` numbers them."""
     folder.mkdir(parents=True, exist_ok=True)
-    plan = make_plan([PlanFactor(n, tuple(v), cost) for n, v in factors.items()], rounds, 1)
+    plan = make_plan([PlanFactor(n, tuple(v), cost) for n, v in factors.items()], rounds, 1,
+                     adaptive=adaptive)  # fmt: skip
     store = Store(folder / "results.db")
     text = f'[experiment]\nname = "{name}"\n'
     store.write_experiment(
@@ -39,6 +42,8 @@ def make_results(
     index = {c.id: i for i, c in enumerate(plan.configurations)}
     clock = itertools.count()
     for t in plan.trials:
+        if last_round is not None and t.round > last_round:
+            break
         key = (index[t.config], t.round)
         at = f"2026-11-22T00:{next(clock) // 60:02d}:{next(clock) % 60:02d}+00:00"
         record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=tps[key])

@@ -7,6 +7,7 @@ plain data: the JSON report is this, serialised; the other formats render it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -83,6 +84,11 @@ def analyse(
     configs = _load(results)
     base = _baseline(configs, baseline)
     rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
+    adaptive = plan.get("adaptive")
+    seq = None
+    if adaptive:
+        rounds = rounds[: _rounds_run(configs)]
+        seq = sequential(configs, base, whole, replicated, adaptive, alpha)
     comparisons: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -94,13 +100,19 @@ def analyse(
         model = sm.fit(obs)
         tps_model = model if metric == TPS else tps_model
         _summaries(configs, metric, model, alpha)
-        for family, into in ((sm.baseline_family(model, alpha, margin), comparisons),
-                             (_effects(model, alpha, margin), effects)):  # fmt: skip
+        level: sm.Level = alpha if seq is None else seq.level
+        for kind, family, into in (
+            ("baseline", sm.baseline_family(model, level, margin), comparisons),
+            ("effects", _effects(model, level, margin), effects),
+        ):
             if family is None:
                 continue
+            contrasts = family.contrasts
+            if seq is not None and seq.look is not None and metric == TPS and kind == seq.decide:
+                family, contrasts = seq.look.family, seq.look.contrasts()
             notes += [f"{label}: {n}" for n in family.notes]
             into += [_row(c, metric, label, higher, family, configs, base)
-                     for c in family.contrasts]  # fmt: skip
+                     for c in contrasts]  # fmt: skip
     judged = min([c["detectable"] for c in comparisons if c["metric"] == TPS] or [0.05])
     drift = asdict(sq.drift(tps_model, margin or judged)) if tps_model is not None else None
     info = {
@@ -112,6 +124,11 @@ def analyse(
     method = {"alpha": alpha, "families": "baseline and effects, each at alpha per metric",
               "critical": "single-step max-|t| (simultaneous intervals)",
               "notes": notes}  # fmt: skip
+    if seq is not None:
+        method["critical"] = ("group-sequential: O'Brien-Fleming alpha spending over the looks, "
+                              "repeated confidence intervals at the last look")  # fmt: skip
+        method["adaptive"] = seq.summary()
+        info["rounds"] = len(rounds)
     round_rows = _round_levels(configs, rounds)
     out = Analysis(info, factors, whole, base.id, configs, comparisons, effects, round_rows,
                    drift, method, [])  # fmt: skip
@@ -172,8 +189,93 @@ def _observations(
                            tuple(whole), replicated)  # fmt: skip
 
 
-def _effects(model: sm.Model, alpha: float, margin: float | None) -> sm.Family | None:
+def _effects(model: sm.Model, alpha: sm.Level, margin: float | None) -> sm.Family | None:
     return sm.effects_family(model, alpha, margin) if model.obs.levels[0] else None
+
+
+def _rounds_run(configs: list[Config]) -> int:
+    """The last round with any TPS: an adaptive run stops before its maximum."""
+    return max((r for c in configs for r in c.values.get(TPS, {})), default=0)
+
+
+@dataclass
+class Sequential:
+    """An adaptive run's looks replayed on its TPS: the look at the last round run (None
+    before the first planned look) and the level every family is judged at there."""
+
+    plan: sq.SequentialPlan
+    decide: str
+    precision: float
+    rounds: int
+    look: sq.Look | None
+    stopped_at: int | None  # the first look that said stop
+    decided_at: dict[str, int]  # contrast label -> the round of the look that decided it
+
+    def level(self, corr: np.ndarray) -> float:
+        """Every family's level at the last look: the boundaries hold for any stopping
+        time, so families the stop did not look at stay valid too."""
+        return sq.look_level(self.plan, self.look.index if self.look else 0)(corr)
+
+    def summary(self) -> dict[str, Any]:
+        look = self.look
+        if look is None:
+            reason = f"stopped before the first look (round {self.plan.looks[0]})"
+        elif self.stopped_at is not None:
+            reason = look.reason if look.stop else "stopped"
+        else:
+            reason = f"interrupted after round {self.rounds}: {look.reason}"
+        return {"decide": self.decide, "precision": self.precision, "rounds": self.rounds,
+                "min_rounds": self.plan.looks[0], "max_rounds": self.plan.max_rounds,
+                "stopped_at": self.stopped_at, "reason": reason, "decided_at": self.decided_at,
+                "looks": list(self.plan.looks),
+                "z": [round(z, 3) for z in self.plan.z]}  # fmt: skip
+
+
+def sequential(
+    configs: list[Config], base: Config, whole: list[str], replicated: bool,
+    adaptive: dict[str, Any], alpha: float,
+) -> Sequential:  # fmt: skip
+    """Replay the looks a `rounds = "auto"` run makes after each round, on TPS."""
+    plan = _seq_plan(int(adaptive["max_rounds"]), int(adaptive["min_rounds"]), alpha)
+    decide, precision = str(adaptive["decide"]), float(adaptive["precision"])
+    done = _rounds_run(configs)
+    rounds = list(range(1, done + 1))
+    obs = _observations(configs, TPS, rounds, base, True, whole, replicated)
+    look: sq.Look | None = None
+    stopped: int | None = None
+    decided: dict[str, sm.Contrast] = {}
+    first: dict[str, int] = {}
+    for r in (r for r in plan.looks if r <= done):
+        if obs is None:
+            break
+        look = sq.decide_at_look(plan, obs.first_rounds(r), decide, precision, decided=decided)
+        decided = look.decided
+        first |= {label: r for label in decided if label not in first}
+        if look.stop and stopped is None:
+            stopped = r
+    return Sequential(plan, decide, precision, done, look, stopped, first)
+
+
+@functools.lru_cache(maxsize=16)
+def _seq_plan(max_rounds: int, min_rounds: int, alpha: float) -> sq.SequentialPlan:
+    return sq.make_plan(max_rounds, min(min_rounds, max_rounds), alpha=alpha)
+
+
+def stop_reason(results: Results, rounds: int, alpha: float,
+                baseline: dict[str, Any] | None) -> str | None:  # fmt: skip
+    """Why an adaptive run may stop after `rounds` complete rounds, or None to go on (the
+    engine asks after each round, and on --resume)."""
+    plan = results.experiment().plan
+    configs = _load(results)
+    for c in configs:
+        c.values = {m: {r: v for r, v in by.items() if r <= rounds} for m, by in c.values.items()}
+    whole = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
+    replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
+    seq = sequential(configs, _baseline(configs, baseline), whole, replicated,
+                     plan["adaptive"], alpha)  # fmt: skip
+    if seq.look is None or not seq.look.stop or seq.look.rounds != seq.rounds:
+        return None
+    return seq.look.reason
 
 
 def _summaries(configs: list[Config], metric: str, model: sm.Model, alpha: float) -> None:

@@ -9,6 +9,7 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +28,10 @@ from .host import journal
 from .host.blockdev import Grant
 from .plan import estimate_parts
 from .progress import ConsoleReporter
+from .store import Results
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
 
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
@@ -78,16 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     sp_r.add_argument(
         "--alpha", type=float, help="family-wise false 'different' rate (default: [report], 0.05)"
     )
+    _gate_options(sp_r, "configuration is significantly more than PCT slower than the "
+                  "baseline")  # fmt: skip
     sc = sub.add_parser("compare", help="the same configurations in two result folders")
     sc.add_argument("before", type=Path)
     sc.add_argument("after", type=Path)
     sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    sc.add_argument(
-        "--fail-if-slower", metavar="PCT",
-        help='regression gate, e.g. "3%%": exit 4 when a configuration is significantly '
-        "more than PCT slower (its whole interval below -PCT)",
-    )  # fmt: skip
-    sc.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+    _gate_options(sc, "configuration is significantly more than PCT slower in AFTER")
     sc.add_argument("--alpha", type=float, help="family-wise false 'different' rate (0.05)")
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
@@ -193,6 +195,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             markup=False,
         )
         return EXIT_INTERRUPTED
+    if outcome.stopped:
+        console.print(f"adaptive rounds: stopped {outcome.stopped}", markup=False)
     store = show.open_store(results)
     show.render_summary(store, console)
     store.close()
@@ -227,8 +231,17 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--fail-if-slower", metavar="PCT",
+        help=f'regression gate, e.g. "3%%": exit 4 when a {what} (its whole interval below '
+        "-PCT)",
+    )  # fmt: skip
+    parser.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
+
+
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from . import analysis, report
+    from . import analysis
 
     store = show.open_store(args.results)
     try:
@@ -246,27 +259,47 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         if args.margin is not None:
             margin = spec.parse_margin(args.margin, "--margin")
         alpha = options.alpha if args.alpha is None else _alpha(args.alpha)
+        threshold = None
+        if args.fail_if_slower is not None:
+            threshold = spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
         result = analysis.analyse(store, baseline or None, margin, alpha)
-        if args.format == "terminal":
-            target = Console(file=args.output.open("w")) if args.output else console
-            report.render_terminal(result, target)
-            return EXIT_OK
-        if args.format == "markdown":
-            text = report.render_markdown(result)
-        elif args.format == "json":
-            text = result.to_json() + "\n"
-        else:
-            from . import report_html  # matplotlib loads only when HTML is asked for
-
-            text = report_html.render(result, store)
+        _render_report(args, result, store, console)
     finally:
         store.close()
+    if threshold is None:
+        return EXIT_OK
+    from . import compare
+
+    gate = compare.within_run_gate(result, threshold)
+    if args.junit:
+        args.junit.write_text(compare.junit_xml(gate, result.baseline, str(args.results)))
+    to_stdout = args.format == "terminal" and not args.output
+    print(compare.gate_line(gate), file=sys.stdout if to_stdout else sys.stderr)
+    return EXIT_REGRESSION if gate["regressions"] else EXIT_OK
+
+
+def _render_report(
+    args: argparse.Namespace, result: Analysis, store: Results, console: Console
+) -> None:
+    from . import report
+
+    if args.format == "terminal":
+        target = Console(file=args.output.open("w")) if args.output else console
+        report.render_terminal(result, target)
+        return
+    if args.format == "markdown":
+        text = report.render_markdown(result)
+    elif args.format == "json":
+        text = result.to_json() + "\n"
+    else:
+        from . import report_html  # matplotlib loads only when HTML is asked for
+
+        text = report_html.render(result, store)
     if args.output:
         args.output.write_text(text)
         console.print(f"wrote {args.output}", markup=False)
     else:
         sys.stdout.write(text)
-    return EXIT_OK
 
 
 def _alpha(value: float) -> float:

@@ -21,7 +21,8 @@ from xml.etree import ElementTree as ET
 import numpy as np
 from scipy import stats as sps
 
-from .store import Results
+from .analysis import Analysis
+from .store import TPS, Results
 
 ALPHA = 0.05
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
@@ -86,6 +87,20 @@ def _row(levels: dict[str, Any], before: list[float], after: list[float], alpha:
     if beyond and threshold is not None:
         verdict += f"; slower than the {threshold * 100:g}% allowed"
     return Row(levels, len(a), len(b), ratio, lo, hi, p, decision, beyond, verdict)
+
+
+def within_run_gate(a: Analysis, threshold: float) -> dict[str, Any]:
+    """The gate inside one run (`report --fail-if-slower`): each configuration's TPS against
+    the baseline, measured side by side in every round, so no session drift is in it. The
+    same shape as `compare`'s result, for gate_line and junit_xml."""
+    levels = {c.id: c.levels for c in a.configurations}
+    rows = [
+        {"levels": levels[r["config"]], "verdict": r["verdict"], "ci_high": r["ci_high"],
+         "slower_beyond_threshold": r["ci_high"] < 1 - threshold}
+        for r in a.comparisons if r["metric"] == TPS and r["kind"] == "baseline"
+    ]  # fmt: skip
+    return {"fail_if_slower": threshold, "matched": rows,
+            "regressions": [r for r in rows if r["slower_beyond_threshold"]]}  # fmt: skip
 
 
 def _pct(ratio: float) -> str:

@@ -45,6 +45,18 @@ class Configuration:
 
 
 @dataclass(frozen=True)
+class Adaptive:
+    """`[repeat] rounds = "auto"`: look after every round from `min_rounds`, stop once
+    what `decide` names is decided or precise to `precision` (a fraction), at most
+    `max_rounds` (see verdict.sequential)."""
+
+    min_rounds: int
+    max_rounds: int
+    decide: str  # "baseline" or "effects"
+    precision: float
+
+
+@dataclass(frozen=True)
 class Trial:
     id: str  # "r2-c05": stable across resumes
     order: int  # position in the run, from 1
@@ -62,6 +74,7 @@ class Plan:
     trials: tuple[Trial, ...]
     keep_alive: bool = True  # every group's resources alive at once (else batches per round)
     why_not_alive: str = ""  # the reason when they cannot be
+    adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is the maximum
 
     @property
     def replicated(self) -> bool:
@@ -125,7 +138,7 @@ def expand(factors: list[PlanFactor]) -> list[Configuration]:
 
 def make_plan(
     factors: list[PlanFactor], rounds: int, seed: int, rebuild: str = "once",
-    keep_alive: bool = True, why_not_alive: str = "",
+    keep_alive: bool = True, why_not_alive: str = "", adaptive: Adaptive | None = None,
 ) -> Plan:  # fmt: skip
     if rebuild not in ("once", "per_round"):
         raise ValueError(f"rebuild must be 'once' or 'per_round', not {rebuild!r}")
@@ -154,7 +167,7 @@ def make_plan(
         Trial(f"r{r}-{c.id}", order, r, c.id) for order, (r, c) in enumerate(sequence, start=1)
     )
     return Plan(seed, rounds, rebuild, tuple(factors), tuple(configs), trials, keep_alive,
-                why_not_alive)  # fmt: skip
+                why_not_alive, adaptive)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ class ConsoleReporter:
         else:
             self.console.print(line, markup=False, highlight=False)
 
+    def stopped_early(self, rounds: int, reason: str) -> None:
+        line = f"stopping after round {rounds}: {reason}"
+        (self.progress.console if self.progress else self.console).print(line, markup=False)
+
     def finished(self) -> None:
         if self.progress is not None:
             self.progress.stop()

@@ -64,6 +64,8 @@ def render_terminal(a: Analysis, console: Console) -> None:
             "baseline" if c.id == a.baseline else verdicts.get(c.id, "-"),
         )  # fmt: skip
     console.print(table)
+    if "adaptive" in a.method:
+        console.print(adaptive_line(a.method["adaptive"]), markup=False, highlight=False)
     for e in a.main_effects() + a.interactions():
         where = "averaged over the other factors" if e["kind"] == "main" else "interaction"
         console.print(f"{effect_name(e)}, {where}: {e['verdict']}", markup=False,
@@ -92,6 +94,16 @@ def _md_rounds(a: Analysis) -> list[str]:
     return out
 
 
+def adaptive_line(ad: dict[str, Any]) -> str:
+    """Where an adaptive run stopped and why, and what its intervals are."""
+    return (
+        f"Adaptive rounds: {ad['rounds']} of at most {ad['max_rounds']} rounds run; "
+        f"{ad['reason']}. Verdicts use group-sequential boundaries (looks after rounds "
+        f"{ad['min_rounds']}-{ad['max_rounds']}), so their intervals are wider than a "
+        "fixed design's of the same rounds, and stay valid however the run stopped."
+    )
+
+
 def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {exp['name']}\n")
@@ -99,6 +111,8 @@ def render_markdown(a: Analysis) -> str:
                f"{exp['seed']}, baseline **{a.baseline}**. TPS of each trial; rows are "
                "rounds (each ran every configuration once, in shuffled order); a round's "
                "level is the geometric mean of its trials.\n")  # fmt: skip
+    if "adaptive" in a.method:
+        out.append(adaptive_line(a.method["adaptive"]) + "\n")
     out += _md_rounds(a)
     alpha = a.method["alpha"]
     out.append(f"\n## Against the baseline\n\nSimultaneous {1 - alpha:.0%} intervals over "

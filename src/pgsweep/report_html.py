@@ -16,7 +16,7 @@ matplotlib.use("svg")
 import matplotlib.pyplot as plt
 
 from .analysis import NEGLIGIBLE_BYTES, Analysis, Config
-from .report import effect_name, levels_text
+from .report import adaptive_line, effect_name, levels_text
 from .store import Fact, Results
 
 # text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
@@ -56,6 +56,7 @@ def render(a: Analysis, results: Results) -> str:
         comparisons=comparisons, effects=effects, warnings=a.warnings, rounds=a.rounds,
         whole_plot_factors=", ".join(a.whole_plot_factors), environment=environment,
         alpha=a.method["alpha"], plots=plots(a, results),
+        adaptive=adaptive_line(a.method["adaptive"]) if "adaptive" in a.method else "",
     )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .core import printable
-from .plan import Plan, short_names
+from .plan import Adaptive, Plan, short_names
 from .store import Results
 from .units import human_seconds
 
@@ -127,10 +127,14 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     for c in plan.configurations:
         table.add_row(c.id, *(str(v) for v in c.levels.values()), str(c.group + 1))
     console.print(table)
+    at_most = "at most " if plan.adaptive else ""
     console.print(
-        f"{len(plan.trials)} trials: {len(plan.configurations)} configurations x "
-        f"{plan.rounds} rounds, seed {plan.seed}, clusters rebuilt {plan.rebuild.replace('_', ' ')}"
+        f"{at_most}{len(plan.trials)} trials: {len(plan.configurations)} configurations x "
+        f"{at_most}{plan.rounds} rounds, seed {plan.seed}, clusters rebuilt "
+        f"{plan.rebuild.replace('_', ' ')}"
     )
+    if plan.adaptive:
+        console.print(adaptive_text(plan.adaptive), markup=False)
     grouped = plan.grouped_factors()
     if grouped:
         how = ("every round visits every configuration, shuffled; the clusters stay alive and "
@@ -153,6 +157,19 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     console.print(f"estimated duration: {human_seconds(trials + builds)} ({parts})")
     for note in notes:
         console.print(f"note: {note}", markup=False)
+
+
+def adaptive_text(ad: Adaptive) -> str:
+    from .verdict.words import format_percent  # the verdict package loads scipy
+
+    asked = ("every configuration against the baseline" if ad.decide == "baseline"
+             else "every factor effect")  # fmt: skip
+    return (f"adaptive rounds: looks after every round from round {ad.min_rounds} and stops "
+            f"once {asked} is decided (different, or equivalent within "
+            f"{format_percent(ad.precision)}), every interval is narrower than "
+            f"±{format_percent(ad.precision)}, or futility says no difference of that size "
+            "can be found any more; O'Brien-Fleming boundaries hold the false 'different' "
+            "rate at alpha over all looks; the estimate is for the maximum")  # fmt: skip
 
 
 def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:

@@ -16,9 +16,7 @@ import tomllib
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 from .core import Value
 from .errors import PgsweepError
@@ -26,50 +24,9 @@ from .host.blockdev import Grant
 from .host.proc import RunAs
 from .layers import all_layers
 from .layers.base import Layer, Source, ValidationContext
+from .plan import Adaptive
 from .postgres import binaries as pgbin
-
-
-class ExperimentTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-    seed: int | None = Field(None, ge=0)
-    description: str = ""
-
-
-class PostgresTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    bin: str = "auto"
-    user: str | None = Field(None, description="OS user the server runs as when pgsweep is root")
-
-
-class RepeatTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    rounds: int = Field(3, ge=1, le=10_000)
-    rebuild: Literal["once", "per_round"] = Field(
-        "once", description="build each cluster once, or again in every round"
-    )
-
-
-class ReportTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    baseline: dict[str, str | int | float | bool] = Field(
-        default_factory=dict, description="factor levels of the configuration to compare with"
-    )
-    margin: str | None = Field(None, pattern=r"^\d+(\.\d+)?%$", description='e.g. "2%"')
-    alpha: float = Field(
-        0.05, gt=0, le=0.2, description="chance of any false 'different' per family of claims"
-    )
-
-    def margin_fraction(self) -> float | None:
-        return float(self.margin[:-1]) / 100 if self.margin else None
-
-
-FIXED_TABLES: dict[str, type[BaseModel]] = {
-    "experiment": ExperimentTable,
-    "postgres": PostgresTable,
-    "repeat": RepeatTable,
-    "report": ReportTable,
-}
+from .spec_tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table
 
 
 @dataclass(frozen=True)
@@ -100,6 +57,7 @@ class Experiment:
     # levels of every factor (file order) -> every layer's typed settings
     configurations: dict[tuple[Value, ...], dict[str, Any]]
     grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
+    adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is then the maximum
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -107,36 +65,6 @@ class Experiment:
     def settings(self, levels: dict[str, Value]) -> dict[str, Any]:
         """Every layer's typed settings for the configuration with these levels."""
         return self.configurations[tuple(levels[f.name] for f in self.factors)]
-
-
-def _fixed(source: Source, doc: dict[str, Any], table: str) -> Any:
-    model = FIXED_TABLES[table]
-    data = doc.get(table, {})
-    if not isinstance(data, dict):
-        raise source.error((table,), f"[{table}] must be a table")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = str(err["loc"][0]) if err["loc"] else ""
-        if err["type"] == "extra_forbidden":
-            raise source.error(
-                (table, key),
-                f"unknown key in [{table}]",
-                expected=f"one of {', '.join(model.model_fields)}",
-            ) from None
-        if err["type"] == "missing":
-            raise source.error(
-                (table,),
-                f"[{table}] needs the key {key!r}",
-                fix=f'add e.g. {key} = "my-experiment" to [{table}]',
-            ) from None
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise source.error(
-            (table, key),
-            f"{msg} (got {data.get(key)!r})",
-            fix=f"see [{table}] in the README's experiment file reference",
-        ) from None
 
 
 def _factors(source: Source, doc: dict[str, Any], layer_names: list[str]) -> list[Factor]:
@@ -422,9 +350,11 @@ def load(path: Path) -> Experiment:
             fix='add [experiment] with name = "my-experiment"',
         )
     _check_text(source, doc)
-    exp, pg, rep, report = (_fixed(source, doc, t) for t in FIXED_TABLES)
+    exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
-    _check_size(source, factors, rep.rounds)
+    adaptive = adaptive_rounds(source, doc, rep, bool(factors))
+    rounds = adaptive.max_rounds if adaptive else int(rep.rounds)
+    _check_size(source, factors, rounds)
     _check_baseline(source, report, factors)
     _check_root(source, doc, factors, layers)
     user = resolve_user(pg.user, source)
@@ -456,7 +386,7 @@ def load(path: Path) -> Experiment:
         exp.name,
         seed,
         exp.seed is not None,
-        rep.rounds,
+        rounds,
         rep.rebuild,
         base,
         factors,
@@ -465,4 +395,5 @@ def load(path: Path) -> Experiment:
         user,
         canonical,
         configs,
+        adaptive=adaptive,
     )

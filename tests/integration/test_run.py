@@ -249,6 +249,11 @@ def test_resume_refuses_a_changed_plan(tmp_path: Path, state_dir: Path) -> None:
     res = pgsweep("run", str(path), "--results", str(results), "--resume")
     assert res.returncode == 2 and "changed since this run started" in res.stderr
     assert "factors" in res.stderr
+    # more rounds after the results were seen: refused, and the message says why
+    path.write_text(path.read_text().replace('"16MB"', '"8MB"').replace("rounds = 1", "rounds = 2"))
+    res = pgsweep("run", str(path), "--results", str(results), "--resume")
+    assert res.returncode == 2 and "(rounds differ)" in res.stderr, res.stderr
+    assert "one more look" in res.stderr and "--noise-from" in res.stderr
     again = pgsweep("run", str(path), "--results", str(results))
     assert again.returncode == 2 and "already holds results" in again.stderr
 

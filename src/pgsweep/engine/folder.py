@@ -5,6 +5,7 @@ plan, and the store, with what must not change between a run and its resume."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,8 +22,10 @@ def now() -> str:
 
 def fingerprint(exp: Experiment) -> str:
     """What must not change between a run and its --resume."""
+    adaptive = {"adaptive": asdict(exp.adaptive)} if exp.adaptive else {}  # older runs lack it
     return json.dumps(
-        {
+        adaptive
+        | {
             "base": exp.base,
             "factors": [[f.name, list(f.levels)] for f in exp.factors],
             "rounds": exp.rounds,
@@ -70,13 +73,18 @@ def resume_store(exp: Experiment, results: Path) -> Store:
     if stored["fingerprint"] != fingerprint(exp):
         store.close()
         old, new = json.loads(stored["fingerprint"]), json.loads(fingerprint(exp))
-        changed = ", ".join(k for k in new if old.get(k) != new.get(k))
+        keys = [k for k in {*old, *new} if old.get(k) != new.get(k)]
+        fix = (f"undo the change to resume, or start a new run without --resume "
+               f"(the original is frozen in {results / 'experiment.toml'})")  # fmt: skip
+        if {"rounds", "adaptive"} & set(keys):
+            fix = ("more rounds for a run whose results were looked at is one more look: the "
+                   "false 'different' rate would rise unseen. Start a new run (with rounds = "
+                   "\"auto\" its looks are planned), or use this one as a pilot: pgsweep plan "
+                   f"FILE --noise-from {results}")  # fmt: skip
         raise PgsweepError(
-            f"the experiment file changed since this run started ({changed} differ)",
-            where=str(exp.source.path),
-            fix=f"undo the change to resume, or start a new run without --resume "
-            f"(the original is frozen in {results / 'experiment.toml'})",
-        )
+            f"the experiment file changed since this run started ({', '.join(sorted(keys))} "
+            "differ)", where=str(exp.source.path), fix=fix,
+        )  # fmt: skip
     return store
 
 

@@ -45,7 +45,7 @@ def plan_for(exp: Experiment, where: Path | None = None) -> Plan:
         for f in exp.factors
     ]
     reason = why_not_alive(exp, where) if where is not None else ""
-    return make_plan(factors, exp.rounds, exp.seed, exp.rebuild, not reason, reason)
+    return make_plan(factors, exp.rounds, exp.seed, exp.rebuild, not reason, reason, exp.adaptive)
 
 
 def preflight(exp: Experiment, results: Path) -> Path:

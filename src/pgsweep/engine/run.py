@@ -19,8 +19,8 @@ from ..host import journal, proc, safefs, workarea
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext
 from ..plan import Configuration, Plan, Trial, make_plan
-from ..spec import Experiment
-from ..store import Store, TrialRecord
+from ..spec import Experiment, report_options
+from ..store import Results, Store, TrialRecord
 from .folder import check_results_folder, new_store, resume_store
 from .plans import plan_for, preflight
 from .resources import Resources
@@ -33,6 +33,7 @@ class Reporter(Protocol):
     def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None: ...
     def trial_started(self, trial: Trial, config: Configuration, done: int) -> None: ...
     def trial_finished(self, trial: Trial, record: TrialRecord, done: int) -> None: ...
+    def stopped_early(self, rounds: int, reason: str) -> None: ...
     def finished(self) -> None: ...
 
 
@@ -42,6 +43,7 @@ class Outcome:
     total: int
     failed: int
     interrupted: bool = False
+    stopped: str | None = None  # an adaptive run's reason to stop before its maximum
 
 
 @contextmanager
@@ -88,7 +90,8 @@ def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Pl
     # the run keeps the policy it started with (what fitted then), not what fits now
     plan = plan_for(exp)
     plan = make_plan(list(plan.factors), plan.rounds, plan.seed, plan.rebuild,
-                     stored.get("keep_alive", True), stored.get("why_not_alive", ""))  # fmt: skip
+                     stored.get("keep_alive", True), stored.get("why_not_alive", ""),
+                     exp.adaptive)  # fmt: skip
     return plan, store
 
 
@@ -138,8 +141,17 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
             layer.record_inputs(area.results)
         done = store.done_trials()
         todo = [t for t in plan.trials if t.id not in done]
+        if plan.adaptive:  # a resumed run that had already stopped has nothing left to do
+            complete = max((r for r in range(1, plan.rounds + 1)
+                            if all(t.id in done for t in plan.trials if t.round <= r)),
+                           default=0)  # fmt: skip
+            if complete >= plan.adaptive.min_rounds and (why := _look(exp, area.results, complete)):
+                outcome.stopped, todo = f"after round {complete}: {why}", []
         reporter.started(plan, todo, area.results, notes)
-        _trials(exp, plan, todo, resources, ctx, store, reporter)
+        outcome.stopped = (
+            _trials(exp, plan, todo, resources, ctx, store, reporter, area.results)
+            or outcome.stopped
+        )
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
@@ -148,8 +160,13 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     return outcome
 
 
-def _trials(exp: Experiment, plan: Plan, todo: list[Trial], resources: Resources,
-            ctx: RunContext, store: Store, reporter: Reporter) -> None:  # fmt: skip
+def _trials(
+    exp: Experiment, plan: Plan, todo: list[Trial], resources: Resources, ctx: RunContext,
+    store: Store, reporter: Reporter, results: Path,
+) -> str | None:  # fmt: skip
+    """Run the trials; an adaptive run looks after each complete round from its minimum
+    and returns why it stopped early (None when it ran them all)."""
+    last_of_round = {t.round: t.id for t in plan.trials}
     for layer in exp.layers:
         layer.start_run(ctx)
     recorded = store.environment_scopes()  # configurations whose settings are recorded
@@ -166,6 +183,27 @@ def _trials(exp: Experiment, plan: Plan, todo: list[Trial], resources: Resources
             recorded.add(config.id)
         store.save_trial(record)
         reporter.trial_finished(trial, record, n + 1)
+        ad = plan.adaptive
+        if (
+            ad
+            and last_of_round[trial.round] == trial.id
+            and ad.min_rounds <= trial.round < ad.max_rounds
+        ):
+            why = _look(exp, results, trial.round)
+            if why:
+                reporter.stopped_early(trial.round, why)
+                return f"after round {trial.round}: {why}"
+    return None
+
+
+def _look(exp: Experiment, results: Path, rounds: int) -> str | None:
+    """The sequential look after `rounds` complete rounds, on the file's [report] baseline
+    and alpha: why the run may stop, or None."""
+    from ..analysis import stop_reason
+
+    options = report_options(exp.source.text)
+    with Results(results) as stored:
+        return stop_reason(stored, rounds, options.alpha, options.baseline or None)
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,

@@ -22,6 +22,7 @@ from .model import Model, Spec, baseline_specs, effect_specs, estimable
 # A family's level: alpha, or a function of the family's correlation matrix giving it (a
 # sequential look's level depends on the family's joint distribution)
 Level = float | Callable[[Array], float]
+DETECT_CAP = 10.0  # +1000%: beyond this a "detectable difference" means nothing
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,9 @@ def _contrast(s: Spec, est: float, se: float, df: float, q: float, p_adj: float,
         decision = "equivalent"
     else:
         decision = "undecided"
-    detect = round_up(math.expm1(noncentrality(q, df) * se_upper))
+    # capped at +1000% (words say "none"), which also keeps it finite for JSON: a look with
+    # very few rounds has critical values in the thousands
+    detect = round_up(math.expm1(min(noncentrality(q, df) * se_upper, math.log1p(DETECT_CAP))))
     return Contrast(s.kind, s.label, s.terms, s.config, math.exp(est), low, high, se, est / se,
                     float(df), float(q), float(p_adj), decision, error, reps, detect, floored,
                     margin, tuple(float(v) for v in s.weights))  # fmt: skip

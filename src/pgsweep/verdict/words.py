@@ -6,7 +6,7 @@ power"; never "equal") and the caveats that belong next to it."""
 from __future__ import annotations
 
 from .dist import POWER
-from .families import Contrast
+from .families import DETECT_CAP, Contrast
 
 
 def format_percent(fraction: float) -> str:
@@ -41,6 +41,9 @@ def verdict(c: Contrast, higher_is_better: bool) -> str:
         return f"{word}: {text}"
     if c.decision == "equivalent" and c.margin is not None:
         return f"equivalent within {format_percent(c.margin)}: {text}"
+    if c.detectable >= DETECT_CAP:
+        return (f"no significant difference ({text}); too few rounds to detect even a "
+                f"{format_percent(DETECT_CAP)} difference")  # fmt: skip
     seen = f"{format_percent(c.detectable)} would have been detected with {POWER:.0%} power"
     return f"no significant difference ({text}); differences above {seen}"
 

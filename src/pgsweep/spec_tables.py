@@ -1,0 +1,136 @@
+"""The experiment file's fixed tables ([experiment], [postgres], [repeat], [report]) as
+pydantic models, and their validation into errors that name the file, key and line."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .layers.base import Source
+from .plan import Adaptive
+
+
+class ExperimentTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    seed: int | None = Field(None, ge=0)
+    description: str = ""
+
+
+class PostgresTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    bin: str = "auto"
+    user: str | None = Field(None, description="OS user the server runs as when pgsweep is root")
+
+
+class RepeatTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    rounds: int | str = Field(
+        3, description='a number, or "auto": look after each round and stop once decided'
+    )
+    min_rounds: int = Field(3, ge=2, le=10_000, description="rounds before the first look")
+    max_rounds: int = Field(10, ge=2, le=10_000, description="rounds at most")
+    decide: Literal["baseline", "effects"] = Field(
+        "baseline", description="what must be decided: each configuration against the baseline, "
+        "or the factor effects",
+    )  # fmt: skip
+    precision: str = Field("2%", description="equivalence margin and interval precision")
+    rebuild: Literal["once", "per_round"] = Field(
+        "once", description="build each cluster once, or again in every round"
+    )
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds(cls, v: int | str) -> int | str:
+        if v != "auto" and not (isinstance(v, int) and 1 <= v <= 10_000):
+            raise ValueError('a whole number of rounds from 1 to 10000, or "auto"')
+        return v
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+(\.\d+)?%", v) or not 0 < float(v[:-1]) < 100:
+            raise ValueError('a percentage above 0% and below 100%, e.g. "2%"')
+        return v
+
+
+class ReportTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    baseline: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="factor levels of the configuration to compare with"
+    )
+    margin: str | None = Field(None, pattern=r"^\d+(\.\d+)?%$", description='e.g. "2%"')
+    alpha: float = Field(
+        0.05, gt=0, le=0.2, description="chance of any false 'different' per family of claims"
+    )
+
+    def margin_fraction(self) -> float | None:
+        return float(self.margin[:-1]) / 100 if self.margin else None
+
+
+FIXED_TABLES: dict[str, type[BaseModel]] = {
+    "experiment": ExperimentTable,
+    "postgres": PostgresTable,
+    "repeat": RepeatTable,
+    "report": ReportTable,
+}
+
+
+def fixed_table(source: Source, doc: dict[str, Any], table: str) -> Any:
+    model = FIXED_TABLES[table]
+    data = doc.get(table, {})
+    if not isinstance(data, dict):
+        raise source.error((table,), f"[{table}] must be a table")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":
+            raise source.error(
+                (table, key),
+                f"unknown key in [{table}]",
+                expected=f"one of {', '.join(model.model_fields)}",
+            ) from None
+        if err["type"] == "missing":
+            raise source.error(
+                (table,),
+                f"[{table}] needs the key {key!r}",
+                fix=f'add e.g. {key} = "my-experiment" to [{table}]',
+            ) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise source.error(
+            (table, key),
+            f"{msg} (got {data.get(key)!r})",
+            fix=f"see [{table}] in the README's experiment file reference",
+        ) from None
+
+
+def adaptive_rounds(
+    source: Source, doc: dict[str, Any], rep: RepeatTable, has_factors: bool
+) -> Adaptive | None:
+    """The adaptive-rounds settings, or None for a fixed number of rounds; the keys that
+    only mean something with rounds = "auto" are refused without it."""
+    given = doc.get("repeat", {})
+    if rep.rounds != "auto":
+        extra = [k for k in ADAPTIVE_KEYS if k in given]
+        if extra:
+            raise source.error(("repeat", extra[0]), f"{extra[0]} only applies to adaptive rounds",
+                               fix='set rounds = "auto", or remove the key')  # fmt: skip
+        return None
+    if not has_factors:
+        raise source.error(
+            ("repeat", "rounds"),
+            'rounds = "auto" needs a factor: with one configuration there is nothing to decide',
+            fix="add a factor under [factors], or give a number of rounds",
+        )
+    if rep.min_rounds > rep.max_rounds:
+        raise source.error(("repeat", "min_rounds"),
+                           f"min_rounds ({rep.min_rounds}) exceeds max_rounds ({rep.max_rounds})",
+                           fix="make min_rounds at most max_rounds")  # fmt: skip
+    return Adaptive(rep.min_rounds, rep.max_rounds, rep.decide, float(rep.precision[:-1]) / 100)
+
+
+ADAPTIVE_KEYS = ("min_rounds", "max_rounds", "decide", "precision")

@@ -1,0 +1,114 @@
+"""Adaptive rounds on a real run: `rounds = "auto"` looks after each round and stops long
+before its maximum of 6: a real tenfold effect is decided at the first look (round 3) and
+a real A/A comparison can no longer find a 2% difference (futility) by round 3 or 4,
+depending on the noise (9.5-21% CV here); the report calls the one and not the other, and
+says where the run stopped; `--resume` of a stopped run runs nothing.
+
+The factor is commit_siblings with commit_delay = 10 ms and synchronous_commit = on at two
+clients: with 0 siblings every commit sleeps 10 ms before its flush (the known effect);
+with 5 or 10 no commit ever has that many other transactions open, so both never sleep
+(the A/A pair). synchronous_commit off against on (about -40% here, CV ~10% for 1-second
+trials) is not decided at round 3 with two configurations: the first look has 2 degrees
+of freedom and O'Brien-Fleming's first boundary is far out (test_adaptive shows the
+arithmetic)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from conftest import pgsweep, requires_pg, run_shared, trials
+
+FILE = """
+[experiment]
+name = "adaptive"
+seed = 5
+[cluster]
+scale = 1
+[server]
+synchronous_commit = "on"
+commit_delay = 10000
+[workload]
+script = "tpcb-like"
+clients = 2
+jobs = 1
+duration = "1s"
+warmup = "0s"
+[repeat]
+rounds = "auto"
+min_rounds = 3
+max_rounds = 6
+precision = "2%"
+[factors]
+server.commit_siblings = [5, 10, 0]
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_shared(tmp_path_factory, "adaptive", FILE)
+
+
+def rounds_run(results: Path) -> int:
+    return max(r["round"] for r in trials(results))
+
+
+@requires_pg
+def test_the_run_stops_before_its_maximum(results: Path) -> None:
+    rows = trials(results)
+    last = rounds_run(results)
+    assert last in (3, 4), last  # at most 6
+    assert len(rows) == 3 * last and all(r["status"] == "ok" for r in rows), rows
+
+
+@requires_pg
+def test_the_report_calls_the_effect_and_not_the_a_a_pair(results: Path) -> None:
+    res = pgsweep("report", str(results), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    seq = data["method"]["adaptive"]
+    last = rounds_run(results)
+    assert seq["rounds"] == last and seq["stopped_at"] == last and seq["max_rounds"] == 6
+    assert seq["reason"].startswith("futility"), seq  # the A/A pair was the one left open
+    assert seq["decided_at"] == {"server.commit_siblings=0": 3}, seq  # the first look
+    levels = {c["id"]: c["levels"]["server.commit_siblings"] for c in data["configurations"]}
+    tps = {levels[c["config"]]: c for c in data["comparisons"] if c["metric"] == "tps"}
+    assert tps[0]["decision"] == "different" and tps[0]["ratio"] < 0.3, tps[0]
+    assert tps[10]["decision"] != "different", tps[10]
+    md = pgsweep("report", str(results), "--format", "markdown")
+    assert f"Adaptive rounds: {last} of at most 6 rounds run; futility" in md.stdout, md.stdout
+
+
+@requires_pg
+def test_resuming_a_stopped_run_runs_nothing(
+    results: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    path = tmp_path / "exp.toml"
+    path.write_text(FILE)
+    res = pgsweep("run", str(path), "--results", str(results), "--resume")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "0 of 18 trials to run" in res.stdout
+    last = rounds_run(results)
+    assert f"adaptive rounds: stopped after round {last}: futility" in res.stdout
+    assert len(trials(results)) == 3 * last
+
+
+@requires_pg
+def test_the_within_run_gate_fails_on_the_slow_configuration_only(
+    results: Path, tmp_path: Path
+) -> None:
+    junit = tmp_path / "gate.xml"
+    res = pgsweep("report", str(results), "--fail-if-slower", "3%", "--junit", str(junit))
+    assert res.returncode == 4, res.stderr + res.stdout
+    (line,) = [x for x in res.stdout.splitlines() if x.startswith("pgsweep gate:")]
+    assert line.startswith("pgsweep gate: FAIL: 1 of 2 configuration(s) slower than 3%"), line
+    assert "worst server.commit_siblings=0: slower" in line, line
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["server.commit_siblings=0"]
+    res = pgsweep("report", str(results), "--fail-if-slower", "99%", "--format", "json")
+    assert res.returncode == 0 and res.stderr.startswith("pgsweep gate: PASS"), res.stderr
