@@ -25,6 +25,7 @@ def make_results(
     metrics: dict[tuple[int, int], dict[str, float]] | None = None,
     adaptive: Adaptive | None = None,
     last_round: int | None = None,
+    per_second: dict[tuple[int, int], list[float]] | None = None,
 ) -> Path:
     """A results folder whose trial (configuration index, round) has TPS tps[(c, r)];
     configurations in factorial order, as `pgsweep run` numbers them."""
@@ -48,6 +49,11 @@ def make_results(
         at = f"2026-11-22T00:{next(clock) // 60:02d}:{next(clock) % 60:02d}+00:00"
         record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=tps[key])
         record.metrics = dict((metrics or {}).get(key, {}))
+        if per_second:  # pgbench's progress lines, one a second
+            series = per_second[key]
+            record.duration_s = len(series)
+            record.samples = [(i + 1.0, v, None, None, None, None, None)
+                              for i, v in enumerate(series)]  # fmt: skip
         store.save_trial(record)
     store.close()
     return folder

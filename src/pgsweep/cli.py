@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     sr.add_argument("file", type=Path)
     sr.add_argument("--results", type=Path, help="results folder (default results/NAME-TIME)")
     sr.add_argument("--resume", action="store_true", help="run only the missing trials")
+    sr.add_argument(
+        "--against", type=Path, metavar="DIR",
+        help="measure DIR's configurations again, interleaved with FILE's in every round; "
+        "the change is the factor run.against (before = DIR, after = FILE)",
+    )  # fmt: skip
     _device_options(sr)
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
@@ -142,36 +147,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     )
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
     if args.noise_from:
-        _print_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)
+        show.render_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)
     return EXIT_OK
-
-
-def _print_rounds_needed(folder: Path, n_configs: int, rounds: int, console: Console) -> None:
-    from . import analysis
-    from .verdict import sequential as sq
-
-    store = show.open_store(folder)
-    try:
-        noise = analysis.tps_noise(store)
-    finally:
-        store.close()
-    if noise is None:
-        raise PgsweepError(
-            f"{folder} has too few complete rounds to measure the noise",
-            where=str(folder), fix="use a results folder with at least 2 complete rounds",
-        )  # fmt: skip
-    sigma, df = noise
-    now = sq.sensitivity_for(sigma, max(rounds, 2), n_configs, sigma_df=df)
-    console.print(
-        f"noise from {folder}: {sigma:.1%} per trial (log TPS around its round and "
-        f"configuration, {df} df); with {rounds} rounds this plan detects differences of "
-        f"{now:.1%} or more against the baseline (80% power, alpha 0.05)",
-        markup=False, highlight=False,
-    )  # fmt: skip
-    for target in (0.02, 0.03, 0.05, 0.10):
-        need = sq.rounds_needed(sigma, target, n_configs, sigma_df=df, max_rounds=200)
-        text = f"{need} rounds" if need else "more than 200 rounds"
-        console.print(f"  to detect {target:.0%}: {text}", markup=False, highlight=False)
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
@@ -182,6 +159,11 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         )
     grant = _grant(args)
     exp = spec.load(args.file)
+    if args.against is not None:
+        from . import against
+
+        before = spec.load(against.frozen_file(args.against))
+        exp = against.combine(before, exp, args.against)
     exp.grant = grant
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     from .engine.run import run

@@ -28,8 +28,9 @@ ALPHA = 0.05
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
 SESSION_WARNING = (
     "the folders ran in different sessions: each difference includes whatever the machine "
-    "did between them (drift), not only the change; for a verdict on the change alone, run "
-    "both as levels of one factor in one experiment (interleaved in every round)"
+    "did between them (drift), not only the change; for a verdict on the change alone, "
+    "measure both in one run: pgsweep run AFTER_FILE --against BEFORE_DIR (interleaved in "
+    "every round)"
 )
 
 

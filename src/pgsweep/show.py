@@ -4,6 +4,7 @@ The p99 column is the median over trials of each trial's 99th percentile latency
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .core import printable
+from .errors import PgsweepError
 from .plan import Adaptive, Plan, short_names
 from .store import Results
 from .units import human_seconds
@@ -187,3 +189,47 @@ def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -
             console.print(f"only in {side}: {levels}", markup=False, highlight=False)
     for w in result["warnings"]:
         console.print(f"warning: {w}", markup=False, highlight=False)
+
+
+def render_rounds_needed(folder: Path, n_configs: int, rounds: int, console: Console) -> None:
+    """`plan --noise-from`: the rounds a pilot's noise says each difference needs, and the
+    same machine time spent on other trial lengths."""
+    from . import analysis
+    from .trial_length import length_noise, trade_off
+    from .verdict import sequential as sq
+
+    store = open_store(folder)
+    try:
+        noise = analysis.tps_noise(store)
+        split = length_noise(store, *noise) if noise else None
+    finally:
+        store.close()
+    if noise is None:
+        raise PgsweepError(
+            f"{folder} has too few complete rounds to measure the noise",
+            where=str(folder), fix="use a results folder with at least 2 complete rounds",
+        )  # fmt: skip
+    sigma, df = noise
+    now = sq.sensitivity_for(sigma, max(rounds, 2), n_configs, sigma_df=df)
+    console.print(
+        f"noise from {folder}: {sigma:.1%} per trial (log TPS around its round and "
+        f"configuration, {df} df); with {rounds} rounds this plan detects differences of "
+        f"{now:.1%} or more against the baseline (80% power, alpha 0.05)",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    for target in (0.02, 0.03, 0.05, 0.10):
+        need = sq.rounds_needed(sigma, target, n_configs, sigma_df=df, max_rounds=200)
+        text = f"{need} rounds" if need else "more than 200 rounds"
+        console.print(f"  to detect {target:.0%}: {text}", markup=False, highlight=False)
+    if split is None:
+        return
+    console.print(
+        f"the machine time of {rounds} rounds of the pilot's {split.trial_s:g} s trials "
+        f"({split.overhead_s:.0f} s of overhead each) spent on other trial lengths; of its "
+        f"{split.residual:.1%} noise per trial, {math.sqrt(split.between):.1%} does not "
+        "shrink with the window (a rough split from one pilot):", markup=False,
+        highlight=False,
+    )  # fmt: skip
+    for seconds, fit, detect in trade_off(split, n_configs, rounds):
+        console.print(f"  {seconds:>4d} s trials x {fit:>3d} rounds: detects {detect:.1%}",
+                      markup=False, highlight=False)  # fmt: skip

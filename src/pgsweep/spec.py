@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core import Value
+from .core import Cost, Value
 from .errors import PgsweepError
 from .host.blockdev import Grant
 from .host.proc import RunAs
@@ -58,6 +58,8 @@ class Experiment:
     configurations: dict[tuple[Value, ...], dict[str, Any]]
     grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
     adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is then the maximum
+    pseudo_costs: dict[str, Cost] = field(default_factory=dict)  # factors of no layer (run.against)
+    against: Path | None = None  # `run --against DIR`: the results folder measured again
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)

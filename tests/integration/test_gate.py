@@ -16,7 +16,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from conftest import pgsweep, run_shared
+from conftest import pgsweep, run_shared, trials, write_experiment
 
 FILE = """
 [experiment]
@@ -80,3 +80,42 @@ def test_a_bad_threshold_is_an_input_error(runs: dict[str, Path]) -> None:
     res = pgsweep("compare", str(runs["before"]), str(runs["again"]), "--fail-if-slower", "3")
     assert res.returncode == 2 and "--fail-if-slower" in res.stderr and "percentage" in res.stderr
     assert "write e.g. --fail-if-slower 2%" in res.stderr  # the fix names the option given
+
+
+def test_run_against_measures_both_sides_in_every_round(
+    runs: dict[str, Path], tmp_path: Path, state_dir: Path
+) -> None:
+    """`run FILE --against DIR`: DIR's configuration (commits that do not wait) measured
+    again beside FILE's (commit_delay) in every round of one run; the report judges the
+    change as the factor run.against, with no session drift in it."""
+    path = write_experiment(tmp_path, FILE.format(sync="on", extra=SLOW))
+    out = tmp_path / "r"
+    res = pgsweep("run", str(path), "--results", str(out), "--against", str(runs["before"]))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = trials(out)
+    rounds: dict[int, set[str]] = {}
+    for r in rows:
+        rounds.setdefault(r["round"], set()).add(r["config_id"])
+    assert sorted(rounds) == [1, 2, 3] and all(v == {"c01", "c02"} for v in rounds.values())
+    frozen = (runs["before"] / "experiment.toml").read_text()
+    assert (out / "against.toml").read_text() == frozen
+    sync = {r["config_id"]: json.loads(r["effective_json"])["synchronous_commit"]
+            for r in rows}  # fmt: skip
+    assert sync == {"c01": "off", "c02": "on"}  # before = DIR's file, after = this one
+    data = json.loads(pgsweep("report", str(out), "--format", "json").stdout)
+    (effect,) = [e for e in data["effects"] if e["metric"] == "tps" and e["kind"] == "main"]
+    assert effect["factor"] == "run.against" and effect["level"] == "after"
+    assert effect["decision"] == "different" and effect["ratio"] < 0.3, effect
+
+
+def test_run_against_refuses_other_factors_and_other_folders(
+    runs: dict[str, Path], tmp_path: Path, state_dir: Path
+) -> None:
+    other = FILE.format(sync="on", extra="") + '[factors]\nserver.work_mem = ["4MB", "8MB"]\n'
+    path = write_experiment(tmp_path, other)
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "r"),
+                  "--against", str(runs["before"]))  # fmt: skip
+    assert res.returncode == 2 and "the factors differ from those of" in res.stderr, res.stderr
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "r"), "--against", str(tmp_path))
+    assert res.returncode == 2 and "is not a results folder" in res.stderr, res.stderr
+    assert not (tmp_path / "r").exists()

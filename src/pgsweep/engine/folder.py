@@ -92,6 +92,8 @@ def new_store(exp: Experiment, results: Path, plan: Plan) -> Store:
     """A new results folder: the frozen file, the plan and the store."""
     results.mkdir(parents=True, exist_ok=True)
     (results / "experiment.toml").write_text(exp.source.text)
+    if exp.against is not None:  # the file whose configurations are measured again
+        (results / "against.toml").write_text((exp.against / "experiment.toml").read_text())
     (results / "plan.json").write_text(plan.to_json())
     store = Store(results / "results.db")
     store.write_experiment(

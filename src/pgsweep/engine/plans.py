@@ -41,9 +41,10 @@ def plan_for(exp: Experiment, where: Path | None = None) -> Plan:
     """The plan; `where` (on the work area's filesystem) lets the resource layers say
     whether everything fits at once, else it is assumed to."""
     factors = [
-        PlanFactor(f.name, f.levels, max(exp.layer(f.layer).cost(f.key), Cost.NOTHING))
+        PlanFactor(f.name, f.levels, exp.pseudo_costs[f.name] if f.name in exp.pseudo_costs
+                   else max(exp.layer(f.layer).cost(f.key), Cost.NOTHING))
         for f in exp.factors
-    ]
+    ]  # fmt: skip
     reason = why_not_alive(exp, where) if where is not None else ""
     return make_plan(factors, exp.rounds, exp.seed, exp.rebuild, not reason, reason, exp.adaptive)
 

@@ -1,0 +1,77 @@
+"""`pgsweep run FILE --against DIR`: measure again the configurations a finished run
+measured (its frozen experiment.toml), interleaved in every round with FILE's, as one new
+run. The change becomes a factor, `run.against` = "before" (DIR's file) or "after"
+(FILE), so the report judges it side by side within rounds, without the drift between
+two sessions that `compare` cannot separate from the change.
+
+Both files must describe the same factors and levels on the same PostgreSQL binaries (a
+change of binaries is a build factor, which pgsweep does not have yet) as the same user.
+What differs between them (base values of any layer) is the change; its cost is the
+largest cost of a key that differs, so a cluster-level change gets a cluster per side."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .core import Cost
+from .errors import PgsweepError
+from .spec import Experiment, Factor
+
+AGAINST = Factor("run", "against", ("before", "after"))
+
+
+def frozen_file(folder: Path) -> Path:
+    """The experiment file a results folder froze, or an error saying what is wrong."""
+    path = folder / "experiment.toml"
+    if not path.is_file() or not (folder / "results.db").is_file():
+        raise PgsweepError(
+            f"{folder} is not a results folder of `pgsweep run` (no experiment.toml and "
+            "results.db)", where=str(folder), fix="name the results folder of the earlier run",
+        )  # fmt: skip
+    return path
+
+
+def combine(before: Experiment, after: Experiment, folder: Path) -> Experiment:
+    """One experiment holding both files' configurations under the factor run.against."""
+    where = str(after.source.path)
+    if before.binaries.bindir != after.binaries.bindir:
+        raise PgsweepError(
+            f"{folder} ran PostgreSQL from {before.binaries.bindir}, this file from "
+            f"{after.binaries.bindir}", where=where,
+            fix="compare binaries with `pgsweep compare`; --against needs the same ones",
+        )  # fmt: skip
+    if _user(before) != _user(after):
+        raise PgsweepError(
+            f"{folder} ran the server as {_user(before)}, this file as {_user(after)}",
+            where=where, fix="set the same [postgres] user in both",
+        )  # fmt: skip
+    mine = [(f.name, f.levels) for f in after.factors]
+    theirs = [(f.name, f.levels) for f in before.factors]
+    if mine != theirs:
+        raise PgsweepError(
+            f"the factors differ from those of {folder}", where=where,
+            expected=f"the same factors and levels: {theirs or 'none'}",
+            fix="give both runs the same [factors]; put the change in the base values",
+        )  # fmt: skip
+    changed = [(layer.name, key) for layer in after.layers
+               for key in _differing(before.base.get(layer.name, {}),
+                                     after.base.get(layer.name, {}))]  # fmt: skip
+    cost = max((after.layer(n).cost(k) for n, k in changed), default=Cost.NOTHING)
+    configs: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for side, exp in (("before", before), ("after", after)):
+        configs.update({(side, *levels): s for levels, s in exp.configurations.items()})
+    canonical = {n: {**before.canonical.get(n, {}), **after.canonical.get(n, {})}
+                 for n in {*before.canonical, *after.canonical}}  # fmt: skip
+    return replace(after, factors=[AGAINST, *after.factors], configurations=configs,
+                   canonical=canonical, pseudo_costs={AGAINST.name: cost},
+                   against=folder)  # fmt: skip
+
+
+def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+
+
+def _user(exp: Experiment) -> str:
+    return exp.user.name if exp.user else "(the invoking user)"
