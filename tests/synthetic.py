@@ -26,6 +26,7 @@ def make_results(
     adaptive: Adaptive | None = None,
     last_round: int | None = None,
     per_second: dict[tuple[int, int], list[float]] | None = None,
+    skip: set[tuple[int, int]] | None = None,
 ) -> Path:
     """A results folder whose trial (configuration index, round) has TPS tps[(c, r)];
     configurations in factorial order, as `pgsweep run` numbers them."""
@@ -46,6 +47,8 @@ def make_results(
         if last_round is not None and t.round > last_round:
             break
         key = (index[t.config], t.round)
+        if skip and key in skip:  # never run: the run was cut short there
+            continue
         at = f"2026-11-22T00:{next(clock) // 60:02d}:{next(clock) % 60:02d}+00:00"
         record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=tps[key])
         record.metrics = dict((metrics or {}).get(key, {}))

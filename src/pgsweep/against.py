@@ -17,15 +17,24 @@ from typing import Any
 
 from .core import Cost
 from .errors import PgsweepError
+from .host import safefs
+from .postgres import pgbench
 from .spec import Experiment, Factor
 
 AGAINST = Factor("run", "against", ("before", "after"))
 
 
 def frozen_file(folder: Path) -> Path:
-    """The experiment file a results folder froze, or an error saying what is wrong."""
+    """The experiment file a results folder froze, or an error saying what is wrong. Root
+    reads it: the folder must be one no other user can change, and the file no link."""
     path = folder / "experiment.toml"
-    if not path.is_file() or not (folder / "results.db").is_file():
+    why = safefs.untrusted_component(folder)
+    if why:
+        raise PgsweepError(
+            f"{folder} could be changed by another user: {why}",
+            where=str(folder), fix="name a results folder you or root own",
+        )  # fmt: skip
+    if path.is_symlink() or not path.is_file() or not (folder / "results.db").is_file():
         raise PgsweepError(
             f"{folder} is not a results folder of `pgsweep run` (no experiment.toml and "
             "results.db)", where=str(folder), fix="name the results folder of the earlier run",
@@ -55,6 +64,8 @@ def combine(before: Experiment, after: Experiment, folder: Path) -> Experiment:
             expected=f"the same factors and levels: {theirs or 'none'}",
             fix="give both runs the same [factors]; put the change in the base values",
         )  # fmt: skip
+    _supported(before, folder)
+    _supported(after, folder)
     changed = [(layer.name, key) for layer in after.layers
                for key in _differing(before.base.get(layer.name, {}),
                                      after.base.get(layer.name, {}))]  # fmt: skip
@@ -66,7 +77,24 @@ def combine(before: Experiment, after: Experiment, folder: Path) -> Experiment:
                  for n in {*before.canonical, *after.canonical}}  # fmt: skip
     return replace(after, factors=[AGAINST, *after.factors], configurations=configs,
                    canonical=canonical, pseudo_costs={AGAINST.name: cost},
-                   against=folder)  # fmt: skip
+                   against=folder, against_text=before.source.text)  # fmt: skip
+
+
+def _supported(exp: Experiment, folder: Path) -> None:
+    """Layers keep what they learnt while validating one file (its scripts' frozen copies,
+    the os layer's page counts, the storage layer's keys); one run holds one set of layer
+    instances, so only files those layers need nothing from can be combined so far."""
+    used = [name for name in ("storage", "os") if getattr(exp.layer(name), "used", False)]
+    custom = sorted({s["workload"].script for s in exp.configurations.values()}
+                    - set(pgbench.BUILTIN_SCRIPTS))  # fmt: skip
+    if used or custom:
+        what = ", ".join([*(f"[{n}]" for n in used), *(f"the script {c}" for c in custom)])
+        raise PgsweepError(
+            f"--against cannot combine runs that use {what} yet ({exp.source.path} does)",
+            where=str(exp.source.path),
+            fix=f"run both files and use `pgsweep compare {folder} NEW_DIR` (which warns "
+            "about session drift), or put the change in [server], [cluster] or [workload]",
+        )  # fmt: skip
 
 
 def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

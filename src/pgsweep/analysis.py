@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import tomllib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,13 +86,23 @@ def analyse(
     base = _baseline(configs, baseline)
     rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
     adaptive = plan.get("adaptive")
-    seq = None
+    seq = ran = None
+    notes: list[str] = []
     if adaptive:
-        rounds = rounds[: _rounds_run(configs)]
-        seq = sequential(configs, base, whole, replicated, adaptive, alpha)
+        done = complete_rounds(results, len(configs))
+        if any(r > done for c in configs for r in c.values.get(TPS, {})):
+            notes.append(f"round {done + 1} was cut short: its trials are not in the verdicts")
+        rounds = rounds[:done]
+        seq = sequential(configs, base, whole, replicated, adaptive, alpha, done)
+        ran = seq  # the looks as the run made them: the file's own baseline and alpha
+        run_base, run_alpha = _stored_options(exp.file_text)
+        if (run_base, run_alpha) != (baseline or None, alpha):
+            ran = sequential(configs, _baseline(configs, run_base), whole, replicated, adaptive,
+                             run_alpha, done)  # fmt: skip
+            notes.append("the run's looks used the file's [report] baseline and alpha; the "
+                         "verdicts here use the ones given to the report")  # fmt: skip
     comparisons: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
-    notes: list[str] = []
     tps_model = None
     for metric, (label, higher, _) in METRICS.items():
         obs = _observations(configs, metric, rounds, base, higher, whole, replicated)
@@ -127,7 +138,7 @@ def analyse(
     if seq is not None:
         method["critical"] = ("group-sequential: O'Brien-Fleming alpha spending over the looks, "
                               "repeated confidence intervals at the last look")  # fmt: skip
-        method["adaptive"] = seq.summary()
+        method["adaptive"] = (ran or seq).summary()
         info["rounds"] = len(rounds)
     round_rows = _round_levels(configs, rounds)
     out = Analysis(info, factors, whole, base.id, configs, comparisons, effects, round_rows,
@@ -193,9 +204,22 @@ def _effects(model: sm.Model, alpha: sm.Level, margin: float | None) -> sm.Famil
     return sm.effects_family(model, alpha, margin) if model.obs.levels[0] else None
 
 
-def _rounds_run(configs: list[Config]) -> int:
-    """The last round with any TPS: an adaptive run stops before its maximum."""
-    return max((r for c in configs for r in c.values.get(TPS, {})), default=0)
+def complete_rounds(results: Results, n_configs: int) -> int:
+    """Rounds 1..N each hold a trial (ok or failed) of every configuration: the rounds an
+    adaptive run has looked at. A round cut short is not one."""
+    seen: dict[int, set[str]] = {}
+    for t in results.trials():
+        seen.setdefault(t.round, set()).add(t.config_id)
+    done = 0
+    while len(seen.get(done + 1, ())) == n_configs:
+        done += 1
+    return done
+
+
+def _stored_options(file_text: str) -> tuple[dict[str, Any] | None, float]:
+    """The [report] baseline and alpha the run itself judged its looks by."""
+    table = tomllib.loads(file_text).get("report", {})
+    return table.get("baseline") or None, float(table.get("alpha", sm.ALPHA))
 
 
 @dataclass
@@ -221,24 +245,24 @@ class Sequential:
         if look is None:
             reason = f"stopped before the first look (round {self.plan.looks[0]})"
         elif self.stopped_at is not None:
-            reason = look.reason if look.stop else "stopped"
+            reason = look.reason if look.stop else f"a look said stop at round {self.stopped_at}"
         else:
             reason = f"interrupted after round {self.rounds}: {look.reason}"
         return {"decide": self.decide, "precision": self.precision, "rounds": self.rounds,
                 "min_rounds": self.plan.looks[0], "max_rounds": self.plan.max_rounds,
                 "stopped_at": self.stopped_at, "reason": reason, "decided_at": self.decided_at,
                 "looks": list(self.plan.looks),
-                "z": [round(z, 3) for z in self.plan.z]}  # fmt: skip
+                "z": [round(z, 3) if math.isfinite(z) else None for z in self.plan.z]}  # fmt: skip
 
 
 def sequential(
     configs: list[Config], base: Config, whole: list[str], replicated: bool,
-    adaptive: dict[str, Any], alpha: float,
+    adaptive: dict[str, Any], alpha: float, done: int,
 ) -> Sequential:  # fmt: skip
-    """Replay the looks a `rounds = "auto"` run makes after each round, on TPS."""
+    """Replay the looks a `rounds = "auto"` run makes after each of its `done` complete
+    rounds, on TPS."""
     plan = _seq_plan(int(adaptive["max_rounds"]), int(adaptive["min_rounds"]), alpha)
     decide, precision = str(adaptive["decide"]), float(adaptive["precision"])
-    done = _rounds_run(configs)
     rounds = list(range(1, done + 1))
     obs = _observations(configs, TPS, rounds, base, True, whole, replicated)
     look: sq.Look | None = None
@@ -261,18 +285,20 @@ def _seq_plan(max_rounds: int, min_rounds: int, alpha: float) -> sq.SequentialPl
     return sq.make_plan(max_rounds, min(min_rounds, max_rounds), alpha=alpha)
 
 
-def stop_reason(results: Results, rounds: int, alpha: float,
-                baseline: dict[str, Any] | None) -> str | None:  # fmt: skip
+def stop_reason(results: Results, rounds: int) -> str | None:
     """Why an adaptive run may stop after `rounds` complete rounds, or None to go on (the
-    engine asks after each round, and on --resume)."""
-    plan = results.experiment().plan
+    engine asks after each round, and on --resume), judged by the [report] baseline and
+    alpha of the file the run froze, as the report's account of the run is."""
+    exp = results.experiment()
+    plan = exp.plan
+    baseline, alpha = _stored_options(exp.file_text)
     configs = _load(results)
     for c in configs:
         c.values = {m: {r: v for r, v in by.items() if r <= rounds} for m, by in c.values.items()}
     whole = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
     replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
     seq = sequential(configs, _baseline(configs, baseline), whole, replicated,
-                     plan["adaptive"], alpha)  # fmt: skip
+                     plan["adaptive"], alpha, rounds)  # fmt: skip
     if seq.look is None or not seq.look.stop or seq.look.rounds != seq.rounds:
         return None
     return seq.look.reason

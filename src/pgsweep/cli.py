@@ -137,6 +137,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from .engine import plans
 
     exp = spec.load(args.file)
+    spec.check_adaptive(exp)
     exp.grant = _grant(args)
     where = plans.preflight(exp, args.results or Path("results") / exp.name)
     plan = plans.plan_for(exp, where)
@@ -164,6 +165,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
         before = spec.load(against.frozen_file(args.against))
         exp = against.combine(before, exp, args.against)
+    spec.check_adaptive(exp)
     exp.grant = grant
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     from .engine.run import run
@@ -213,6 +215,16 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _gate_threshold(args: argparse.Namespace) -> float | None:
+    """--fail-if-slower as a fraction; --junit without it is refused before any work."""
+    if args.fail_if_slower is None:
+        if args.junit:
+            raise PgsweepError("--junit writes the gate's verdicts: it needs --fail-if-slower",
+                               fix="add e.g. --fail-if-slower 3%")  # fmt: skip
+        return None
+    return spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
+
+
 def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--fail-if-slower", metavar="PCT",
@@ -241,9 +253,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         if args.margin is not None:
             margin = spec.parse_margin(args.margin, "--margin")
         alpha = options.alpha if args.alpha is None else _alpha(args.alpha)
-        threshold = None
-        if args.fail_if_slower is not None:
-            threshold = spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
+        threshold = _gate_threshold(args)
         result = analysis.analyse(store, baseline or None, margin, alpha)
         _render_report(args, result, store, console)
     finally:
@@ -296,9 +306,7 @@ def _alpha(value: float) -> float:
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     from . import compare
 
-    threshold = None
-    if args.fail_if_slower is not None:
-        threshold = spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
+    threshold = _gate_threshold(args)
     alpha = compare.ALPHA if args.alpha is None else _alpha(args.alpha)
     a, b = show.open_store(args.before), show.open_store(args.after)
     try:

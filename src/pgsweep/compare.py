@@ -92,8 +92,17 @@ def _row(levels: dict[str, Any], before: list[float], after: list[float], alpha:
 
 def within_run_gate(a: Analysis, threshold: float) -> dict[str, Any]:
     """The gate inside one run (`report --fail-if-slower`): each configuration's TPS against
-    the baseline, measured side by side in every round, so no session drift is in it. The
-    same shape as `compare`'s result, for gate_line and junit_xml."""
+    the baseline, measured side by side in every round, so no session drift is in it; for
+    a `run --against` run, the change (after against before, averaged over the other
+    factors). The same shape as `compare`'s result, for gate_line and junit_xml."""
+    if "run.against" in a.factors:  # `run --against`: the change is that factor's effect
+        rows = [
+            {"levels": {"run.against": "after"}, "verdict": e["verdict"],
+             "ci_high": e["ci_high"], "slower_beyond_threshold": e["ci_high"] < 1 - threshold}
+            for e in a.main_effects() if e["factor"] == "run.against"
+        ]  # fmt: skip
+        return {"fail_if_slower": threshold, "matched": rows,
+                "regressions": [r for r in rows if r["slower_beyond_threshold"]]}  # fmt: skip
     levels = {c.id: c.levels for c in a.configurations}
     rows = [
         {"levels": levels[r["config"]], "verdict": r["verdict"], "ci_high": r["ci_high"],

@@ -37,8 +37,11 @@ def open_store(results: Path) -> Results:
 
 
 def summarize(results: Results) -> list[ConfigSummary]:
-    rounds = results.experiment().rounds
+    exp = results.experiment()
     all_trials = results.trials()
+    rounds = exp.rounds
+    if exp.plan.get("adaptive"):  # it may have stopped early: out of the rounds it ran
+        rounds = max((t.round for t in all_trials), default=0)
     p99_by_trial = results.metric("latency.p99_ms", ok_only=True)
     out = []
     for c in results.configurations():

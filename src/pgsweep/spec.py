@@ -60,6 +60,7 @@ class Experiment:
     adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is then the maximum
     pseudo_costs: dict[str, Cost] = field(default_factory=dict)  # factors of no layer (run.against)
     against: Path | None = None  # `run --against DIR`: the results folder measured again
+    against_text: str = ""  # its frozen experiment file, as validated
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -328,6 +329,17 @@ def parse_margin(text: str, where: str) -> float:
     return float(m.group(1)) / 100
 
 
+def check_adaptive(exp: Experiment) -> None:
+    """rounds = "auto" needs something to decide: at least two configurations (checked
+    after `run --against` has added its factor)."""
+    if exp.adaptive and len(exp.configurations) < 2:
+        raise exp.source.error(
+            ("repeat", "rounds"),
+            'rounds = "auto" needs a factor: with one configuration there is nothing to decide',
+            fix="add a factor under [factors], or give a number of rounds",
+        )
+
+
 def report_options(text: str) -> ReportTable:
     """The [report] table of an experiment file already validated by `load`."""
     return ReportTable.model_validate(tomllib.loads(text).get("report", {}))
@@ -354,7 +366,7 @@ def load(path: Path) -> Experiment:
     _check_text(source, doc)
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
-    adaptive = adaptive_rounds(source, doc, rep, bool(factors))
+    adaptive = adaptive_rounds(source, doc, rep)
     rounds = adaptive.max_rounds if adaptive else int(rep.rounds)
     _check_size(source, factors, rounds)
     _check_baseline(source, report, factors)

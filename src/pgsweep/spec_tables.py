@@ -30,8 +30,9 @@ class RepeatTable(BaseModel):
     rounds: int | str = Field(
         3, description='a number, or "auto": look after each round and stop once decided'
     )
-    min_rounds: int = Field(3, ge=2, le=10_000, description="rounds before the first look")
-    max_rounds: int = Field(10, ge=2, le=10_000, description="rounds at most")
+    min_rounds: int = Field(3, ge=2, le=50, description="rounds before the first look")
+    # each look's boundary is computed numerically: 50 rounds take seconds, 200 minutes
+    max_rounds: int = Field(10, ge=2, le=50, description="rounds at most")
     decide: Literal["baseline", "effects"] = Field(
         "baseline", description="what must be decided: each configuration against the baseline, "
         "or the factor effects",
@@ -108,9 +109,7 @@ def fixed_table(source: Source, doc: dict[str, Any], table: str) -> Any:
         ) from None
 
 
-def adaptive_rounds(
-    source: Source, doc: dict[str, Any], rep: RepeatTable, has_factors: bool
-) -> Adaptive | None:
+def adaptive_rounds(source: Source, doc: dict[str, Any], rep: RepeatTable) -> Adaptive | None:
     """The adaptive-rounds settings, or None for a fixed number of rounds; the keys that
     only mean something with rounds = "auto" are refused without it."""
     given = doc.get("repeat", {})
@@ -120,12 +119,8 @@ def adaptive_rounds(
             raise source.error(("repeat", extra[0]), f"{extra[0]} only applies to adaptive rounds",
                                fix='set rounds = "auto", or remove the key')  # fmt: skip
         return None
-    if not has_factors:
-        raise source.error(
-            ("repeat", "rounds"),
-            'rounds = "auto" needs a factor: with one configuration there is nothing to decide',
-            fix="add a factor under [factors], or give a number of rounds",
-        )
+    if "min_rounds" not in given:  # the default of 3 yields to a smaller maximum
+        rep.min_rounds = min(rep.min_rounds, rep.max_rounds)
     if rep.min_rounds > rep.max_rounds:
         raise source.error(("repeat", "min_rounds"),
                            f"min_rounds ({rep.min_rounds}) exceeds max_rounds ({rep.max_rounds})",

@@ -1,5 +1,5 @@
 """Adaptive rounds on a real run: `rounds = "auto"` looks after each round and stops long
-before its maximum of 6: a real tenfold effect is decided at the first look (round 3) and
+before its maximum of 6: a real tenfold effect is decided at the first or second look and
 a real A/A comparison can no longer find a 2% difference (futility) by round 3 or 4,
 depending on the noise (9.5-21% CV here); the report calls the one and not the other, and
 says where the run stopped; `--resume` of a stopped run runs nothing.
@@ -73,7 +73,9 @@ def test_the_report_calls_the_effect_and_not_the_a_a_pair(results: Path) -> None
     last = rounds_run(results)
     assert seq["rounds"] == last and seq["stopped_at"] == last and seq["max_rounds"] == 6
     assert seq["reason"].startswith("futility"), seq  # the A/A pair was the one left open
-    assert seq["decided_at"] == {"server.commit_siblings=0": 3}, seq  # the first look
+    # decided at the first or second look: its noise (3%) is far below the A/A pair's
+    # (10-20%), so the model may fall back to a paired t with 2 degrees of freedom at round 3
+    assert seq["decided_at"]["server.commit_siblings=0"] in (3, 4), seq
     levels = {c["id"]: c["levels"]["server.commit_siblings"] for c in data["configurations"]}
     tps = {levels[c["config"]]: c for c in data["comparisons"] if c["metric"] == "tps"}
     assert tps[0]["decision"] == "different" and tps[0]["ratio"] < 0.3, tps[0]

@@ -118,4 +118,10 @@ def test_run_against_refuses_other_factors_and_other_folders(
     assert res.returncode == 2 and "the factors differ from those of" in res.stderr, res.stderr
     res = pgsweep("run", str(path), "--results", str(tmp_path / "r"), "--against", str(tmp_path))
     assert res.returncode == 2 and "is not a results folder" in res.stderr, res.stderr
+    # layers keep per-file state (huge-page counts, frozen scripts): not combined yet
+    oslayer = write_experiment(tmp_path, FILE.format(sync="on", extra="") + "[os]\nthp = 'never'\n",
+                               "os.toml")  # fmt: skip
+    res = pgsweep("run", str(oslayer), "--results", str(tmp_path / "r"),
+                  "--against", str(runs["before"]))  # fmt: skip
+    assert res.returncode == 2 and "--against cannot combine runs that use [os]" in res.stderr
     assert not (tmp_path / "r").exists()

@@ -4,13 +4,16 @@ plan, and the store, with what must not change between a run and its resume."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..errors import PgsweepError
+from ..host import safefs
 from ..plan import Plan
 from ..spec import Experiment
 from ..store import Store
@@ -22,9 +25,11 @@ def now() -> str:
 
 def fingerprint(exp: Experiment) -> str:
     """What must not change between a run and its --resume."""
-    adaptive = {"adaptive": asdict(exp.adaptive)} if exp.adaptive else {}  # older runs lack it
+    extra: dict[str, Any] = {"adaptive": asdict(exp.adaptive)} if exp.adaptive else {}
+    if exp.against is not None:  # the before side: the very file measured again
+        extra["against"] = hashlib.sha256(exp.against_text.encode()).hexdigest()
     return json.dumps(
-        adaptive
+        extra  # keys older runs lack are left out when unused
         | {
             "base": exp.base,
             "factors": [[f.name, list(f.levels)] for f in exp.factors],
@@ -76,7 +81,10 @@ def resume_store(exp: Experiment, results: Path) -> Store:
         keys = [k for k in {*old, *new} if old.get(k) != new.get(k)]
         fix = (f"undo the change to resume, or start a new run without --resume "
                f"(the original is frozen in {results / 'experiment.toml'})")  # fmt: skip
-        if {"rounds", "adaptive"} & set(keys):
+        if "against" in keys:
+            fix = ("this run measured a results folder again: resume it with the same "
+                   "--against DIR, whose experiment.toml must not have changed")  # fmt: skip
+        elif {"rounds", "adaptive"} & set(keys):
             fix = ("more rounds for a run whose results were looked at is one more look: the "
                    "false 'different' rate would rise unseen. Start a new run (with rounds = "
                    "\"auto\" its looks are planned), or use this one as a pilot: pgsweep plan "
@@ -93,7 +101,7 @@ def new_store(exp: Experiment, results: Path, plan: Plan) -> Store:
     results.mkdir(parents=True, exist_ok=True)
     (results / "experiment.toml").write_text(exp.source.text)
     if exp.against is not None:  # the file whose configurations are measured again
-        (results / "against.toml").write_text((exp.against / "experiment.toml").read_text())
+        safefs.write_file(results / "against.toml", exp.against_text, 0o644)
     (results / "plan.json").write_text(plan.to_json())
     store = Store(results / "results.db")
     store.write_experiment(

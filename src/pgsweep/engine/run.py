@@ -19,7 +19,7 @@ from ..host import journal, proc, safefs, workarea
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext
 from ..plan import Configuration, Plan, Trial, make_plan
-from ..spec import Experiment, report_options
+from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
 from .folder import check_results_folder, new_store, resume_store
 from .plans import plan_for, preflight
@@ -145,7 +145,8 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
             complete = max((r for r in range(1, plan.rounds + 1)
                             if all(t.id in done for t in plan.trials if t.round <= r)),
                            default=0)  # fmt: skip
-            if complete >= plan.adaptive.min_rounds and (why := _look(exp, area.results, complete)):
+            looked = plan.adaptive.min_rounds <= complete < plan.adaptive.max_rounds
+            if looked and (why := _look(area.results, complete)):
                 outcome.stopped, todo = f"after round {complete}: {why}", []
         reporter.started(plan, todo, area.results, notes)
         outcome.stopped = (
@@ -189,21 +190,19 @@ def _trials(
             and last_of_round[trial.round] == trial.id
             and ad.min_rounds <= trial.round < ad.max_rounds
         ):
-            why = _look(exp, results, trial.round)
+            why = _look(results, trial.round)
             if why:
                 reporter.stopped_early(trial.round, why)
                 return f"after round {trial.round}: {why}"
     return None
 
 
-def _look(exp: Experiment, results: Path, rounds: int) -> str | None:
-    """The sequential look after `rounds` complete rounds, on the file's [report] baseline
-    and alpha: why the run may stop, or None."""
+def _look(results: Path, rounds: int) -> str | None:
+    """The sequential look after `rounds` complete rounds: why the run may stop, or None."""
     from ..analysis import stop_reason
 
-    options = report_options(exp.source.text)
     with Results(results) as stored:
-        return stop_reason(stored, rounds, options.alpha, options.baseline or None)
+        return stop_reason(stored, rounds)
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,

@@ -23,6 +23,7 @@ from .model import Model, Spec, baseline_specs, effect_specs, estimable
 # sequential look's level depends on the family's joint distribution)
 Level = float | Callable[[Array], float]
 DETECT_CAP = 10.0  # +1000%: beyond this a "detectable difference" means nothing
+LOG_BOUND = math.log(1e6)  # interval bounds beyond a millionfold are printed as that
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,11 @@ def _contrast(s: Spec, est: float, se: float, df: float, q: float, p_adj: float,
               margin: float | None, error: str, reps: int, se_upper: float,
               floored: bool) -> Contrast:  # fmt: skip
     """Decision from the interval itself, so the two cannot disagree."""
-    low, high = math.exp(est - q * se), math.exp(est + q * se)
+    # An early sequential look can have critical values of 1e5 and more (or infinite, when
+    # it spends no alpha): bounds are clamped at a millionfold, which changes no decision
+    half = q * se if se > 0 else 0.0
+    low = math.exp(max(est - half, -LOG_BOUND))
+    high = math.exp(min(est + half, LOG_BOUND))
     if low > 1 or high < 1:
         decision = "different"
     elif margin is not None and 1 - margin <= low and high <= 1 + margin:
@@ -201,7 +206,8 @@ def _contrast(s: Spec, est: float, se: float, df: float, q: float, p_adj: float,
         decision = "undecided"
     # capped at +1000% (words say "none"), which also keeps it finite for JSON: a look with
     # very few rounds has critical values in the thousands
-    detect = round_up(math.expm1(min(noncentrality(q, df) * se_upper, math.log1p(DETECT_CAP))))
+    reach = noncentrality(q, df) * se_upper if se_upper > 0 else 0.0
+    detect = round_up(math.expm1(min(reach, math.log1p(DETECT_CAP))))
     return Contrast(s.kind, s.label, s.terms, s.config, math.exp(est), low, high, se, est / se,
-                    float(df), float(q), float(p_adj), decision, error, reps, detect, floored,
-                    margin, tuple(float(v) for v in s.weights))  # fmt: skip
+                    float(df), min(float(q), 1e300), float(p_adj), decision, error, reps,
+                    detect, floored, margin, tuple(float(v) for v in s.weights))  # fmt: skip
