@@ -14,7 +14,7 @@ fi
 # and their simulations) run beside the rest, at the lowest CPU priority: the suite's time
 # is the real runs', and these make no file, process or mount the others compare before
 # and after.
-pure=(tests/unit/test_adaptive.py tests/unit/test_engine.py tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py
+pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py
       tests/unit/test_plan.py tests/unit/test_simulations.py tests/unit/test_statmodel.py
       tests/unit/test_txlog.py tests/unit/test_units.py)
 log=$(mktemp)

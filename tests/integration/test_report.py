@@ -18,6 +18,7 @@ import pytest
 from conftest import pgsweep, requires_pg, run_shared
 
 SCRIPT = "<script>alert(1)</script>"
+ROUNDS = 3
 EXPERIMENT = f"""
 [experiment]
 name = "report-2x2"
@@ -31,7 +32,7 @@ jobs = 2
 duration = "2s"
 warmup = "0s"
 [repeat]
-rounds = 4
+rounds = {ROUNDS}
 [factors]
 server.application_name = ["plain", "{SCRIPT}"]
 server.synchronous_commit = ["on", "off"]
@@ -65,7 +66,7 @@ def test_a_a_factor_is_not_called_different(results: Path) -> None:
     sync = main[("server.synchronous_commit", "tps")]
     assert sync["verdict"].startswith("faster: +"), sync  # commits without waiting on fsync
     assert sync["decision"] == "different" and sync["ci_low"] > 1
-    assert sync["replicates"] == 4 and sync["error"] == "pooled"
+    assert sync["replicates"] == ROUNDS and sync["error"] == "pooled"
 
 
 @requires_pg
@@ -79,9 +80,9 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert data["method"]["alpha"] == 0.05 and data["whole_plot_factors"] == []
     for c in data["configurations"]:
         s = c["summary"]["tps"]
-        assert s["n"] == 4 and s["min"] <= s["mean"] <= s["max"]
+        assert s["n"] == ROUNDS and s["min"] <= s["mean"] <= s["max"]
         assert s["ci_low"] < s["level"] < s["ci_high"]
-        assert sorted(c["values"]["tps"]) == ["1", "2", "3", "4"]
+        assert sorted(c["values"]["tps"]) == [str(r) for r in range(1, ROUNDS + 1)]
         assert c["negligible"] == []  # tpcb-like writes hundreds of WAL bytes per transaction
     tps = [c for c in data["comparisons"] if c["metric"] == "tps"]
     assert sorted(c["config"] for c in tps) == ["c02", "c03", "c04"]
@@ -90,7 +91,7 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
         assert (c["decision"] == "different") == (c["p_adjusted"] < 0.05), c
     (it,) = [e for e in data["effects"] if e["kind"] == "interaction" and e["metric"] == "tps"]
     assert [t["factor"] for t in it["terms"]] == data["factors"]
-    assert [r["round"] for r in data["rounds"]] == [1, 2, 3, 4]
+    assert [r["round"] for r in data["rounds"]] == list(range(1, ROUNDS + 1))
     res = pgsweep("report", str(results), "--format", "json",
                   "--baseline", "server.synchronous_commit=off", "--alpha", "0.01")  # fmt: skip
     other = json.loads(res.stdout)
@@ -117,12 +118,13 @@ def test_markdown_has_rounds_by_configurations_with_mean_and_median(results: Pat
     lines = res.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("|  | c01"))
     assert lines[header].count("| c0") == 4
-    rows = [line.split("|")[1].strip() for line in lines[header + 2 : header + 9]]
-    assert rows[0] == "levels" and rows[5:] == ["**mean**", "**median**"]
-    assert [r.split(" (")[0] for r in rows[1:5]] == [f"round {i}" for i in range(1, 5)]
+    rows = [line.split("|")[1].strip() for line in lines[header + 2 : header + 5 + ROUNDS]]
+    assert rows[0] == "levels" and rows[ROUNDS + 1 :] == ["**mean**", "**median**"]
+    rounds = [r.split(" (")[0] for r in rows[1 : ROUNDS + 1]]
+    assert rounds == [f"round {i}" for i in range(1, ROUNDS + 1)]
     data = _json(results)
     c01 = data["configurations"][0]["summary"]["tps"]
-    mean_cell = lines[header + 7].split("|")[2].strip()
+    mean_cell = lines[header + 3 + ROUNDS].split("|")[2].strip()
     assert mean_cell == f"{c01['mean']:,.1f}"
     assert "## Against the baseline" in res.stdout and "faster: +" in res.stdout
 
