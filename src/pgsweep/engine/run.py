@@ -141,12 +141,9 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
             layer.record_inputs(area.results)
         done = store.done_trials()
         todo = [t for t in plan.trials if t.id not in done]
-        if plan.adaptive:  # a resumed run that had already stopped has nothing left to do
-            complete = max((r for r in range(1, plan.rounds + 1)
-                            if all(t.id in done for t in plan.trials if t.round <= r)),
-                           default=0)  # fmt: skip
-            looked = plan.adaptive.min_rounds <= complete < plan.adaptive.max_rounds
-            if looked and (why := _look(area.results, complete)):
+        if plan.adaptive and todo:  # a resumed run that had stopped has nothing left to do
+            complete, why = _look(area.results)
+            if why and complete < plan.adaptive.max_rounds:
                 outcome.stopped, todo = f"after round {complete}: {why}", []
         reporter.started(plan, todo, area.results, notes)
         outcome.stopped = (
@@ -190,19 +187,22 @@ def _trials(
             and last_of_round[trial.round] == trial.id
             and ad.min_rounds <= trial.round < ad.max_rounds
         ):
-            why = _look(results, trial.round)
+            _, why = _look(results, trial.round)
             if why:
                 reporter.stopped_early(trial.round, why)
                 return f"after round {trial.round}: {why}"
     return None
 
 
-def _look(results: Path, rounds: int) -> str | None:
-    """The sequential look after `rounds` complete rounds: why the run may stop, or None."""
-    from ..analysis import stop_reason
+def _look(results: Path, rounds: int | None = None) -> tuple[int, str | None]:
+    """The sequential look after `rounds` complete rounds (default: all the store holds):
+    the rounds looked at, and why the run may stop there, or None."""
+    from ..analysis import complete_rounds, stop_reason
 
     with Results(results) as stored:
-        return stop_reason(stored, rounds)
+        if rounds is None:
+            rounds = complete_rounds(stored, len(stored.configurations()))
+        return rounds, stop_reason(stored, rounds)
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
