@@ -23,7 +23,9 @@ log=$(mktemp)
 (nice -n 19 .venv/bin/mypy && nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]}") \
     >"$log" 2>&1 &
 pure_pid=$!
-trap 'pkill -P "$pure_pid" 2>/dev/null; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"' EXIT
+# set -e holds inside the trap too: every command in it must succeed or the suite's exit
+# status becomes the trap's.
+trap 'pkill -P "$pure_pid" 2>/dev/null || true; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"' EXIT
 status=0
 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]/#/--ignore=}" tests || status=$?
 pure_status=0
