@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import verdict as sm
-from .analysis_checks import CV_WARN, warnings
+from .analysis_checks import CV_WARN, replication_rows, warnings
 from .errors import PgsweepError
 from .store import TPS, Results
 from .verdict import sequential as sq
@@ -62,6 +62,8 @@ class Analysis:
     drift: dict[str, Any] | None
     method: dict[str, Any]
     warnings: list[str]
+    # per configuration with standbys: lags, bytes behind, sync share, conflicts, stalls
+    replication: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)
@@ -144,6 +146,7 @@ def analyse(
     out = Analysis(info, factors, whole, base.id, configs, comparisons, effects, round_rows,
                    drift, method, [])  # fmt: skip
     out.warnings = warnings(out, results)
+    out.replication = replication_rows(results)
     return out
 
 

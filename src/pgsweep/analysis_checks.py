@@ -45,12 +45,50 @@ def warnings(a: Analysis, results: Results) -> list[str]:
                    "within rounds cancel most of it, but per-configuration levels, and "
                    "factors built once per level, carry it (see the per-round levels)")  # fmt: skip
     out += _windows(results)
+    out += _stalls(results)
     if a.whole_plot_factors and not a.experiment.get("replicated"):
         out.append(f"{', '.join(a.whole_plot_factors)}: each level ran on one cluster built "
                    "once, so their intervals cover run-to-run noise only, not build-to-build "
                    "variation (rebuild = \"per_round\" replicates them)")  # fmt: skip
     out += [f"method: {n}" for n in a.method.get("notes", [])]
     return out
+
+
+def _stalls(results: Results) -> list[str]:
+    """Seconds in which the primary completed no transaction: pgbench's average hides them
+    (remote_apply behind a standby that holds replay back freezes every commit)."""
+    zero = results.metric("stability.zero_tps_seconds", ok_only=True)
+    hit = {t: v for t, v in zero.items() if v > 0}
+    if not hit:
+        return []
+    worst = max(hit, key=lambda t: hit[t])
+    return [f"{len(hit)} trial(s) had seconds in which no transaction completed (stalls; "
+            f"worst {hit[worst]:.0f} s in {worst}): their average TPS hides a frozen "
+            "server; see the per-second TPS"]  # fmt: skip
+
+
+def replication_rows(results: Results) -> list[dict[str, object]]:
+    """Per configuration with standbys: the mean over its trials of each replication
+    figure (lags in ms, bytes behind, the synchronous share of seconds, conflicts), and its
+    stall seconds; [] when no trial had standbys."""
+    names = ("replication.write_lag_ms_mean", "replication.flush_lag_ms_mean",
+             "replication.replay_lag_ms_mean", "replication.replay_lag_ms_max",
+             "replication.replay_bytes_behind_max", "replication.sync_share",
+             "replication.conflicts", "stability.zero_tps_seconds")  # fmt: skip
+    values = {n: results.metric(n, ok_only=True) for n in names}
+    if not values["replication.replay_lag_ms_mean"]:
+        return []
+    by_config: dict[str, list[str]] = {}
+    for t in results.trials(ok_only=True):
+        by_config.setdefault(t.config_id, []).append(t.id)
+    rows: list[dict[str, object]] = []
+    for config, trials in sorted(by_config.items()):
+        row: dict[str, object] = {"config": config}
+        for n in names:
+            got = [values[n][t] for t in trials if t in values[n]]
+            row[n.split(".", 1)[1]] = sum(got) / len(got) if got else None
+        rows.append(row)
+    return rows
 
 
 def _windows(results: Results) -> list[str]:

@@ -104,6 +104,33 @@ def adaptive_line(ad: dict[str, Any]) -> str:
     )
 
 
+REPLICATION_COLUMNS = (
+    ("write_lag_ms_mean", "write lag ms", 2), ("flush_lag_ms_mean", "flush lag ms", 2),
+    ("replay_lag_ms_mean", "replay lag ms", 2), ("replay_lag_ms_max", "max replay lag ms", 1),
+    ("replay_bytes_behind_max", "max replay bytes behind", 0),
+    ("sync_share", "seconds in sync", 2), ("conflicts", "conflicts", 1),
+    ("zero_tps_seconds", "stall s", 1),
+)  # fmt: skip
+
+
+def _md_replication(a: Analysis) -> list[str]:
+    """Seed 4's table: per configuration, the mean over its trials of each standby figure
+    (lags are means of the per-second samples, then of the trials)."""
+    if not a.replication:
+        return []
+    out = ["\n## Replication\n", "Per configuration, means over its trials of the "
+           "once-a-second samples of pg_stat_replication (every standby); stall s: seconds "
+           "in which the primary completed no transaction.\n"]  # fmt: skip
+    by_id = {c.id: c for c in a.configurations}
+    out.append(_md_row(["config", "levels", *(h for _, h, _ in REPLICATION_COLUMNS)]))
+    out.append(_md_row(["---"] * (2 + len(REPLICATION_COLUMNS))))
+    for row in a.replication:
+        c = by_id.get(str(row["config"]))
+        cells = [_num(row.get(k), d) for k, _, d in REPLICATION_COLUMNS]
+        out.append(_md_row([str(row["config"]), levels_text(a, c) if c else "", *cells]))
+    return out
+
+
 def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {exp['name']}\n")
@@ -138,6 +165,7 @@ def render_markdown(a: Analysis) -> str:
         out.append(_md_row(["---"] * 5))
         out += [_md_row([e["label"], effect_name(e), e["verdict"], e["error"],
                          str(e["replicates"])]) for e in rows]  # fmt: skip
+    out += _md_replication(a)
     if a.warnings:
         out.append("\n## Warnings\n")
         out += [f"- {w}" for w in a.warnings]

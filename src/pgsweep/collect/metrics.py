@@ -69,6 +69,9 @@ def stability(per_second_tps: list[float], counters: dict[str, float]) -> dict[s
     if len(tps) >= 2 and tps.mean() > 0:
         out["stability.tps_cv"] = float(tps.std(ddof=1) / tps.mean())
         out["stability.stall_seconds"] = float((tps < STALL_SHARE * np.median(tps)).sum())
+    if len(tps):
+        # seconds in which nothing committed at all (a sync standby holding every commit)
+        out["stability.zero_tps_seconds"] = float((tps <= 0).sum())
     if "pg.checkpoints_timed" in counters:
         out["stability.checkpoints_timed"] = counters["pg.checkpoints_timed"]
         out["stability.checkpoints_req"] = counters.get("pg.checkpoints_req", 0.0)

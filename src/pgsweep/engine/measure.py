@@ -66,7 +66,14 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     if settings.writes:
         server.dirty = True  # from here on, even if the trial fails
     before = snapshot(trial)
-    res = _pgbench(argv, trial_dir / "pgbench", trial, w.seconds)
+    watchers = trial.demand.watchers
+    for watcher in watchers:
+        watcher.begin(trial)
+    try:
+        res = _pgbench(argv, trial_dir / "pgbench", trial, w.seconds)
+    finally:
+        for watcher in watchers:  # each stops; the first that refuses the trial says why
+            watcher.end(trial, record)
     record.counters = counters.delta(before, snapshot(trial))
     mem = metrics.memory()
     if cgroup is not None:

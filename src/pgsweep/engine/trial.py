@@ -52,6 +52,8 @@ def run_trial(
         log_offset = server.cluster.log_size()
         _prepare(layers, settings, ctx)
         for layer in layers:
+            layer.attach(settings[layer.name], ctx)
+        for layer in layers:
             layer.verify(settings[layer.name], ctx)
         measure.measure(ctx, trial_dir, record, first_of_config)
     except TrialFailure as exc:

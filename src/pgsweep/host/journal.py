@@ -98,7 +98,8 @@ class UndoJournal:
 
     def record(self, entry: dict[str, str]) -> None:
         """Journal something about to be made outside kernel files: {"mount": point},
-        {"loop_image": file}, {"zpool": name}, {"zfs_daemon": pidfile}."""
+        {"loop_image": file}, {"zpool": name}, {"zfs_daemon": pidfile}, {"netns": name,
+        "link": host interface}."""
         self._append(entry)
 
     def _append(self, entry: dict[str, str]) -> None:
@@ -188,11 +189,13 @@ def _undo(entry: dict[str, str], work_root: Path | None) -> str | None:
 
 
 def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
-    """Mounts, loop images, pools and daemons (storage layer) are taken down by the modules
-    that make them."""
-    from . import blockdev, zfsfuse
+    """Mounts, loop images, pools and daemons (storage layer) and the standbys' network
+    (replication layer) are taken down by the modules that make them."""
+    from . import blockdev, netns, zfsfuse
 
     with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
+        if "netns" in entry:
+            return netns.undo_entry(entry, Path(scratch))
         if "zpool" in entry or "zfs_daemon" in entry:
             return zfsfuse.undo_entry(entry, Path(scratch), work_root)
         return blockdev.undo_entry(entry, Path(scratch), work_root)
@@ -220,7 +223,8 @@ def recover_stale() -> tuple[list[str], list[str]]:
             done += workarea.stop_stale_servers(run)
             owed = False
             root = workarea.work_root(run)
-            journals = [directory / f"{run}.undo", *sorted(directory.glob(f"{run}.storage*.undo"))]
+            # kernel values, then the standbys' network ("replication"), then storage
+            journals = [directory / f"{run}.undo", *sorted(directory.glob(f"{run}.*.undo"))]
             for journal in journals:
                 lines, still = restore_journal(journal, root)
                 done += [line for line in lines if not line.startswith("could not")]

@@ -9,8 +9,10 @@ def all_layers() -> list[Layer]:
     """A fresh instance of every layer (layers keep run state: journals, frozen scripts)."""
     from .cluster import ClusterLayer
     from .oslayer import OsLayer
+    from .replication import ReplicationLayer
     from .server import ServerLayer
     from .storage import StorageLayer
     from .workload import WorkloadLayer
 
-    return [StorageLayer(), ClusterLayer(), OsLayer(), ServerLayer(), WorkloadLayer()]
+    return [StorageLayer(), ClusterLayer(), OsLayer(), ReplicationLayer(), ServerLayer(),
+            WorkloadLayer()]  # fmt: skip

@@ -61,7 +61,8 @@ class Layer(ABC):
 
     Running: `start_run` once before the first trial; per trial, `prepare` brings the
     trial's resources to the configuration (in layer order, each seeing what earlier ones
-    demanded), then `verify` reads back what is in force; `finish_run` puts back what the
+    demanded), `attach` brings up what stands on the running server, then `verify` reads
+    back what is in force; `finish_run` puts back what the
     layer changed, on every path. Layers that make long-lived resources (a filesystem, a
     cluster) are `ResourceLayer`s: the engine keeps what they build and destroys it."""
 
@@ -119,6 +120,10 @@ class Layer(ABC):
         """Bring this trial to the layer's settings, as cheaply as the cost allows; return
         what later layers must do (server settings, a cgroup, the workload)."""
         return None
+
+    def attach(self, settings: Any, trial: TrialContext) -> None:  # noqa: B027
+        """After every layer prepared, with the server running: bring up what stands on it
+        (standbys made from the running primary)."""
 
     def verify(self, settings: Any, trial: TrialContext) -> None:  # noqa: B027
         """After every layer prepared and the server runs: check that what this layer set is

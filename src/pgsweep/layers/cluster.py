@@ -171,14 +171,16 @@ class ClusterLayer(ResourceLayer):
         return server
 
     def destroy(self, resource: Server, run: RunContext) -> None:
-        resource.cluster.destroy()
+        resource.destroy()
 
     def prepare(self, settings: ClusterSettings, trial: TrialContext) -> None:
         """A writing workload starts from the loaded data: put the snapshot back."""
         server = trial.server
         if server.dirty and trial.settings["workload"].writes:
+            server.stop()
             server.cluster.restore_snapshot()
             server.settings, server.dirty = None, False
+            server.generation += 1
             trial.events.append("restore")
 
     def verify(self, settings: ClusterSettings, trial: TrialContext) -> None:

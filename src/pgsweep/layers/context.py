@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..host.proc import RunAs
     from ..postgres.binaries import Binaries
     from ..postgres.cluster import Cluster
     from ..postgres.pgbench import Workload
+    from ..store import TrialRecord
 
 
 class TrialFailure(Exception):
@@ -71,10 +72,22 @@ class Server:
     primary_devices: list[str] = field(default_factory=list)  # the ones filesystems sit on
     load: dict[str, float] = field(default_factory=dict)  # the load phase's I/O, not yet saved
     recorded: bool = False  # its storage environment is in the store
+    generation: int = 0  # how many times its loaded data was put back from the snapshot
+    # its streaming standbys (postgres.standby.ReplicaSet), owned with it: stopped and
+    # destroyed before it
+    replicas: Any = None
 
     def stop(self) -> None:
+        if self.replicas is not None:
+            self.replicas.stop()
         self.cluster.stop()
         self.settings = None
+
+    def destroy(self) -> None:
+        if self.replicas is not None:
+            replicas, self.replicas = self.replicas, None
+            replicas.destroy()
+        self.cluster.destroy()
 
     def running(self) -> bool:
         return self.cluster.postmaster_pid() is not None
@@ -89,6 +102,10 @@ class Demand:
     server_settings: dict[str, str] = field(default_factory=dict)
     cgroup: Path | None = None
     workload: Workload | None = None
+    # watch the measured window beside pgbench (replication lag), see measure.py
+    watchers: list[Watcher] = field(default_factory=list)
+    # the primary listens on this address too, for a peer (replication.network): (own, peer)
+    listen: tuple[str, str] | None = None
 
     def merged(self, other: Demand | None) -> Demand:
         if other is None:
@@ -97,7 +114,20 @@ class Demand:
             {**self.server_settings, **other.server_settings},
             other.cgroup if other.cgroup is not None else self.cgroup,
             other.workload if other.workload is not None else self.workload,
+            self.watchers + other.watchers,
+            other.listen if other.listen is not None else self.listen,
         )
+
+
+class Watcher(Protocol):
+    """Something sampled while the measured pgbench runs."""
+
+    def begin(self, trial: TrialContext) -> None:
+        """Right before the measured run starts."""
+
+    def end(self, trial: TrialContext, record: TrialRecord) -> None:
+        """Right after it ended (also when it failed): stop, put figures into `record`,
+        raise TrialFailure when what was watched makes the trial unusable."""
 
 
 @dataclass

@@ -81,7 +81,7 @@ class ServerLayer(Layer):
             self._check_name(path, name, ctx)
             meanings: dict[str, Any] = {}
             for value in values:
-                meaning = self._check_value(path, name, value, ctx)
+                meaning = self.check_value(path, name, value, ctx)
                 if meaning in meanings:
                     raise ctx.source.error(
                         path, f"the levels {meanings[meaning]!r} and {value!r} mean the same "
@@ -137,9 +137,8 @@ class ServerLayer(Layer):
             fix=hint,
         )
 
-    def _check_value(
-        self, path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext
-    ) -> str:
+    @staticmethod
+    def check_value(path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext) -> str:
         """The value as the server reads it (base units), or an error naming the key."""
         if name in PRELOADS and any(c in str(value) for c in "/$\\"):
             raise ctx.source.error(
@@ -186,6 +185,11 @@ class ServerLayer(Layer):
         server, cluster = trial.server, trial.cluster
         wanted = settings | trial.demand.server_settings
         try:
+            if trial.demand.listen != cluster.listen:  # a new address is a restart
+                cluster.listen = trial.demand.listen
+                cluster.write_access_files()
+                server.stop()
+                server.settings = None
             if server.settings is None or not server.running():
                 cluster.cgroup = trial.demand.cgroup
                 cluster.write_settings(wanted)

@@ -37,7 +37,7 @@ from .binaries import Binaries
 
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
-HBA = "local all all trust\nlocal replication all trust\n"  # no host lines: no TCP at all
+HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
 
 
 class ServerError(Exception):
@@ -73,6 +73,9 @@ class Cluster:
         self.waldir = waldir
         self.wal_snapshot = waldir.with_name(waldir.name + "-snapshot") if waldir else None
         self.cgroup: Path | None = None  # a cgroup the server starts in (os.memory_limit)
+        # (own address, peer address) on a private veth link: TCP on that address, from
+        # that peer only (standbys in their own namespace, replication.network)
+        self.listen: tuple[str, str] | None = None
         self._settings: dict[str, str] = {}
 
     # ---- helpers -------------------------------------------------------------------
@@ -135,7 +138,7 @@ class Cluster:
             "data_directory": str(self.datadir),
             "hba_file": str(self.conf / "pg_hba.conf"),
             "ident_file": str(self.conf / "pg_ident.conf"),
-            "listen_addresses": "",
+            "listen_addresses": self.listen[0] if self.listen else "",
             "unix_socket_directories": str(self.socket_dir),
             "unix_socket_permissions": "0700",
             "unix_socket_group": "",
@@ -145,13 +148,7 @@ class Cluster:
 
     # ---- life cycle ----------------------------------------------------------------
     def create(self, initdb_options: list[str]) -> None:
-        safefs.private_dir(self.root, 0o711)
-        safefs.private_dir(self.conf, 0o711)
-        safefs.private_dir(self.scratch, 0o700)
-        for leaf in (self.datadir, self.logfile.parent, self.socket_dir):
-            safefs.leaf_dir(leaf, self.user)
-        if self.waldir is not None:
-            safefs.leaf_dir(self.waldir, self.user)
+        self.make_dirs()
         argv = [self.binaries.path("initdb"), "-D", str(self.datadir), "-U", ROLE]
         argv += ["--auth-local=trust", "--auth-host=reject", "--encoding=UTF8", "--locale=C"]
         argv += ["--no-instructions", *initdb_options]
@@ -160,10 +157,27 @@ class Cluster:
         res = self._run(argv, "initdb")
         if not res.ok:
             raise ServerError(f"initdb failed: {res.describe_failure()}")
-        readable = (os.geteuid(), self.gid)  # root, or ourselves when we run the server
-        safefs.write_file(self.conf / "pg_hba.conf", HBA, 0o640, readable)
-        safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
+        self.write_access_files()
         self.write_settings({})
+
+    def make_dirs(self) -> None:
+        """Root's directories (0711/0700) and the server user's empty leaves."""
+        safefs.private_dir(self.root, 0o711)
+        safefs.private_dir(self.conf, 0o711)
+        safefs.private_dir(self.scratch, 0o700)
+        for leaf in (self.datadir, self.logfile.parent, self.socket_dir):
+            safefs.leaf_dir(leaf, self.user)
+        if self.waldir is not None:
+            safefs.leaf_dir(self.waldir, self.user)
+
+    def write_access_files(self) -> None:
+        readable = (os.geteuid(), self.gid)  # root, or ourselves when we run the server
+        hba = HBA
+        if self.listen is not None:
+            peer = self.listen[1]
+            hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
+        safefs.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
+        safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
 
     def write_settings(self, settings: dict[str, str]) -> None:
         """The configuration file: the experiment's settings first, pgsweep's own last (a
@@ -175,6 +189,10 @@ class Cluster:
         safefs.write_file(self.conf / "postgresql.conf", text, 0o640, (os.geteuid(), self.gid))
 
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
+        argv = self._pg_ctl_argv(action, *extra, timeout=timeout)
+        return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
+
+    def _pg_ctl_argv(self, action: str, *extra: str, timeout: float) -> list[str]:
         argv = [self.binaries.path("pg_ctl"), "-D", str(self.conf), "-l", str(self.logfile)]
         argv += ["-w", "-t", str(int(timeout)), *extra, action]
         if action == "start":
@@ -186,7 +204,7 @@ class Cluster:
             # server user), so the postmaster it forks starts inside the cgroup
             join = 'echo $$ > "$1" && shift && exec "$@"'
             argv = ["sh", "-c", join, "sh", str(self.cgroup / "cgroup.procs"), *argv]
-        return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
+        return argv
 
     def start(self) -> None:
         self.postmaster_pid()  # collects a postmaster that died, whose PID would block this

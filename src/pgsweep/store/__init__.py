@@ -13,6 +13,7 @@ from .results import (
     Results,
     Sample,
     Second,
+    StandbySecond,
     Trial,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "Results",
     "Sample",
     "Second",
+    "StandbySecond",
     "Store",
     "Trial",
     "TrialRecord",

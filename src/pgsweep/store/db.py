@@ -84,6 +84,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (cluster, name)
     )
     """,
+    # 5: every standby's replication state, once a second of the measured window
+    """
+    CREATE TABLE standby_second (
+        trial_id TEXT NOT NULL REFERENCES trial(id), standby TEXT NOT NULL,
+        second INTEGER NOT NULL, state TEXT, sync_state TEXT,
+        write_lag_ms REAL, flush_lag_ms REAL, replay_lag_ms REAL,
+        sent_bytes_behind REAL, write_bytes_behind REAL, flush_bytes_behind REAL,
+        replay_bytes_behind REAL,
+        PRIMARY KEY (trial_id, standby, second)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # keys of txlog.Reduction.seconds, in the order of the `second` table's columns
@@ -125,6 +136,8 @@ class TrialRecord:
     latency_bins: list[tuple[float, float, int]] = field(default_factory=list)
     load: dict[str, dict[str, float]] = field(default_factory=dict)  # cluster -> counters
     environment: dict[str, dict[str, str]] = field(default_factory=dict)  # scope -> values
+    # (standby, second, state, sync_state, lags in ms, bytes behind): see collect.replication
+    standby_seconds: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def newer_schema(path: Path, version: int) -> PgsweepError:
@@ -223,6 +236,10 @@ class Store:
             self.db.executemany(
                 f"INSERT INTO second VALUES ({', '.join('?' * 11)})",
                 [(t.id, *(s.get(k) for k in SECOND_COLUMNS)) for s in t.seconds],
+            )
+            self.db.executemany(
+                f"INSERT INTO standby_second VALUES ({', '.join('?' * 12)})",
+                [(t.id, *s) for s in t.standby_seconds],
             )
             self.db.executemany(
                 "INSERT INTO latency_bin VALUES (?, ?, ?, ?)",

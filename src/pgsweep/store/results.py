@@ -109,6 +109,24 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class StandbySecond:
+    """One standby in one second of the measured window (the primary's pg_stat_replication);
+    lags are None when PostgreSQL shows NULL (caught up and idle)."""
+
+    standby: str
+    second: int
+    state: str | None
+    sync_state: str | None
+    write_lag_ms: float | None
+    flush_lag_ms: float | None
+    replay_lag_ms: float | None
+    sent_bytes_behind: float | None
+    write_bytes_behind: float | None
+    flush_bytes_behind: float | None
+    replay_bytes_behind: float | None
+
+
+@dataclass(frozen=True)
 class LatencyBin:
     low_ms: float
     high_ms: float
@@ -125,7 +143,7 @@ class Fact:
     value: str
 
 
-R = TypeVar("R", Second, Sample, LatencyBin)
+R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond)
 
 
 class Results:
@@ -235,6 +253,10 @@ class Results:
 
     def all_samples(self) -> dict[str, list[Sample]]:
         return self._series(Sample, "sample", "at_s")
+
+    def standby_seconds(self) -> dict[str, list[StandbySecond]]:
+        """Trial id -> its standbys' seconds, by second then standby ({} without standbys)."""
+        return self._series(StandbySecond, "standby_second", "second, x.standby")
 
     def latency_bins(self) -> dict[str, list[LatencyBin]]:
         """Trial id -> the latency histogram from its transaction log, by low_ms."""

@@ -1,0 +1,126 @@
+"""Streaming standbys of a primary cluster: each a throwaway server made with
+`pg_basebackup -X stream -R` from the running primary, as the same unprivileged user, on its
+own private socket, with `cluster_name` and `primary_conninfo` given on its command line
+(which outranks the postgresql.auto.conf pg_basebackup writes). A `ReplicaSet` is all the
+standbys of one primary for one set-up; the primary's `Server` owns it, so stopping or
+destroying the primary takes its standbys along."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..host import proc
+from ..host.proc import RunAs
+from .binaries import Binaries
+from .cluster import PORT, ROLE, Cluster, ServerError
+
+# a standby reconnects this soon after its primary restarts (PostgreSQL's default: 5 s)
+RETRY_INTERVAL = "200ms"
+
+
+class Standby(Cluster):
+    """A standby: a Cluster whose data comes from a base backup of its primary."""
+
+    def __init__(self, binaries: Binaries, user: RunAs | None, root: Path, socket_dir: Path,
+                 name: str, upstream: str, netns: str | None = None) -> None:  # fmt: skip
+        super().__init__(binaries, user, root, socket_dir)
+        self.name = name  # cluster_name and application_name: s1, s2, ...
+        self.upstream = upstream  # primary_conninfo without application_name
+        self.netns = netns  # a network namespace the server runs in (replication.network)
+
+    def managed(self) -> dict[str, str]:
+        return {**super().managed(), "cluster_name": self.name, "hot_standby": "on",
+                "primary_conninfo": f"{self.upstream} application_name={self.name}",
+                "wal_retrieve_retry_interval": RETRY_INTERVAL}  # fmt: skip
+
+    def clone(self, primary: Cluster) -> float:
+        """Make the data directory: a base backup of the running primary over its private
+        socket, run as the server user; returns its seconds."""
+        self.make_dirs()
+        argv = [primary.binaries.path("pg_basebackup"), *primary.pgbench_conn_args(),
+                "-D", str(self.datadir), "-X", "stream", "-R", "-c", "fast"]  # fmt: skip
+        res = self._run(argv, "pg_basebackup", timeout=3600)
+        if not res.ok:
+            raise ServerError(f"pg_basebackup failed: {res.describe_failure()}")
+        self.write_access_files()
+        return res.seconds
+
+    def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
+        if self.netns is None or action != "start":
+            return super().pg_ctl(action, *extra, timeout=timeout)
+        # the postmaster must start inside the namespace: nsenter (as root) enters it and
+        # becomes the server user before pg_ctl runs
+        argv = self._pg_ctl_argv(action, *extra, timeout=timeout)
+        uid, gid = str(self.uid), str(self.gid)
+        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--setuid", uid, "--setgid", gid,
+                "--", *argv]  # fmt: skip
+        name = self.user.name if self.user else proc.RunAs.current_name()
+        env = {"HOME": self.user.home if self.user else "/", "USER": name, "LOGNAME": name}
+        return proc.run(argv, out=self.scratch / f"pg_ctl-{action}.out", timeout=timeout + 10,
+                        env=env, cwd=Path("/"))  # fmt: skip
+
+
+@dataclass
+class ReplicaSet:
+    """The standbys of one primary for one set-up (count, network, standby settings)."""
+
+    shape: str  # what made it: compared to decide whether the next trial needs another
+    standbys: list[Standby]
+    generation: int  # the primary's data generation it was cloned from
+    clone_seconds: float = 0.0
+    network: Any = None  # a netns.Link when the standbys sit behind one
+    settings: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> None:
+        for standby in self.standbys:
+            if standby.postmaster_pid() is None:
+                standby.start()
+
+    def stop(self) -> None:
+        for standby in self.standbys:
+            standby.stop()
+
+    def destroy(self) -> None:
+        first: BaseException | None = None
+        for standby in self.standbys:
+            try:
+                standby.destroy()
+            except Exception as exc:  # take the others down too, then say what failed
+                first = first or exc
+        if self.network is not None:
+            self.network.destroy()
+        if first is not None:
+            raise first
+
+
+def upstream_socket(primary: Cluster) -> str:
+    return f"host={primary.socket_dir} port={PORT} user={ROLE} sslmode=disable"
+
+
+def wait_streaming(primary: Cluster, names: list[str], sync: int, timeout: float = 60) -> None:
+    """Until every standby streams, at least `sync` of them are synchronous, and each has
+    replayed everything the primary had written when this began: every trial starts from
+    standbys in the same, caught-up state. ServerError with what was seen otherwise."""
+    deadline = time.monotonic() + timeout
+    seen: list[tuple[Any, ...]] = []
+    with primary.connect() as conn:
+        target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+        while time.monotonic() < deadline:
+            seen = conn.execute(
+                "SELECT application_name, state, sync_state, "
+                "coalesce(replay_lsn >= %s::pg_lsn, false) FROM pg_stat_replication",
+                (target[0] if target else "0/0",),
+            ).fetchall()
+            streaming = {r[0] for r in seen if r[1] == "streaming" and r[3]}
+            in_sync = sum(1 for r in seen if r[2] in ("sync", "quorum"))
+            if set(names) <= streaming and in_sync >= sync:
+                return
+            time.sleep(0.1)
+    rows = "; ".join(f"{r[0]}: {r[1]}, {r[2]}, caught up {r[3]}" for r in seen) or "none"
+    raise ServerError(
+        f"the standbys {', '.join(names)} were not streaming and caught up ({sync} in sync) "
+        f"within {timeout:.0f} s; pg_stat_replication: {rows}"
+    )
