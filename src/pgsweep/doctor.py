@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from .collect import devices
-from .host import blockdev, zfsfuse
+from .host import blockdev, netns, zfsfuse
 from .host.blockdev import PACKAGES
 from .host.journal import read_setting
 from .host.kernelfiles import THP_FILES, hugepage_levels
@@ -57,6 +57,13 @@ def report() -> list[tuple[str, str, str]]:
     loops = Path("/dev/loop-control").exists()
     rows.append(("layers", "storage (loop devices, mkfs, mount, zfs-fuse)",
                  "can run" if root and loops else "needs root and loop devices"))  # fmt: skip
+    rows.append(("layers", "replication (standbys, sync modes)",
+                 "can run" if installs else "needs PostgreSQL"))  # fmt: skip
+    net = netns.features()
+    rows += [("replication", f"network: {k}", v) for k, v in net.items()]
+    ready = root and all(net[k] == "yes" for k in ("namespaces", "ip", "tc"))
+    rows.append(("layers", "replication.network, replication.bandwidth (netns, veth, tc tbf)",
+                 "can run" if ready else "needs root, namespaces, ip and tc"))  # fmt: skip
     return rows
 
 

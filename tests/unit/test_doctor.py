@@ -36,6 +36,12 @@ def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
     for queue in devices.SYS_BLOCK.glob("*/queue/scheduler"):
         assert " ".join(queue.read_text().split()) in out
     assert "/usr/lib/postgresql" in out and "layers" in out
+    # what the replication layer can use here: netem is absent on this kernel, tc is not
+    netem = any(Path("/lib/modules").glob("*/kernel/net/sched/sch_netem.ko*"))
+    rows = {" ".join(cells[2].split()): " ".join(cells[3].split())
+            for line in res.stdout.splitlines() if len(cells := line.split("│")) >= 5}  # fmt: skip
+    assert rows["network: netem"] == ("yes" if netem else "no: replication.delay is refused")
+    assert rows["network: tc"] == ("yes" if shutil.which("tc") else "no (apt-get install iproute2)")
     for fs, tool in (("ext4", "mkfs.ext4"), ("xfs", "mkfs.xfs"), ("btrfs", "mkfs.btrfs")):
         found = shutil.which(tool)
         assert f"storage │ {fs} │ {found}" in out if found else f"no {tool}" in out

@@ -230,6 +230,20 @@ def test_replay_writes_only_files_pgsweep_changes(tmp_path: Path, canary: Path) 
     assert planted.exists()  # kept: what it asks for was not done
 
 
+def test_replay_deletes_only_namespaces_and_links_pgsweep_makes(tmp_path: Path) -> None:
+    """A planted journal must not make root delete the machine's own network: eth0, lo, or
+    a namespace someone else made, by name or by a name with a path in it."""
+    links = sorted(p.name for p in Path("/sys/class/net").iterdir())
+    planted = _journal(tmp_path, [
+        {"netns": "pgsweep-1-1", "link": "eth0"}, {"netns": "pgsweep-1-1", "link": "lo"},
+        {"netns": "../../etc", "link": "pgs1x1"}, {"netns": "other", "link": ""},
+        {"netns": "pgsweep-1-1/../../x", "link": ""},
+    ])  # fmt: skip
+    done, _ = journal.restore_journal(planted, None)
+    assert len(done) == 5 and all("refused" in line for line in done), done
+    assert sorted(p.name for p in Path("/sys/class/net").iterdir()) == links
+
+
 @root_only
 def test_a_failed_restore_keeps_only_what_is_owed_and_the_oldest_original(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..layers.context import TrialContext, TrialFailure
@@ -40,7 +41,7 @@ class LagSampler:
     """A Watcher (see layers.context): samples on a thread of its own, with its own
     connection to the primary, while pgbench runs."""
 
-    def __init__(self, primary: Cluster, standbys: dict[str, Cluster], max_lag_s: float) -> None:
+    def __init__(self, primary: Cluster, standbys: Mapping[str, Cluster], max_lag_s: float) -> None:
         self.primary = primary
         self.standbys = standbys  # name -> its cluster
         self.max_lag_s = max_lag_s

@@ -106,6 +106,7 @@ class Demand:
     watchers: list[Watcher] = field(default_factory=list)
     # the primary listens on this address too, for a peer (replication.network): (own, peer)
     listen: tuple[str, str] | None = None
+    standby_workload: Workload | None = None  # a read load on each standby during the window
 
     def merged(self, other: Demand | None) -> Demand:
         if other is None:
@@ -116,7 +117,9 @@ class Demand:
             other.workload if other.workload is not None else self.workload,
             self.watchers + other.watchers,
             other.listen if other.listen is not None else self.listen,
-        )
+            other.standby_workload if other.standby_workload is not None
+            else self.standby_workload,
+        )  # fmt: skip
 
 
 class Watcher(Protocol):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..collect.replication import LagSampler
 from ..core import Cost, Value
+from ..engine.standby_load import StandbyLoad
 from ..host import netns
 from ..host.journal import UndoJournal
 from ..postgres.cluster import ServerError
@@ -125,7 +126,7 @@ class ReplicationLayer(Layer):
             (k.removeprefix("standby."), v) for k, v in factors.items() if k.startswith("standby.")
         ]:  # fmt: skip
             path = ("replication", "standby", key) if key in standby else (
-                "factors", "replication", f"standby.{key}")  # fmt: skip
+                "factors", "replication", "standby", key)  # fmt: skip
             if key not in STANDBY_SETTINGS:
                 raise ctx.source.error(path, "not a standby setting pgsweep sets",
                                        expected=f"one of {', '.join(STANDBY_SETTINGS)}",
@@ -226,9 +227,10 @@ class ReplicationLayer(Layer):
             server.replicas = None
             replicas.destroy()
             raise TrialFailure(str(exc).splitlines()[0], tails) from exc
-        trial.demand.watchers.append(
-            LagSampler(trial.cluster, {s.name: s for s in replicas.standbys}, settings.max_lag_s)
-        )
+        standbys = {s.name: s for s in replicas.standbys}
+        trial.demand.watchers.append(LagSampler(trial.cluster, standbys, settings.max_lag_s))
+        if trial.demand.standby_workload is not None:
+            trial.demand.watchers.append(StandbyLoad(standbys, trial.demand.standby_workload))
 
     def _make(self, settings: ReplicationSettings, trial: TrialContext, server: Server,
               replicas: ReplicaSet) -> None:  # fmt: skip

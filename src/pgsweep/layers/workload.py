@@ -15,6 +15,7 @@ from ..host import safefs
 from ..host.proc import RunAs
 from ..host.workarea import traversable_by
 from ..postgres import pgbench
+from ..postgres.pgbench import Workload
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
@@ -46,6 +47,8 @@ class WorkloadTable(BaseModel):
         "auto", description="per-transaction log: auto, off, or a fixed --sampling-rate"
     )
     max_tries: int = Field(1, ge=0, le=1_000_000, description="pgbench --max-tries (PG 15+)")
+    standby_script: str | None = Field(None, description="read load on each standby")
+    standby_clients: int = Field(1, ge=1, le=1_000, description="its pgbench -c, per standby")
 
     @field_validator("latency_log")
     @classmethod
@@ -95,12 +98,22 @@ class WorkloadSettings:
     latency_log: str | float  # "auto", "off" or a sampling rate
     max_tries: int
     writes: bool  # the script changes data: each trial starts from the snapshot
+    standby_script: str | None = None  # a read load on each standby during the window
+    standby_clients: int = 1
 
     def pgbench(self, script_path: str) -> pgbench.Workload:
         return pgbench.Workload(
             script=script_path, clients=self.clients, jobs=self.jobs, seconds=self.duration_s,
             protocol=self.protocol, rate=self.rate, latency_limit_ms=self.latency_limit_ms,
             max_tries=self.max_tries,
+        )  # fmt: skip
+
+    def standby_pgbench(self, script_path: str) -> Workload:
+        """The standbys' read load: as many seconds as the window; a query cancelled by a
+        recovery conflict (SQLSTATE 40001) is retried until the window ends, and counted."""
+        return pgbench.Workload(
+            script=script_path, clients=self.standby_clients, jobs=1, seconds=self.duration_s,
+            protocol=self.protocol, max_tries=0,
         )  # fmt: skip
 
 
@@ -117,9 +130,21 @@ class WorkloadLayer(Layer):
         table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
+        standby: list[tuple[tuple[str, ...], str | None]]
+        standby = [(("workload", "standby_script"), table.standby_script)]
+        standby += [(("factors", "workload", "standby_script"), s)
+                    for s in factors.get("standby_script", [])]  # fmt: skip
+        scripts += [(p, s) for p, s in standby if s is not None]
         for path, script in scripts:
             if script not in pgbench.BUILTIN_SCRIPTS and script not in self.scripts:
                 self.scripts[script] = _read_script(ctx, path, script)
+        for path, maybe in standby:
+            custom = self.scripts[maybe][1] if maybe in self.scripts else None
+            if maybe is not None and pgbench.writes(maybe, custom):
+                raise ctx.source.error(path, f"the standby script {maybe!r} changes data, and "
+                                       "a standby is read-only", expected="select-only or a "
+                                       "custom script that only reads",
+                                       fix="drop the writing statements")  # fmt: skip
         return dict(table.model_dump())
 
     def settings(self, values: dict[str, Value]) -> WorkloadSettings:
@@ -134,6 +159,8 @@ class WorkloadLayer(Layer):
             protocol=str(values["protocol"]), prewarm=bool(values["prewarm"]),
             latency_log=log if isinstance(log, float) else str(log),
             max_tries=int(values["max_tries"]), writes=pgbench.writes(script, custom),
+            standby_script=str(values["standby_script"]) if values.get("standby_script") else None,
+            standby_clients=int(values["standby_clients"]),
         )  # fmt: skip
 
     def level_identity(self, key: str, level: Value) -> object:
@@ -170,7 +197,11 @@ class WorkloadLayer(Layer):
         script = str(self.frozen.get(settings.script, settings.script))
         if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:
             _prewarm(trial)
-        return Demand(workload=settings.pgbench(script))
+        demand = Demand(workload=settings.pgbench(script))
+        if settings.standby_script is not None:
+            path = str(self.frozen.get(settings.standby_script, settings.standby_script))
+            demand.standby_workload = settings.standby_pgbench(path)
+        return demand
 
 
 MAX_SCRIPT_BYTES = 1 << 20

@@ -1,0 +1,65 @@
+"""A read load on every standby during the measured window (workload.standby_script):
+one pgbench per standby, started with the measured run and as long as it, its figures
+kept apart from the primary's. Standby queries are what recovery conflicts cancel: pgbench
+retries a cancelled query (SQLSTATE 40001) until the window ends and counts it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..host import proc, safefs
+from ..layers.context import TrialContext
+from ..postgres import pgbench
+from ..postgres.cluster import Cluster
+from ..store import TrialRecord
+
+_RETRIED = re.compile(r"number of transactions retried: (\d+)")
+_ABORTED = re.compile(r"client \d+ aborted")
+
+
+class StandbyLoad:
+    """A Watcher (see layers.context)."""
+
+    def __init__(self, standbys: Mapping[str, Cluster], workload: pgbench.Workload) -> None:
+        self.standbys = standbys
+        self.workload = workload
+        self.running: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+
+    def begin(self, trial: TrialContext) -> None:
+        folder = safefs.private_dir(trial.run.private / f"standby-load-{trial.id}", 0o700)
+        pgb = trial.run.binaries.path("pgbench")
+        for name, standby in self.standbys.items():
+            argv = self.workload.argv(pgb, standby.pgbench_conn_args(),
+                                      seconds=self.workload.seconds, vacuum=False)  # fmt: skip
+            out, err = folder / f"{name}.out", folder / f"{name}.err"
+            self.running[name] = (proc.start(argv, out=out, err=err, user=trial.run.user),
+                                  out, err)  # fmt: skip
+
+    def end(self, trial: TrialContext, record: TrialRecord) -> None:
+        tps = retried = aborted = failed = 0.0
+        for name, (popen, out, err) in self.running.items():
+            try:
+                popen.wait(timeout=self.workload.seconds + 60)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                proc.kill_group(popen)
+            stdout, stderr = out.read_bytes(), err.read_bytes()
+            record.artifacts[f"standby-{name}.out"] = stdout
+            record.artifacts[f"standby-{name}.err"] = stderr
+            text = stdout.decode(errors="replace")
+            try:
+                summary = pgbench.parse_summary(text)
+                tps, failed = tps + summary.tps, failed + summary.failed
+            except pgbench.ParseError:
+                pass  # every client aborted before a summary: its TPS counts as 0
+            m = _RETRIED.search(text)
+            retried += float(m.group(1)) if m else 0.0
+            aborted += len(_ABORTED.findall(stderr.decode(errors="replace")))
+        safefs.remove_tree(trial.run.private / f"standby-load-{trial.id}")
+        record.metrics.update({"standby.tps": tps, "standby.retried": retried,
+                               "standby.failed": failed,
+                               "standby.clients_aborted": aborted})  # fmt: skip
