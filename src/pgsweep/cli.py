@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
 EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency")
+EXPORT_WHAT = ("trials", "samples", "latency", "standbys")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         "--what",
         choices=EXPORT_WHAT,
         default="trials",
-        help="trials: one row per trial; samples: per trial-second; latency: per latency bin",
+        help="trials: one row per trial; samples: per trial-second; latency: per latency bin; "
+        "standbys: per trial, standby and second (replication)",
     )
     se.add_argument("-o", "--output", type=Path, help="file to write (default RESULTS/WHAT.FORMAT)")
     return p

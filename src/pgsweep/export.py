@@ -30,6 +30,9 @@ def table(results: Results, what: str) -> pa.Table:
         rows = _trial_rows(results, keys)
     elif what == "samples":
         rows = _sample_rows(results, keys)
+    elif what == "standbys":
+        seconds = results.standby_seconds()
+        rows = [keys[tid] | asdict(s) for tid in keys for s in seconds.get(tid, [])]
     else:
         bins = results.latency_bins()
         rows = [keys[tid] | asdict(b) for tid in sorted(bins) for b in bins[tid]]  # by trial id

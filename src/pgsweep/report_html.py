@@ -16,7 +16,7 @@ matplotlib.use("svg")
 import matplotlib.pyplot as plt
 
 from .analysis import NEGLIGIBLE_BYTES, Analysis, Config
-from .report import adaptive_line, effect_name, levels_text
+from .report import REPLICATION_COLUMNS, adaptive_line, effect_name, levels_text
 from .store import Fact, Results
 
 # text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
@@ -57,6 +57,10 @@ def render(a: Analysis, results: Results) -> str:
         whole_plot_factors=", ".join(a.whole_plot_factors), environment=environment,
         alpha=a.method["alpha"], plots=plots(a, results),
         adaptive=adaptive_line(a.method["adaptive"]) if "adaptive" in a.method else "",
+        replication=[{"config": r["config"], "cells": [_num(r.get(k), d)
+                                                       for k, _, d in REPLICATION_COLUMNS]}
+                     for r in a.replication],
+        replication_columns=[h for _, h, _ in REPLICATION_COLUMNS],
     )  # fmt: skip
 
 
@@ -210,6 +214,7 @@ def _over_time_plots(a: Analysis, results: Results) -> list[dict[str, str]]:
         if t.tps is not None:
             tps.setdefault(t.config_id, {})[t.id] = t.tps
     series = []
+    series_ids: list[tuple[str, str]] = []  # (label, trial id)
     for c in a.configurations:
         tid = _representative(c, tps)
         if tid is None:
@@ -224,6 +229,7 @@ def _over_time_plots(a: Analysis, results: Results) -> list[dict[str, str]]:
                 for p in results.samples(tid)
             ]
         series.append((f"{c.id} ({tid})", rows))
+        series_ids.append((f"{c.id} ({tid})", tid))
     if not series:
         return []
     out = []
@@ -234,11 +240,42 @@ def _over_time_plots(a: Analysis, results: Results) -> list[dict[str, str]]:
         fig, ax = plt.subplots(figsize=(7, 3.4))
         for name_, rows in series:
             ax.plot([r["second"] for r in rows], [r[key] for r in rows], label=name_, lw=1)
+            if key == "tps":  # stalls: seconds without a transaction, marked
+                stalls = [r["second"] for r in rows if r["tps"] is not None and r["tps"] <= 0]
+                ax.plot(stalls, [0] * len(stalls), "x", color="#c0392b", ms=6)
         ax.set_xlabel("second of the measured window")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         out.append({"name": name, "svg": _svg(fig),
                     "caption": f"Per-second {label} of a representative trial (closest to its "
-                               "configuration's median TPS)"})  # fmt: skip
-    return out
+                               "configuration's median TPS)"
+                               + ("; red crosses: stalls (no transaction completed)"
+                                  if key == "tps" else "")})  # fmt: skip
+    lag = _lag_plot(series_ids, results)
+    return out + ([lag] if lag else [])
+
+
+def _lag_plot(trials: list[tuple[str, str]], results: Results) -> dict[str, str] | None:
+    """Per-second replay lag (the largest over the standbys) of the same representative
+    trials, for runs with standbys."""
+    seconds = results.standby_seconds()
+    fig = None
+    for label, tid in trials:
+        worst: dict[int, float] = {}
+        for s in seconds.get(tid, []):
+            worst[s.second] = max(worst.get(s.second, 0.0), s.replay_lag_ms or 0.0)
+        if not worst:
+            continue
+        if fig is None:
+            fig, ax = plt.subplots(figsize=(7, 3.4))
+        ax.plot(sorted(worst), [worst[k] for k in sorted(worst)], label=label, lw=1)
+    if fig is None:
+        return None
+    ax.set_xlabel("second of the measured window")
+    ax.set_ylabel("replay lag, ms (worst standby)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return {"name": "replay-lag-over-time", "svg": _svg(fig),
+            "caption": "Per-second replay lag of the same representative trials (NULL, caught "
+                       "up and idle, drawn as 0)"}  # fmt: skip

@@ -117,6 +117,13 @@ def test_a_bandwidth_limit_slows_sync_replication_in_the_same_run(network_run: P
     res = pgsweep("report", str(network_run), "--format", "markdown")
     assert res.returncode == 0, res.stderr
     assert "## Replication" in res.stdout and "max replay lag ms" in res.stdout
+    out = network_run / "standbys.json"
+    res = pgsweep("export", str(network_run), "--what", "standbys", "--format", "json", "-o",
+                  str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows) == len(_rows(network_run, "SELECT 1 FROM standby_second"))
+    assert {r["replication.mode"] for r in rows} == {"async", "sync"}
 
 
 CONFLICT = """
@@ -179,6 +186,10 @@ def test_remote_apply_behind_a_conflicting_standby_read_stalls_and_feedback_prev
     report = pgsweep("report", str(results), "--format", "markdown").stdout
     assert "no transaction completed (stalls" in report, report
     assert "## Replication" in report
+    html = open_dir / "report.html"
+    assert pgsweep("report", str(results), "--format", "html", "-o", str(html)).returncode == 0
+    text = html.read_text()
+    assert 'data-table="replication"' in text and 'data-plot="replay-lag-over-time"' in text
 
 
 @requires_pg

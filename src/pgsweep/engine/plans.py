@@ -72,6 +72,10 @@ def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
         target = cluster.target_bytes(getattr(s.get("os"), "memory_limit", None))
         scale = max(1, target // (16 * 1024**2)) if target is not None else cluster.scale
         restore = 1.0 + 0.03 * scale if w.writes else 0.0
-        measure = w.warmup_s + w.duration_s + 1.5 + restore
+        # standbys are cloned again after each restore: pg_basebackup took 0.7-1.3 s at
+        # scale 10 and 2.7 s at scale 20 here, then a start and the catch-up wait
+        n = s["replication"].standbys if "replication" in s else 0
+        standbys = n * (0.5 + 0.13 * scale if w.writes else 0.3) + (1.0 if n else 0.0)
+        measure = w.warmup_s + w.duration_s + 1.5 + restore + standbys
         costs[c.id] = TrialCost(measure=measure, build=4.0 + 0.35 * scale)
     return costs
