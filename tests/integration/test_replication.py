@@ -28,6 +28,7 @@ from conftest import (
     write_experiment,
 )
 
+HOST_LINKS = {p.name for p in Path("/sys/class/net").iterdir()}  # before any test here
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 NETWORK = """
@@ -52,11 +53,11 @@ replication.bandwidth = ["1mbit", "10gbit"]
 
 
 def _ours() -> list[str]:
-    """pgsweep's namespaces and host links still on the machine (the qdisc sits on the
-    link and goes with it)."""
-    spaces = [p.name for p in Path("/run/netns").glob("pgsweep-*")]
-    links = [p.name for p in Path("/sys/class/net").glob("pgs*x*")]
-    return spaces + links
+    """pgsweep's namespaces still on the machine (the veth pair and its qdisc live inside
+    them), and any interface a run added to the host's own network (it must add none)."""
+    return [p.name for p in Path("/run/netns").glob("pgsweep-*")] + sorted(
+        set(p.name for p in Path("/sys/class/net").iterdir()) - HOST_LINKS
+    )
 
 
 def _rows(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]

@@ -74,8 +74,9 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     data = _json(results)
     assert set(data) == {
         "experiment", "factors", "whole_plot_factors", "baseline", "configurations",
-        "comparisons", "effects", "rounds", "drift", "method", "warnings",
+        "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
     }  # fmt: skip
+    assert data["replication"] == []  # no standbys in this run
     assert data["baseline"] == "c01" and len(data["configurations"]) == 4
     assert data["method"]["alpha"] == 0.05 and data["whole_plot_factors"] == []
     for c in data["configurations"]:

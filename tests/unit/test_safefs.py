@@ -235,12 +235,11 @@ def test_replay_deletes_only_namespaces_and_links_pgsweep_makes(tmp_path: Path) 
     a namespace someone else made, by name or by a name with a path in it."""
     links = sorted(p.name for p in Path("/sys/class/net").iterdir())
     planted = _journal(tmp_path, [
-        {"netns": "pgsweep-1-1", "link": "eth0"}, {"netns": "pgsweep-1-1", "link": "lo"},
-        {"netns": "../../etc", "link": "pgs1x1"}, {"netns": "other", "link": ""},
-        {"netns": "pgsweep-1-1/../../x", "link": ""},
+        {"netns": "eth0"}, {"netns": "lo"}, {"netns": "../../etc"}, {"netns": "other"},
+        {"netns": "pgsweep-1-2-3-p/../../x"}, {"netns": "pgsweep-1-2-3-x"},
     ])  # fmt: skip
     done, _ = journal.restore_journal(planted, None)
-    assert len(done) == 5 and all("refused" in line for line in done), done
+    assert len(done) == 6 and all("refused" in line for line in done), done
     assert sorted(p.name for p in Path("/sys/class/net").iterdir()) == links
 
 

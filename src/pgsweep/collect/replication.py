@@ -63,15 +63,19 @@ class LagSampler:
                 second = 0
                 while not self._stop.wait(max(0.0, started + second + 1 - time.monotonic())):
                     second += 1
-                    for row in conn.execute(SAMPLE).fetchall():
-                        self.rows.append((str(row[0]), second, *_floats(row[1:])))
+                    rows = _ours(conn.execute(SAMPLE).fetchall(), self.standbys)
+                    if self._stop.is_set():
+                        break  # end() has taken the rows: append nothing after
+                    self.rows += [(name, second, *_floats(r[1:])) for name, r in rows.items()]
         except Exception as exc:  # reported by end(), in the trial's thread
             self.error = exc
 
-    def end(self, trial: TrialContext, record: TrialRecord) -> None:
+    def end(self, trial: TrialContext, record: TrialRecord, abort: bool = False) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if abort:
+            return
         if self.error is not None:
             raise TrialFailure(f"sampling pg_stat_replication failed: {self.error}")
         record.standby_seconds = list(self.rows)
@@ -118,6 +122,18 @@ def summarize(rows: list[tuple[Any, ...]], names: list[str]) -> dict[str, float]
         out[f"replication.{column}_max"] = max(values)
     out["replication.sync_share"] = sum(r[3] in ("sync", "quorum") for r in rows) / len(rows)
     out["replication.standbys_seen"] = float(len({r[0] for r in rows} & set(names)))
+    return out
+
+
+def _ours(rows: list[tuple[Any, ...]], names: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """One row per standby of this set: another walsender (a standby reconnecting while
+    its old walsender exits, or anyone's connection named like one) is not sampled; of two
+    rows of one name, the streaming one."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for row in rows:
+        name = str(row[0])
+        if name in names and (name not in out or out[name][1] != "streaming"):
+            out[name] = row
     return out
 
 

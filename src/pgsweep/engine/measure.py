@@ -4,6 +4,7 @@ figures a TrialRecord keeps."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from ..collect import counters, devices, environment, metrics, txlog
 from ..host import proc, safefs
-from ..layers.context import Server, TrialContext, TrialFailure
+from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
 from ..store import TrialRecord
 
@@ -66,14 +67,7 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     if settings.writes:
         server.dirty = True  # from here on, even if the trial fails
     before = snapshot(trial)
-    watchers = trial.demand.watchers
-    for watcher in watchers:
-        watcher.begin(trial)
-    try:
-        res = _pgbench(argv, trial_dir / "pgbench", trial, w.seconds)
-    finally:
-        for watcher in watchers:  # each stops; the first that refuses the trial says why
-            watcher.end(trial, record)
+    res = _watched(argv, trial_dir / "pgbench", trial, record, w.seconds)
     record.counters = counters.delta(before, snapshot(trial))
     mem = metrics.memory()
     if cgroup is not None:
@@ -100,6 +94,38 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     log = _reduce_log(log_dir, w.seconds, uid) if rate is not None else None
     _derive(record, server, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
+
+
+def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialRecord,
+             seconds: int) -> proc.Result:  # fmt: skip
+    """The measured pgbench with the trial's watchers beside it. Every watcher that began is
+    ended, each even when another fails; while an exception (Ctrl-C included) is on its way
+    they are only stopped, and nothing they raise replaces it."""
+    started: list[Watcher] = []
+    try:
+        for watcher in trial.demand.watchers:
+            watcher.begin(trial)
+            started.append(watcher)
+        res = _pgbench(argv, stem, trial, seconds)
+    except BaseException:
+        for watcher in started:
+            with contextlib.suppress(Exception):
+                watcher.end(trial, record, abort=True)
+        raise
+    first: Exception | None = None
+    for i, watcher in enumerate(started):
+        try:
+            watcher.end(trial, record)
+        except Exception as exc:  # the others still stop; the first refusal is the reason
+            first = first or exc
+        except BaseException:  # Ctrl-C while waiting: stop the rest at once, then go
+            for rest in started[i + 1 :]:
+                with contextlib.suppress(Exception):
+                    rest.end(trial, record, abort=True)
+            raise
+    if first is not None:
+        raise first
+    return res
 
 
 def _check_in_cgroup(trial: TrialContext, cgroup: Path) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..host import proc, safefs
-from ..layers.context import TrialContext
+from ..layers.context import TrialContext, TrialFailure
 from ..postgres import pgbench
 from ..postgres.cluster import Cluster
 from ..store import TrialRecord
@@ -38,28 +38,45 @@ class StandbyLoad:
             self.running[name] = (proc.start(argv, out=out, err=err, user=trial.run.user),
                                   out, err)  # fmt: skip
 
-    def end(self, trial: TrialContext, record: TrialRecord) -> None:
+    def end(self, trial: TrialContext, record: TrialRecord, abort: bool = False) -> None:
+        """Wait for each standby's pgbench (it runs as long as the window), or with `abort`
+        (the trial is failing, or Ctrl-C) stop it now; TrialFailure when one ran without
+        producing a summary (it could not connect, or every client died)."""
+        try:
+            broken = self._collect(record, abort)
+        finally:
+            for popen, _, _ in self.running.values():  # none outlives the trial, Ctrl-C too
+                proc.kill_group(popen, grace=1.0)
+            self.running.clear()
+            safefs.remove_tree(trial.run.private / f"standby-load-{trial.id}")
+        if broken and not abort:
+            raise TrialFailure("the standby read load failed: " + "; ".join(broken))
+
+    def _collect(self, record: TrialRecord, abort: bool) -> list[str]:
         tps = retried = aborted = failed = 0.0
+        broken = []
         for name, (popen, out, err) in self.running.items():
             try:
-                popen.wait(timeout=self.workload.seconds + 60)
+                if not abort:
+                    popen.wait(timeout=self.workload.seconds + 60)
             except subprocess.TimeoutExpired:
                 pass
-            finally:
-                proc.kill_group(popen)
+            proc.kill_group(popen, grace=1.0 if abort else 5.0)
             stdout, stderr = out.read_bytes(), err.read_bytes()
             record.artifacts[f"standby-{name}.out"] = stdout
             record.artifacts[f"standby-{name}.err"] = stderr
-            text = stdout.decode(errors="replace")
+            text, errors = stdout.decode(errors="replace"), stderr.decode(errors="replace")
+            aborted += len(_ABORTED.findall(errors))
             try:
                 summary = pgbench.parse_summary(text)
-                tps, failed = tps + summary.tps, failed + summary.failed
             except pgbench.ParseError:
-                pass  # every client aborted before a summary: its TPS counts as 0
+                last = (errors.strip().splitlines() or ["no output"])[-1]
+                broken.append(f"{name} (exit {popen.returncode}): {last}")
+                continue
+            tps, failed = tps + summary.tps, failed + summary.failed
             m = _RETRIED.search(text)
             retried += float(m.group(1)) if m else 0.0
-            aborted += len(_ABORTED.findall(stderr.decode(errors="replace")))
-        safefs.remove_tree(trial.run.private / f"standby-load-{trial.id}")
         record.metrics.update({"standby.tps": tps, "standby.retried": retried,
                                "standby.failed": failed,
                                "standby.clients_aborted": aborted})  # fmt: skip
+        return broken

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..host.proc import RunAs
     from ..postgres.binaries import Binaries
-    from ..postgres.cluster import Cluster
+    from ..postgres.cluster import Cluster, Listen
     from ..postgres.pgbench import Workload
     from ..store import TrialRecord
 
@@ -84,10 +84,12 @@ class Server:
         self.settings = None
 
     def destroy(self) -> None:
-        if self.replicas is not None:
-            replicas, self.replicas = self.replicas, None
-            replicas.destroy()
-        self.cluster.destroy()
+        try:
+            if self.replicas is not None:
+                replicas, self.replicas = self.replicas, None
+                replicas.destroy()
+        finally:
+            self.cluster.destroy()
 
     def running(self) -> bool:
         return self.cluster.postmaster_pid() is not None
@@ -104,8 +106,8 @@ class Demand:
     workload: Workload | None = None
     # watch the measured window beside pgbench (replication lag), see measure.py
     watchers: list[Watcher] = field(default_factory=list)
-    # the primary listens on this address too, for a peer (replication.network): (own, peer)
-    listen: tuple[str, str] | None = None
+    # the primary's TCP side, for its standbys only (replication.network)
+    listen: Listen | None = None
     standby_workload: Workload | None = None  # a read load on each standby during the window
 
     def merged(self, other: Demand | None) -> Demand:
@@ -128,9 +130,10 @@ class Watcher(Protocol):
     def begin(self, trial: TrialContext) -> None:
         """Right before the measured run starts."""
 
-    def end(self, trial: TrialContext, record: TrialRecord) -> None:
-        """Right after it ended (also when it failed): stop, put figures into `record`,
-        raise TrialFailure when what was watched makes the trial unusable."""
+    def end(self, trial: TrialContext, record: TrialRecord, abort: bool = False) -> None:
+        """Right after it ended: stop, put figures into `record`, raise TrialFailure when
+        what was watched makes the trial unusable. With `abort` (the measured run failed,
+        or Ctrl-C): only stop, at once, and raise nothing."""
 
 
 @dataclass

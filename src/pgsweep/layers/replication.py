@@ -19,10 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect.replication import LagSampler
 from ..core import Cost, Value
 from ..engine.standby_load import StandbyLoad
-from ..host import netns
+from ..errors import PgsweepError
+from ..host import netns, safefs, workarea
 from ..host.journal import UndoJournal
-from ..postgres.cluster import ServerError
-from ..postgres.standby import ReplicaSet, Standby, upstream_socket, wait_streaming
+from ..postgres.cluster import Listen, ServerError
+from ..postgres.standby import (
+    AT_LEAST_PRIMARY,
+    ReplicaSet,
+    Standby,
+    drop_slots,
+    upstream,
+    upstream_socket,
+    wait_streaming,
+)
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, Server, TrialContext, TrialFailure
@@ -82,13 +91,18 @@ class ReplicationSettings:
     standby: dict[str, str] = field(default_factory=dict)
 
     @property
+    def apply_delay_s(self) -> float:
+        delay = self.standby.get("recovery_min_apply_delay")
+        return parse_duration(delay, default_unit="ms") if delay else 0.0
+
+    @property
     def names(self) -> list[str]:
         return [f"s{i}" for i in range(1, self.standbys + 1)]
 
     def shape(self) -> str:
-        """What makes a set of standbys: a trial with another shape needs another set."""
-        own = sorted(self.standby.items())
-        return repr((self.standbys, self.network, self.bandwidth_bits, own))
+        """What makes a set of standbys: a trial with another shape needs another set (a
+        change of settings only restarts them)."""
+        return repr((self.standbys, self.network, self.bandwidth_bits))
 
     def synchronous_standby_names(self) -> str:
         if self.mode != "sync" or not self.standbys:
@@ -102,6 +116,8 @@ class ReplicationLayer(Layer):
     def __init__(self) -> None:
         self.journal: UndoJournal | None = None
         self.sets = 0
+        self.active = False  # some configuration has a standby
+        self.run_id = ""
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -158,32 +174,62 @@ class ReplicationLayer(Layer):
     def check_configurations(
         self, configs: Sequence[Mapping[str, Any]], ctx: ValidationContext
     ) -> None:
+        self.active = any(c[self.name].standbys for c in configs)
         for config in configs:
-            s: ReplicationSettings = config[self.name]
-            if s.mode == "sync" and s.sync_count > s.standbys:
-                raise ctx.source.error(
-                    ("replication", "mode"),
-                    f'mode = "sync" with {s.sync_count} synchronous standby(s) needs as many '
-                    f"standbys; a configuration has {s.standbys}",
-                    fix="raise replication.standbys, or lower the n of sync_standbys",
-                )
-            if s.bandwidth_bits is not None and not s.network:
-                raise ctx.source.error(("replication", "bandwidth"),
-                                       "a bandwidth limit needs replication.network = true",
-                                       fix="set network = true, or remove bandwidth")  # fmt: skip
-            if "synchronous_standby_names" in config.get("server", {}) and s.standbys:
-                raise ctx.source.error(
-                    ctx.where.get("server.synchronous_standby_names", ("server",)),
-                    "replication.mode and sync_standbys set synchronous_standby_names",
-                    fix="remove server.synchronous_standby_names",
-                )
+            self._check(config[self.name], config, ctx)
+        workload = [c.get("workload") for c in configs]
+        if not self.active and any(getattr(w, "standby_script", None) for w in workload):
+            raise ctx.source.error(
+                ("workload", "standby_script"),
+                "a standby read load, but no configuration has a standby",
+                fix="set replication.standbys, or remove standby_script",
+            )
+
+    def _check(self, s: ReplicationSettings, config: Mapping[str, Any],
+               ctx: ValidationContext) -> None:  # fmt: skip
+        def fail(key: str, what: str, fix: str) -> PgsweepError:
+            where = ctx.where.get(key, (key.split(".")[0], key.split(".", 1)[1]))
+            return ctx.source.error(where, what, fix=fix)
+
+        server: Mapping[str, str] = config.get("server", {})
+        if s.mode == "sync" and s.sync_count > s.standbys:
+            raise fail("replication.mode", f'mode = "sync" with {s.sync_count} synchronous '
+                       f"standby(s) needs as many standbys; a configuration has {s.standbys}",
+                       "raise replication.standbys, or lower the n of sync_standbys")  # fmt: skip
+        if s.bandwidth_bits is not None and not s.network:
+            raise fail("replication.bandwidth", "a bandwidth limit needs replication.network "
+                       "= true", "set network = true, or remove bandwidth")  # fmt: skip
+        if self.active and "synchronous_standby_names" in server:
+            raise fail("server.synchronous_standby_names", "replication.mode and "
+                       "sync_standbys set synchronous_standby_names",
+                       "remove server.synchronous_standby_names")  # fmt: skip
+        if not s.standbys:
+            return
+        if server.get("wal_level") == "minimal":
+            raise fail("server.wal_level", "standbys need wal_level = replica or logical",
+                       "remove wal_level = minimal, or replication.standbys")  # fmt: skip
+        senders = _int(server.get("max_wal_senders"))
+        if senders is not None and senders < s.standbys + 2:
+            raise fail("server.max_wal_senders", f"max_wal_senders = {senders} cannot serve "
+                       f"{s.standbys} standby(s) and a base backup's two connections",
+                       f"set it to at least {s.standbys + 2}")  # fmt: skip
+        load = config.get("workload")
+        limit = _int(s.standby.get("max_connections", server.get("max_connections"))) or 100
+        if load is not None and load.standby_script and load.standby_clients >= limit - 3:
+            raise fail("workload.standby_clients", f"{load.standby_clients} clients on each "
+                       f"standby, whose max_connections is {limit} (3 are reserved)",
+                       "lower standby_clients, or raise max_connections")  # fmt: skip
 
     def start_run(self, run: RunContext) -> None:
         self.journal = UndoJournal.for_this_run("replication", run.workdir)
+        self.run_id = workarea.this_run()
 
-    def prepare(self, settings: ReplicationSettings, trial: TrialContext) -> Demand:
-        """Drop a set of standbys this trial cannot use; make its network before the primary
-        starts (the primary must listen on it); say what the primary runs with."""
+    def prepare(self, settings: ReplicationSettings, trial: TrialContext) -> Demand | None:
+        """Drop a set of standbys this trial cannot use (another set-up, or the primary's
+        data was put back from its snapshot); make its network before the primary starts
+        (the primary listens on it); say what the primary runs with."""
+        if not self.active:
+            return None  # no standby anywhere: the primary's settings are the file's alone
         server = trial.server
         current: ReplicaSet | None = server.replicas
         if current is not None and (current.shape != settings.shape()
@@ -191,8 +237,6 @@ class ReplicationLayer(Layer):
             server.replicas = None
             current.destroy()
             current = None
-        if current is not None and not settings.standbys:
-            current.stop()
         demand = Demand({"synchronous_standby_names": settings.synchronous_standby_names()})
         if not settings.standbys:
             return demand
@@ -201,27 +245,41 @@ class ReplicationLayer(Layer):
             if settings.network:
                 assert self.journal is not None
                 self.sets += 1
-                current.network = netns.create(self.journal, self.sets, settings.bandwidth_bits,
+                current.network = netns.create(self.journal, self.run_id, self.sets,
+                                               settings.bandwidth_bits,
                                                trial.run.private / "netns")  # fmt: skip
             server.replicas = current
         if current.network is not None:
-            demand.listen = (current.network.host_ip, current.network.peer_ip)
+            link = current.network
+            demand.listen = Listen(link.host_ip, link.peer_ip, link.primary_ns)
         return demand
 
     def attach(self, settings: ReplicationSettings, trial: TrialContext) -> None:
-        """With the primary running: make the standbys if needed, start them, wait until they
-        stream, caught up, in the sync state asked for."""
+        """With the primary running: drop slots nobody streams from, make the standbys if
+        needed, give them their settings, start them, wait until they stream, caught up, in
+        the sync state asked for."""
+        if not self.active:
+            return
         server = trial.server
         replicas: ReplicaSet | None = server.replicas
+        live = [s.slot for s in replicas.standbys] if replicas is not None else []
+        dropped = drop_slots(trial.cluster, live if settings.standbys else [])
+        trial.events += ["drop-slots"] if dropped else []
         if not settings.standbys or replicas is None:
             return
         try:
             if not replicas.standbys:
                 self._make(settings, trial, server, replicas)
                 trial.events.append("new-standbys")
+            wanted = _standby_settings(settings, server.settings or {})
+            if wanted != replicas.settings:
+                for standby in replicas.standbys:
+                    standby.write_settings(wanted)
+                replicas.restart() if replicas.settings else replicas.start()
+                replicas.settings = wanted
             replicas.start()
             sync = settings.sync_count if settings.mode == "sync" else 0
-            wait_streaming(trial.cluster, settings.names, sync)
+            wait_streaming(trial.cluster, settings.names, sync, 60 + settings.apply_delay_s)
         except ServerError as exc:
             tails = "\n".join(s.log_tail(8) for s in replicas.standbys)
             server.replicas = None
@@ -234,18 +292,18 @@ class ReplicationLayer(Layer):
 
     def _make(self, settings: ReplicationSettings, trial: TrialContext, server: Server,
               replicas: ReplicaSet) -> None:  # fmt: skip
-        primary = server.cluster
-        link = replicas.network
-        upstream = (f"host={link.host_ip} port=5432 user=pgsweep sslmode=disable"
-                    if link is not None else upstream_socket(primary))  # fmt: skip
+        """Standbys live in the work area, not on the experiment's storage: their writes
+        stay out of the primary's device counters, and out of its space."""
+        primary, link = server.cluster, replicas.network
+        home = safefs.private_dir(trial.run.workdir / "standbys", 0o711)
+        up = upstream(link.host_ip) if link is not None else upstream_socket(primary)
         for name in settings.names:
             standby = Standby(trial.run.binaries, trial.run.user,
-                              primary.root.with_name(f"{primary.root.name}-{name}"),
+                              home / f"{primary.root.name}-{server.generation}-{name}",
                               primary.socket_dir.with_name(f"{primary.socket_dir.name}{name}"),
-                              name, upstream, link.netns if link is not None else None)  # fmt: skip
+                              name, up, link.standby_ns if link is not None else None)  # fmt: skip
             replicas.standbys.append(standby)
             replicas.clone_seconds += standby.clone(primary)
-            standby.write_settings(settings.standby)
         trial.effective["replication.clone_seconds"] = f"{replicas.clone_seconds:.2f}"
 
     def verify(self, settings: ReplicationSettings, trial: TrialContext) -> None:
@@ -270,3 +328,13 @@ class ReplicationLayer(Layer):
         network a failure left behind."""
         if self.journal is not None:
             self.journal.restore()
+
+
+def _standby_settings(s: ReplicationSettings, primary: Mapping[str, str]) -> dict[str, str]:
+    """What a standby runs with: the primary's values of the settings PostgreSQL requires a
+    hot standby to have at least as high, then [replication.standby]."""
+    return {k: primary[k] for k in AT_LEAST_PRIMARY if k in primary} | s.standby
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None

@@ -187,6 +187,7 @@ class ServerLayer(Layer):
         try:
             if trial.demand.listen != cluster.listen:  # a new address is a restart
                 cluster.listen = trial.demand.listen
+                cluster.netns = cluster.listen.netns if cluster.listen else None
                 cluster.write_access_files()
                 server.stop()
                 server.settings = None

@@ -25,6 +25,7 @@ import os
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ from .binaries import Binaries
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
 HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
+
+
+@dataclass(frozen=True)
+class Listen:
+    """TCP for one peer (replication.network): the server listens on `address` inside the
+    network namespace `netns`, and its hba trusts `peer`'s address alone."""
+
+    address: str
+    peer: str
+    netns: str
 
 
 class ServerError(Exception):
@@ -73,9 +84,9 @@ class Cluster:
         self.waldir = waldir
         self.wal_snapshot = waldir.with_name(waldir.name + "-snapshot") if waldir else None
         self.cgroup: Path | None = None  # a cgroup the server starts in (os.memory_limit)
-        # (own address, peer address) on a private veth link: TCP on that address, from
-        # that peer only (standbys in their own namespace, replication.network)
-        self.listen: tuple[str, str] | None = None
+        # TCP on a private link, for one peer only (standbys, replication.network)
+        self.listen: Listen | None = None
+        self.netns: str | None = None  # a network namespace the server starts in
         self._settings: dict[str, str] = {}
 
     # ---- helpers -------------------------------------------------------------------
@@ -138,7 +149,7 @@ class Cluster:
             "data_directory": str(self.datadir),
             "hba_file": str(self.conf / "pg_hba.conf"),
             "ident_file": str(self.conf / "pg_ident.conf"),
-            "listen_addresses": self.listen[0] if self.listen else "",
+            "listen_addresses": self.listen.address if self.listen else "",
             "unix_socket_directories": str(self.socket_dir),
             "unix_socket_permissions": "0700",
             "unix_socket_group": "",
@@ -174,7 +185,7 @@ class Cluster:
         readable = (os.geteuid(), self.gid)  # root, or ourselves when we run the server
         hba = HBA
         if self.listen is not None:
-            peer = self.listen[1]
+            peer = self.listen.peer
             hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
         safefs.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
         safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
@@ -190,7 +201,17 @@ class Cluster:
 
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
         argv = self._pg_ctl_argv(action, *extra, timeout=timeout)
-        return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
+        if self.netns is None or action != "start":
+            return self._run(argv, f"pg_ctl-{action}", timeout=timeout + 10)
+        # the postmaster must start inside the namespace: nsenter (as root) enters it and
+        # becomes the server user, with no supplementary group, before pg_ctl runs
+        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--setuid", str(self.uid),
+                "--setgid", str(self.gid), "--", *argv]  # fmt: skip
+        name = self.user.name if self.user else proc.RunAs.current_name()
+        home = self.user.home if self.user else os.environ.get("HOME", "/")
+        return proc.run(argv, out=self.scratch / f"pg_ctl-{action}.out", timeout=timeout + 10,
+                        env={"HOME": home, "USER": name, "LOGNAME": name},
+                        cwd=Path("/"))  # fmt: skip
 
     def _pg_ctl_argv(self, action: str, *extra: str, timeout: float) -> list[str]:
         argv = [self.binaries.path("pg_ctl"), "-D", str(self.conf), "-l", str(self.logfile)]

@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..host import proc
 from ..host.proc import RunAs
 from .binaries import Binaries
 from .cluster import PORT, ROLE, Cluster, ServerError
 
 # a standby reconnects this soon after its primary restarts (PostgreSQL's default: 5 s)
 RETRY_INTERVAL = "200ms"
+SLOT_PREFIX = "pgsweep_"  # replication slots pgsweep makes on a primary
+# settings a hot standby must have at least as high as its primary's, or it stops replaying
+AT_LEAST_PRIMARY = ("max_connections", "max_worker_processes", "max_wal_senders",
+                    "max_prepared_transactions", "max_locks_per_transaction")  # fmt: skip
 
 
 class Standby(Cluster):
@@ -29,38 +32,33 @@ class Standby(Cluster):
         super().__init__(binaries, user, root, socket_dir)
         self.name = name  # cluster_name and application_name: s1, s2, ...
         self.upstream = upstream  # primary_conninfo without application_name
-        self.netns = netns  # a network namespace the server runs in (replication.network)
+        self.netns = netns  # the standbys' network namespace (replication.network)
+
+    @property
+    def slot(self) -> str:
+        """Its physical replication slot on the primary: the primary keeps every WAL
+        segment this standby still needs (the next standby's base backup checkpoints, a
+        standby behind a bandwidth limit lags)."""
+        return f"{SLOT_PREFIX}{self.name}"
 
     def managed(self) -> dict[str, str]:
         return {**super().managed(), "cluster_name": self.name, "hot_standby": "on",
                 "primary_conninfo": f"{self.upstream} application_name={self.name}",
+                "primary_slot_name": self.slot,
                 "wal_retrieve_retry_interval": RETRY_INTERVAL}  # fmt: skip
 
     def clone(self, primary: Cluster) -> float:
         """Make the data directory: a base backup of the running primary over its private
-        socket, run as the server user; returns its seconds."""
+        socket, run as the server user, creating the standby's slot; returns its seconds."""
         self.make_dirs()
         argv = [primary.binaries.path("pg_basebackup"), *primary.pgbench_conn_args(),
-                "-D", str(self.datadir), "-X", "stream", "-R", "-c", "fast"]  # fmt: skip
+                "-D", str(self.datadir), "-X", "stream", "-R", "-c", "fast",
+                "-C", "-S", self.slot]  # fmt: skip
         res = self._run(argv, "pg_basebackup", timeout=3600)
         if not res.ok:
             raise ServerError(f"pg_basebackup failed: {res.describe_failure()}")
         self.write_access_files()
         return res.seconds
-
-    def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
-        if self.netns is None or action != "start":
-            return super().pg_ctl(action, *extra, timeout=timeout)
-        # the postmaster must start inside the namespace: nsenter (as root) enters it and
-        # becomes the server user before pg_ctl runs
-        argv = self._pg_ctl_argv(action, *extra, timeout=timeout)
-        uid, gid = str(self.uid), str(self.gid)
-        argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--setuid", uid, "--setgid", gid,
-                "--", *argv]  # fmt: skip
-        name = self.user.name if self.user else proc.RunAs.current_name()
-        env = {"HOME": self.user.home if self.user else "/", "USER": name, "LOGNAME": name}
-        return proc.run(argv, out=self.scratch / f"pg_ctl-{action}.out", timeout=timeout + 10,
-                        env=env, cwd=Path("/"))  # fmt: skip
 
 
 @dataclass
@@ -83,6 +81,11 @@ class ReplicaSet:
         for standby in self.standbys:
             standby.stop()
 
+    def restart(self) -> None:
+        for standby in self.standbys:
+            standby.stop()
+            standby.start()
+
     def destroy(self) -> None:
         first: BaseException | None = None
         for standby in self.standbys:
@@ -96,8 +99,29 @@ class ReplicaSet:
             raise first
 
 
+def upstream(host: str) -> str:
+    """primary_conninfo without application_name: trust on the private socket or link, so
+    no password is ever looked up or offered."""
+    return f"host={host} port={PORT} user={ROLE} sslmode=disable passfile=/dev/null"
+
+
 def upstream_socket(primary: Cluster) -> str:
-    return f"host={primary.socket_dir} port={PORT} user={ROLE} sslmode=disable"
+    return upstream(str(primary.socket_dir))
+
+
+def drop_slots(primary: Cluster, keep: list[str]) -> list[str]:
+    """Drop pgsweep's inactive slots on the running primary but those in `keep`: a slot
+    nobody streams from would keep every WAL segment from now on, and change how the next
+    trials write. Returns the slots dropped."""
+    with primary.connect() as conn:
+        rows = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE NOT active "
+            "AND starts_with(slot_name, %s) AND NOT slot_name = ANY(%s)",
+            (SLOT_PREFIX, keep),
+        ).fetchall()
+        for (slot,) in rows:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    return [str(r[0]) for r in rows]
 
 
 def wait_streaming(primary: Cluster, names: list[str], sync: int, timeout: float = 60) -> None:
