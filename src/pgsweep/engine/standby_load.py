@@ -18,6 +18,7 @@ from ..store import TrialRecord
 
 _RETRIED = re.compile(r"number of transactions retried: (\d+)")
 _ABORTED = re.compile(r"client \d+ aborted")
+_NONE = re.compile(r"number of transactions actually processed: 0\b")
 
 
 class StandbyLoad:
@@ -67,15 +68,17 @@ class StandbyLoad:
             record.artifacts[f"standby-{name}.err"] = stderr
             text, errors = stdout.decode(errors="replace"), stderr.decode(errors="replace")
             aborted += len(_ABORTED.findall(errors))
+            m = _RETRIED.search(text)
+            retried += float(m.group(1)) if m else 0.0
             try:
                 summary = pgbench.parse_summary(text)
             except pgbench.ParseError:
+                if popen.returncode == 0 and _NONE.search(text):
+                    continue  # ran, and no read completed (conflicts cancelled them all): 0
                 last = (errors.strip().splitlines() or ["no output"])[-1]
                 broken.append(f"{name} (exit {popen.returncode}): {last}")
                 continue
             tps, failed = tps + summary.tps, failed + summary.failed
-            m = _RETRIED.search(text)
-            retried += float(m.group(1)) if m else 0.0
         record.metrics.update({"standby.tps": tps, "standby.retried": retried,
                                "standby.failed": failed,
                                "standby.clients_aborted": aborted})  # fmt: skip

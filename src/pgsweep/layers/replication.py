@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -118,6 +119,7 @@ class ReplicationLayer(Layer):
         self.sets = 0
         self.active = False  # some configuration has a standby
         self.run_id = ""
+        self.home = Path()  # the work area's folder for standbys' data
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -223,6 +225,8 @@ class ReplicationLayer(Layer):
     def start_run(self, run: RunContext) -> None:
         self.journal = UndoJournal.for_this_run("replication", run.workdir)
         self.run_id = workarea.this_run()
+        if self.active:
+            self.home = safefs.private_dir(run.workdir / "standbys", 0o711)
 
     def prepare(self, settings: ReplicationSettings, trial: TrialContext) -> Demand | None:
         """Drop a set of standbys this trial cannot use (another set-up, or the primary's
@@ -272,19 +276,21 @@ class ReplicationLayer(Layer):
                 self._make(settings, trial, server, replicas)
                 trial.events.append("new-standbys")
             wanted = _standby_settings(settings, server.settings or {})
-            if wanted != replicas.settings:
+            if wanted != replicas.settings:  # None: new standbys, written the first time
                 for standby in replicas.standbys:
                     standby.write_settings(wanted)
-                replicas.restart() if replicas.settings else replicas.start()
+                if replicas.settings is not None:
+                    replicas.restart()
                 replicas.settings = wanted
             replicas.start()
             sync = settings.sync_count if settings.mode == "sync" else 0
             wait_streaming(trial.cluster, settings.names, sync, 60 + settings.apply_delay_s)
         except ServerError as exc:
-            tails = "\n".join(s.log_tail(8) for s in replicas.standbys)
+            first, *rest = str(exc).splitlines() or [""]
+            tails = "\n".join([*rest, *(s.log_tail(8) for s in replicas.standbys)])
             server.replicas = None
             replicas.destroy()
-            raise TrialFailure(str(exc).splitlines()[0], tails) from exc
+            raise TrialFailure(first, tails) from exc
         standbys = {s.name: s for s in replicas.standbys}
         trial.demand.watchers.append(LagSampler(trial.cluster, standbys, settings.max_lag_s))
         if trial.demand.standby_workload is not None:
@@ -295,7 +301,7 @@ class ReplicationLayer(Layer):
         """Standbys live in the work area, not on the experiment's storage: their writes
         stay out of the primary's device counters, and out of its space."""
         primary, link = server.cluster, replicas.network
-        home = safefs.private_dir(trial.run.workdir / "standbys", 0o711)
+        home = self.home
         up = upstream(link.host_ip) if link is not None else upstream_socket(primary)
         for name in settings.names:
             standby = Standby(trial.run.binaries, trial.run.user,

@@ -208,7 +208,8 @@ class ServerLayer(Layer):
                     trial.events.append("reload")
         except ServerError as exc:
             server.settings = None
-            raise TrialFailure(str(exc).splitlines()[0], cluster.log_tail()) from exc
+            first, *rest = str(exc).splitlines() or [""]
+            raise TrialFailure(first, "\n".join(rest) or cluster.log_tail()) from exc
         server.settings = wanted
         self._read_back(wanted, trial)
 

@@ -140,9 +140,12 @@ class WorkloadLayer(Layer):
                 self.scripts[script] = _read_script(ctx, path, script)
         for path, maybe in standby:
             if maybe is not None and ctx.binaries.major < 15:
-                raise ctx.source.error(path, f"a standby read load needs pgbench 15 or newer "
-                                       f"(--max-tries); this is {ctx.binaries.version}",
-                                       fix="use PostgreSQL 15+, or remove standby_script")  # fmt: skip
+                raise ctx.source.error(
+                    path,
+                    f"a standby read load needs pgbench 15 or newer (--max-tries); this is "
+                    f"{ctx.binaries.version}",
+                    fix="use PostgreSQL 15+, or remove standby_script",
+                )
             custom = self.scripts[maybe][1] if maybe in self.scripts else None
             if maybe is not None and pgbench.writes(maybe, custom):
                 raise ctx.source.error(path, f"the standby script {maybe!r} changes data, and "

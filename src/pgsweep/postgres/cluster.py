@@ -230,8 +230,8 @@ class Cluster:
     def start(self) -> None:
         self.postmaster_pid()  # collects a postmaster that died, whose PID would block this
         res = self.pg_ctl("start")
-        if not res.ok:
-            raise ServerError(f"the server did not start:\n{self.log_tail()}")
+        if not res.ok:  # the server's log, or what pg_ctl said when the server wrote none
+            raise ServerError(f"the server did not start:\n{self.log_tail() or res.tail()}")
 
     def stop(self, mode: str = "fast") -> None:
         pid = self.postmaster_pid()

@@ -8,7 +8,7 @@ destroying the primary takes its standbys along."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ class ReplicaSet:
     generation: int  # the primary's data generation it was cloned from
     clone_seconds: float = 0.0
     network: Any = None  # a netns.Link when the standbys sit behind one
-    settings: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] | None = None  # what the standbys run with; None: not written
 
     def start(self) -> None:
         for standby in self.standbys:
