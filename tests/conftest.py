@@ -32,6 +32,23 @@ requires_pg = pytest.mark.skipif(
 )
 
 
+TMPFS = Path("/dev/shm")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _work_areas_on_tmpfs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module that sets WORK_ON_TMPFS = True (its tests are about mechanics, reports and
+    statistics, not about what a disk does) has its runs' work areas made on tmpfs through
+    PGSWEEP_WORK_BASE: restoring a snapshot and initdb's fsyncs cost memory speed there.
+    Modules about storage, devices, the os layer and safety keep the default /var/tmp."""
+    if not getattr(request.module, "WORK_ON_TMPFS", False) or not TMPFS.is_dir():
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGSWEEP_WORK_BASE", str(TMPFS))
+        yield
+
+
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A registry of runs private to the test, so tests never see each other's runs."""
@@ -117,5 +134,6 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
     ]
     left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp if n.startswith("pgsweep-")]
     left += [str(p) for p in results.glob(".pgsweep-work-*")]
-    left += [str(p) for p in Path("/var/tmp").glob(f"pgsweep-work-{results.name}-*")]
+    for base in (Path("/var/tmp"), TMPFS):
+        left += [str(p) for p in base.glob(f"pgsweep-work-{results.name}-*")]
     return left

@@ -46,6 +46,8 @@ precision = "2%"
 server.commit_siblings = [5, 10, 0]
 """
 
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -37,6 +37,8 @@ rounds = 2
 """
 SLOW = "commit_delay = 10000\ncommit_siblings = 0\n"  # µs; 0: delay even a lone commit
 
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:

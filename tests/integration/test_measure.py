@@ -37,6 +37,8 @@ rounds = 1
 workload.latency_log = ["auto", 0.5, "off"]
 """
 
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:

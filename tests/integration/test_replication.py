@@ -51,6 +51,8 @@ replication.mode = ["async", "sync"]
 replication.bandwidth = ["1mbit", "10gbit"]
 """
 
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
 
 def _ours() -> list[str]:
     """pgsweep's namespaces still on the machine (the veth pair and its qdisc live inside

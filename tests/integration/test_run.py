@@ -20,6 +20,8 @@ from conftest import leftovers, pgsweep, postmasters, requires_pg, trials, write
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
 
 def _artifact(results: Path, trial_id: str, name: str) -> str:
     import gzip

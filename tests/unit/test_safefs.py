@@ -332,3 +332,29 @@ def test_a_partition_next_to_a_mounted_one_is_refused(tmp_path: Path) -> None:
     assert view.neighbours_in_use("sdb") == ["sdb is held by md0 (RAID, LVM or device-mapper)"]
     swap = BlockView(sysfs, (), "Filename Type\n/dev/sda2 partition\n")
     assert swap.neighbours_in_use("sda1") == ["sda2 is in use as swap"]
+
+
+def test_work_base_from_the_environment_must_be_safe_for_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PGSWEEP_WORK_BASE moves work areas (e.g. to tmpfs); a relative or missing path, or a
+    folder others can write to without the sticky bit (they could move the work area away
+    and put their own in its place), is refused with exit 2."""
+    from pgsweep.errors import PgsweepError
+    from pgsweep.host import workarea
+
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    open_.chmod(0o777)
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    for bad in ("relative/dir", str(tmp_path / "missing"), str(open_)):
+        monkeypatch.setenv("PGSWEEP_WORK_BASE", bad)
+        with pytest.raises(PgsweepError) as err:
+            workarea.fallback_base()
+        assert err.value.exit_code == 2 and "PGSWEEP_WORK_BASE" in err.value.what
+    monkeypatch.setenv("PGSWEEP_WORK_BASE", str(sticky))
+    assert workarea.fallback_base() == sticky.resolve()
+    monkeypatch.delenv("PGSWEEP_WORK_BASE")
+    assert workarea.fallback_base() == Path("/var/tmp")

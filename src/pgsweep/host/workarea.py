@@ -132,11 +132,26 @@ def traversable_by(path: Path, user: RunAs | None) -> bool:
 
 def work_base(results: Path, user: RunAs | None) -> Path:
     """Where a run's work area will be made: in the results folder when the server user
-    can reach it, else under /var/tmp."""
+    can reach it, else under the fallback base."""
     probe = results
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return results if traversable_by(probe.resolve(), user) else Path("/var/tmp")
+    return results if traversable_by(probe.resolve(), user) else fallback_base()
+
+
+def fallback_base() -> Path:
+    """/var/tmp, or $PGSWEEP_WORK_BASE (e.g. a faster disk, or a tmpfs for tests of
+    mechanics): a directory only root (or you) can change, or a sticky one like /var/tmp,
+    where the work area is made fresh (mkdtemp) and nobody can move it."""
+    text = os.environ.get("PGSWEEP_WORK_BASE", "/var/tmp")
+    base = Path(text)
+    why = None if base.is_absolute() and base.is_dir() else "not an absolute directory path"
+    why = why or safefs.untrusted_component(base / "work-area")
+    if why:
+        raise PgsweepError(f"PGSWEEP_WORK_BASE={text}: {why}",
+                           fix="name a directory root owns (or a sticky one such as /var/tmp), "
+                           "or unset PGSWEEP_WORK_BASE")  # fmt: skip
+    return base.resolve()
 
 
 @dataclass
@@ -163,7 +178,7 @@ class WorkArea:
         base, note = work_base(results, user), ""
         if base != results:
             note = (f"the server user {user.name if user else ''} cannot reach {results}; "
-                    "its clusters live under /var/tmp instead")  # fmt: skip
+                    f"its clusters live under {base} instead")  # fmt: skip
         prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-"
         workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         socket_root = Path(tempfile.mkdtemp(prefix="pgsweep-", dir="/tmp"))
