@@ -39,8 +39,8 @@ seed = 7
 rounds = 1
 [workload]
 clients = 4
-duration = "3s"
-warmup = "1s"
+duration = "2s"
+warmup = "0s"
 [cluster]
 scale = 2
 [replication]
@@ -95,7 +95,7 @@ def test_standbys_stream_in_the_asked_sync_state_with_lags_each_second(network_r
         mode = levels[t["config_id"]]["replication.mode"]
         seconds = _rows(network_run, "SELECT state, sync_state, write_lag_ms, replay_lag_ms, "
                         f"standby FROM standby_second WHERE trial_id = '{t['id']}'")  # fmt: skip
-        assert len(seconds) >= 2, t["id"]  # a 3 s window, sampled once a second
+        assert len(seconds) >= 1, t["id"]  # a 2 s window, sampled once a second
         assert {s[0] for s in seconds} == {"streaming"}
         assert {s[1] for s in seconds} == {"sync" if mode == "sync" else "async"}, t["id"]
         assert {s[4] for s in seconds} == {"s1"}
@@ -200,7 +200,7 @@ def test_remote_apply_behind_a_conflicting_standby_read_stalls_and_feedback_prev
 def test_kill_9_then_restore_leaves_no_standby_namespace_or_link(
     tmp_path: Path, state_dir: Path
 ) -> None:
-    body = NETWORK.replace('duration = "3s"', 'duration = "60s"')
+    body = NETWORK.replace('duration = "2s"', 'duration = "60s"')
     path = write_experiment(tmp_path, body)
     results = tmp_path / "r"
     run = subprocess.Popen(
