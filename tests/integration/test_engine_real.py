@@ -105,4 +105,7 @@ def test_the_a_a_cluster_factor_is_not_different_and_the_real_effect_is(results:
     assert aa["replicates"] == 1  # one build per level: its interval is run-to-run noise only
     assert sync["decision"] == "different" and sync["ci_low"] > 1, sync
     same_sync = [c for c in data["comparisons"] if c["metric"] == "tps" and c["config"] == "c03"]
-    assert same_sync and same_sync[0]["decision"] != "different", same_sync
+    # c03 differs from the baseline only by its cluster, built once per level: its verdict
+    # rests on run-to-run noise and cannot tell two clusters' own difference from an effect
+    # (once -12% here, at 1 s trials), so the report must say so rather than be trusted
+    assert same_sync and same_sync[0]["error"] == "within-run only", same_sync

@@ -40,7 +40,8 @@ def home() -> Iterator[Path]:
     """The user's home: a folder it owns, where its registry of runs and results go."""
     if not SYSTEM_PYTHON.exists() or sys.version_info[:2] != _system_version():
         pytest.skip("needs /usr/bin/python3 of the venv's Python version")
-    parent = Path(tempfile.mkdtemp(prefix="pgsweep-test-nonroot-", dir="/var/tmp"))
+    # on tmpfs: the test is about running without root, not about a disk
+    parent = Path(tempfile.mkdtemp(prefix="pgsweep-test-nonroot-", dir="/dev/shm"))
     parent.chmod(0o755)
     d = parent / "home"
     d.mkdir(mode=0o700)

@@ -105,6 +105,10 @@ def test_standbys_stream_in_the_asked_sync_state_with_lags_each_second(network_r
         assert effective["synchronous_standby_names"] == ("FIRST 1 (s1)" if mode == "sync" else "")
         assert float(effective["replication.rtt_ms"]) > 0  # measured over the veth link
         assert "new-standbys" in json.loads(t["events_json"])
+    # every node's environment: each standby's own settings, as it reports them
+    names = _rows(network_run, "SELECT scope, value FROM environment WHERE name = 'cluster_name'")
+    assert {(s.split(".")[1], v) for s, v in names} == {("s1", "s1 (command line)")}
+    assert {s.split(".")[0] for s, _ in names} == set(levels)
 
 
 @requires_pg

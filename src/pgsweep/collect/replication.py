@@ -14,6 +14,7 @@ from typing import Any
 from ..layers.context import TrialContext, TrialFailure
 from ..postgres.cluster import Cluster
 from ..store import TrialRecord
+from . import environment
 
 SAMPLE = """
 SELECT application_name, state, sync_state,
@@ -79,6 +80,9 @@ class LagSampler:
         if self.error is not None:
             raise TrialFailure(f"sampling pg_stat_replication failed: {self.error}")
         record.standby_seconds = list(self.rows)
+        for name, cluster in self.standbys.items():  # every node's environment, not only
+            with cluster.connect() as conn:  # the primary's: scope "c01.s1"
+                record.environment[f"{record.config_id}.{name}"] = environment.settings(conn)
         conflicts = sum(_conflicts(c) - self._conflicts.get(n, 0.0)
                         for n, c in self.standbys.items())  # fmt: skip
         record.metrics.update(summarize(self.rows, list(self.standbys)))
