@@ -1,7 +1,8 @@
 """Streaming standbys of a primary cluster: each a throwaway server made with
-`pg_basebackup -X stream -R` from the running primary, as the same unprivileged user, on its
-own private socket, with `cluster_name` and `primary_conninfo` given on its command line
-(which outranks the postgresql.auto.conf pg_basebackup writes). A `ReplicaSet` is all the
+`pg_basebackup -X stream -R` from the running primary (with a replication slot of its own),
+as the same unprivileged user, on its own private socket, with `cluster_name`,
+`primary_conninfo` and `primary_slot_name` given on its command line (which outranks the
+postgresql.auto.conf pg_basebackup writes). A `ReplicaSet` is all the
 standbys of one primary for one set-up; the primary's `Server` owns it, so stopping or
 destroying the primary takes its standbys along."""
 
@@ -63,7 +64,8 @@ class Standby(Cluster):
 
 @dataclass
 class ReplicaSet:
-    """The standbys of one primary for one set-up (count, network, standby settings)."""
+    """The standbys of one primary for one set-up (count, network, bandwidth); a change of
+    their settings only restarts them."""
 
     shape: str  # what made it: compared to decide whether the next trial needs another
     standbys: list[Standby]
