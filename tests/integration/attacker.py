@@ -92,6 +92,11 @@ def work_targets(results: Path) -> list[tuple[Path, bool]]:
             out += [(c / "data", True), (c / "snapshot", True), (c / "log", True)]
         for t in trials:
             out += [(work / "trials" / t, False), (work / "trials" / t / "txlog", True)]
+        out += [(work / "standbys", False)]
+        for n, g in ((n, g) for n in range(1, 5) for g in range(10)):  # root's 0711: guessed
+            s = work / "standbys" / f"cluster-{n}-{g}-s1"  # primary N, its data generation G
+            out += [(s, False), (s / "conf", False), (s / "cmd", False)]
+            out += [(s / "data", True), (s / "log", True)]
     return out
 
 
@@ -121,6 +126,8 @@ def attack(results: Path, canary: Path, prefix: str | None, log: list[str]) -> N
                 continue
             try:  # a snapshot being made is root's for a moment: not readable yet
                 loaded = (directory.parent / "snapshot" / "PG_VERSION").exists()
+                if directory.parent.parent.name == "standbys":  # a base backup is in
+                    loaded = (directory / "PG_VERSION").exists()
             except OSError:
                 loaded = False
             if directory.name in ("data", "snapshot") and not loaded:

@@ -111,7 +111,7 @@ def test_planted_links_are_never_followed_and_no_server_listens_on_tcp(
     open_dir: Path, canary: Path, state_dir: Path
 ) -> None:
     before = set(os.listdir("/tmp"))
-    path = _experiment(open_dir)
+    path = _experiment(open_dir, extra="[replication]\nstandbys = 1")  # standbys too
     results = open_dir / "res"
     log = _attacker_log(open_dir)
     attacker = subprocess.Popen(
@@ -131,6 +131,9 @@ def test_planted_links_are_never_followed_and_no_server_listens_on_tcp(
     # the attack ran: it planted links in the server user's leaves and tried root's dirs
     assert any(a.startswith("planted ") and "/data/" in a for a in attempts), attempts[:20]
     assert any(a.startswith("planted ") and "/txlog/" in a for a in attempts), attempts[:20]
+    standby = [a for a in attempts if "/standbys/" in a]
+    assert any(a.startswith("planted ") and "/data/" in a for a in standby), standby[:20]
+    assert any(a.startswith("denied ") and "/conf/" in a for a in standby), standby[:20]
     assert any(a.startswith("denied ") and "/conf/" in a for a in attempts), attempts[:20]
     assert not any(a.startswith("planted ") and ("/conf/" in a or "/private/" in a)
                    for a in attempts)  # fmt: skip
