@@ -1,6 +1,5 @@
 """Reports from one real 2x2 experiment: application_name (no effect on performance: an A/A
-factor, with a level that is an HTML script tag) x commit_delay 10 ms or none (a large
-effect that needs no disk: the work areas are on tmpfs, where fsync costs nothing).
+factor, with a level that is an HTML script tag) x synchronous_commit (a large effect).
 Markdown has the seeds' rounds x configurations table; JSON follows its schema; the HTML
 report is opened in headless Chromium."""
 
@@ -32,17 +31,13 @@ clients = 2
 jobs = 2
 duration = "2s"
 warmup = "0s"
-[server]
-commit_siblings = 0
 [repeat]
 rounds = {ROUNDS}
 [factors]
 server.application_name = ["plain", "{SCRIPT}"]
-server.commit_delay = [10000, 0]
+server.synchronous_commit = ["on", "off"]
 """
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
-WORK_ON_TMPFS = True  # see conftest: the large effect is a commit delay, not fsync
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +63,8 @@ def test_a_a_factor_is_not_called_different(results: Path) -> None:
     aa = main[("server.application_name", "tps")]
     assert aa["p_adjusted"] > 0.001, aa
     assert (aa["decision"] == "different") == (not aa["ci_low"] <= 1 <= aa["ci_high"]), aa
-    sync = main[("server.commit_delay", "tps")]
-    assert sync["verdict"].startswith("faster: +"), sync  # commits without the 10 ms delay
+    sync = main[("server.synchronous_commit", "tps")]
+    assert sync["verdict"].startswith("faster: +"), sync  # commits without waiting on fsync
     assert sync["decision"] == "different" and sync["ci_low"] > 1
     assert sync["replicates"] == ROUNDS and sync["error"] == "pooled"
 
@@ -99,10 +94,10 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert [t["factor"] for t in it["terms"]] == data["factors"]
     assert [r["round"] for r in data["rounds"]] == list(range(1, ROUNDS + 1))
     res = pgsweep("report", str(results), "--format", "json",
-                  "--baseline", "server.commit_delay=0", "--alpha", "0.01")  # fmt: skip
+                  "--baseline", "server.synchronous_commit=off", "--alpha", "0.01")  # fmt: skip
     other = json.loads(res.stdout)
     base = next(c for c in other["configurations"] if c["id"] == other["baseline"])
-    assert base["levels"]["server.commit_delay"] == 0
+    assert base["levels"]["server.synchronous_commit"] == "off"
     assert other["method"]["alpha"] == 0.01
     wider = {c["config"]: c for c in other["comparisons"] if c["metric"] == "tps"}
     narrow = {c["config"]: c for c in data["comparisons"] if c["metric"] == "tps"}
@@ -140,7 +135,7 @@ def test_terminal_report_lists_verdicts(results: Path) -> None:
     res = pgsweep("report", str(results))
     assert res.returncode == 0, res.stderr
     assert "baseline" in res.stdout and "faster: +" in res.stdout
-    assert "server.commit_delay = 0 (vs 10000), averaged over the other factors: faster" in (
+    assert "server.synchronous_commit = off (vs on), averaged over the other factors: faster" in (
         " ".join(res.stdout.split())
     )
 
@@ -207,11 +202,11 @@ def test_compare_two_folders_warns_when_environments_differ(results: Path, tmp_p
     res = pgsweep("compare", str(results), str(after), "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
-    by = {(r["levels"]["server.application_name"], r["levels"]["server.commit_delay"]): r
+    by = {(r["levels"]["server.application_name"], r["levels"]["server.synchronous_commit"]): r
           for r in data["matched"]}  # fmt: skip
     assert len(by) == 4 and not data["only_in_a"] and not data["only_in_b"]
-    assert by[("plain", 0)]["verdict"].startswith("faster: +200.0%")
-    others = [r for k, r in by.items() if k != ("plain", 0)]
+    assert by[("plain", "off")]["verdict"].startswith("faster: +200.0%")
+    others = [r for k, r in by.items() if k != ("plain", "off")]
     assert all(r["verdict"].startswith("no significant difference (+0.0%") for r in others)
     assert any("differ in kernel" in w and "'9.9.9'" in w for w in data["warnings"])
     assert data["warnings"][0].startswith("the folders ran in different sessions")
