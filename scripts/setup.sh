@@ -19,6 +19,9 @@ if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless 
     command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
     command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
     command -v zfs-fuse >/dev/null || need+=(zfs-fuse)
+    # the build layer's tests compile PostgreSQL from Debian's source (no readline or zlib)
+    command -v cc >/dev/null && command -v make >/dev/null || need+=(build-essential)
+    command -v git >/dev/null || need+=(git)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

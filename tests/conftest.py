@@ -137,3 +137,9 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
     for base in (Path("/var/tmp"), TMPFS):
         left += [str(p) for p in base.glob(f"pgsweep-work-{results.name}-*")]
     return left
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that use the suite's PostgreSQL build run last: scripts/test.sh compiles it
+    beside the rest of the suite (tests/prebuild.py), so by then it is in the cache."""
+    items.sort(key=lambda item: item.path.name == "test_build.py")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import verdict as sm
+from .analysis_builds import assertion_warning, build_rows, phase_rows
 from .analysis_checks import CV_WARN, replication_rows, warnings
 from .errors import PgsweepError
 from .store import TPS, Results
@@ -31,6 +32,8 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "io.device_bytes_written_per_tx": ("device bytes written / tx", False, "B"),
     "io.wal_bytes_per_tx": ("WAL bytes / tx", False, "B"),
 }
+# factors whose levels each need a cluster of their own (a build is compiled, then a cluster)
+WHOLE_PLOT_COSTS = ("cluster", "build")
 # A workload that writes less than this per transaction (select-only) writes next to
 # nothing: ratios of such values are noise, so those trials are left out of the byte metrics.
 NEGLIGIBLE_BYTES = 64.0
@@ -64,6 +67,10 @@ class Analysis:
     warnings: list[str]
     # per configuration with standbys: lags, bytes behind, sync share, conflicts, stalls
     replication: list[dict[str, Any]] = field(default_factory=list)
+    # per configuration: the PostgreSQL build it ran (only when some ran a build)
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    # per configuration: bytes written while loading and while running (seed 3)
+    phases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)
@@ -82,7 +89,7 @@ def analyse(
     exp = results.experiment()
     plan = exp.plan
     factors = exp.factors
-    whole = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
+    whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
     replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
     configs = _load(results)
     base = _baseline(configs, baseline)
@@ -145,7 +152,9 @@ def analyse(
     round_rows = _round_levels(configs, rounds)
     out = Analysis(info, factors, whole, base.id, configs, comparisons, effects, round_rows,
                    drift, method, [])  # fmt: skip
-    out.warnings = warnings(out, results)
+    out.builds = build_rows(results)
+    out.phases = phase_rows(results, configs, alpha)
+    out.warnings = assertion_warning(out.builds) + warnings(out, results)
     out.replication = replication_rows(results)
     return out
 
@@ -298,7 +307,7 @@ def stop_reason(results: Results, rounds: int) -> str | None:
     configs = _load(results)
     for c in configs:
         c.values = {m: {r: v for r, v in by.items() if r <= rounds} for m, by in c.values.items()}
-    whole = [f["name"] for f in plan["factors"] if f.get("cost") == "cluster"]
+    whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
     replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
     seq = sequential(configs, _baseline(configs, baseline), whole, replicated,
                      plan["adaptive"], alpha, rounds)  # fmt: skip

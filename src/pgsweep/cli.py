@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
     _gate_options(sc, "configuration is significantly more than PCT slower in AFTER")
     sc.add_argument("--alpha", type=float, help="family-wise false 'different' rate (0.05)")
+    sb = sub.add_parser("builds", help="list the PostgreSQL build cache, or prune it")
+    sb.add_argument("--remove", nargs="+", default=[], metavar="KEY", help="remove builds")
+    sb.add_argument("--prune", action="store_true",
+                    help="remove unfinished builds and failed builds' logs")  # fmt: skip
+    sb.add_argument("--unused-days", type=float, metavar="N",
+                    help="with --prune: also builds no run used for N days")  # fmt: skip
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
     se.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
@@ -135,7 +141,7 @@ def _console() -> Console:
 
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from .engine import plans
+    from .engine import buildprep, plans
 
     exp = spec.load(args.file)
     spec.check_adaptive(exp)
@@ -147,6 +153,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         if exp.seed_given
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
+    notes += show.build_notes(buildprep.planned(exp))
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
     if args.noise_from:
         show.render_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)
@@ -168,6 +175,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         exp = against.combine(before, exp, args.against)
     spec.check_adaptive(exp)
     exp.grant = grant
+    from .engine import buildprep
+
+    exp.builds = buildprep.prepare(exp, lambda line: console.print(line, markup=False))
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     from .engine.run import run
 
@@ -353,7 +363,22 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_builds(args: argparse.Namespace, console: Console) -> int:
+    from .host import builds
+
+    root = builds.open_cache(create=False)
+    if root is None:
+        console.print(f"no build cache at {builds.cache_root()}", markup=False)
+        return EXIT_OK
+    removed = builds.prune(root, args.remove, args.prune, args.unused_days)
+    for name in removed:
+        console.print(f"removed {root / name}", markup=False)
+    show.render_builds(root, builds.entries(root), console)
+    return EXIT_OK
+
+
 COMMANDS = {
+    "builds": cmd_builds,
     "plan": cmd_plan,
     "run": cmd_run,
     "show": cmd_show,

@@ -17,6 +17,7 @@ class Cost(IntEnum):
     RESTART = 2  # server restart
     RESERVE = 3  # a server restart plus a kernel reservation that can fail (huge pages)
     CLUSTER = 4  # a new cluster: initdb + load
+    BUILD = 5  # a new PostgreSQL build (compiled before the first trial), then a cluster
 
 
 def printable(text: str) -> str:

@@ -4,6 +4,7 @@ as JSON (the analysis itself; schema in docs/report-schema.md). HTML is report_h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from .analysis import METRICS, Analysis, Config
 from .plan import short_names
+from .report_builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 
 
 def levels_text(a: Analysis, c: Config) -> str:
@@ -131,6 +133,16 @@ def _md_replication(a: Analysis) -> list[str]:
     return out
 
 
+TextTable = tuple[list[str], list[list[str]]]
+
+
+def _md_table(a: Analysis, title: str, note: str,
+              table: Callable[[Analysis], TextTable]) -> list[str]:  # fmt: skip
+    header, rows = table(a)
+    return [f"\n## {title}\n", note + "\n", _md_row(header), _md_row(["---"] * len(header)),
+            *(_md_row(r) for r in rows)]  # fmt: skip
+
+
 def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {exp['name']}\n")
@@ -166,6 +178,8 @@ def render_markdown(a: Analysis) -> str:
         out += [_md_row([e["label"], effect_name(e), e["verdict"], e["error"],
                          str(e["replicates"])]) for e in rows]  # fmt: skip
     out += _md_replication(a)
+    out += _md_table(a, "Builds", BUILDS_NOTE, builds_table) if a.builds else []
+    out += _md_table(a, "Bytes written by phase", PHASES_NOTE, phases_table) if a.phases else []
     if a.warnings:
         out.append("\n## Warnings\n")
         out += [f"- {w}" for w in a.warnings]

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 
 from .analysis import NEGLIGIBLE_BYTES, Analysis, Config
 from .report import REPLICATION_COLUMNS, adaptive_line, effect_name, levels_text
+from .report_builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .store import Fact, Results
 
 # text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
@@ -61,6 +62,11 @@ def render(a: Analysis, results: Results) -> str:
                                                        for k, _, d in REPLICATION_COLUMNS]}
                      for r in a.replication],
         replication_columns=[h for _, h, _ in REPLICATION_COLUMNS],
+        tables=[{"name": name, "title": title, "note": note, "header": t[0], "rows": t[1]}
+                for name, title, note, t, show in (
+                    ("builds", "Builds", BUILDS_NOTE, builds_table(a), a.builds),
+                    ("phases", "Bytes written by phase", PHASES_NOTE, phases_table(a), a.phases))
+                if show],
     )  # fmt: skip
 
 

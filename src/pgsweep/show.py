@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,42 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     console.print(f"estimated duration: {human_seconds(trials + builds)} ({parts})")
     for note in notes:
         console.print(f"note: {note}", markup=False)
+
+
+def render_builds(root: Path, entries: list[Any], console: Console) -> None:
+    """`pgsweep builds`: every entry of the cache (host.builds.entries)."""
+    table = Table(title=f"PostgreSQL builds in {root}")
+    for col in ("key", "version", "built from", "compile", "size", "last used"):
+        table.add_column(col)
+    for name, build, facts in entries:
+        used = datetime.fromtimestamp(float(facts["mtime"])).strftime("%Y-%m-%d %H:%M")
+        size = f"{int(facts['bytes']) / 1024**2:,.0f} MiB"
+        if build is None:
+            table.add_row(printable(name), "-", "(unfinished: --prune removes it)", "-", size, used)
+        else:
+            table.add_row(build.key, build.version, printable(build.spec.describe()),
+                          human_seconds(build.seconds), size, used)  # fmt: skip
+    console.print(table)
+    logs = sorted(p.name for p in root.glob("*.failed.log"))
+    if logs:
+        console.print(f"logs of failed builds: {', '.join(logs)}", markup=False)
+
+
+def build_notes(planned: list[Any]) -> list[str]:
+    """What `run` compiles before the first trial (engine.buildprep.PlannedBuild), and how
+    long that takes: apart from the trials' estimate, since it is paid once."""
+    if not planned:
+        return []
+    todo = [b for b in planned if not b.cached]
+    lines = [
+        f"PostgreSQL builds: {len(planned)} ({len(planned) - len(todo)} cached, "
+        f"{len(todo)} to compile before the first trial"
+        + (f", about {human_seconds(sum(b.seconds for b in todo))})" if todo else ")")
+    ]
+    for b in planned:
+        state = f"cached {b.key}" if b.cached else f"to compile, ~{human_seconds(b.seconds)}"
+        lines.append(f"  build {b.spec.describe()}: {state}")
+    return lines
 
 
 def adaptive_text(ad: Adaptive) -> str:

@@ -61,6 +61,8 @@ class Experiment:
     pseudo_costs: dict[str, Cost] = field(default_factory=dict)  # factors of no layer (run.against)
     against: Path | None = None  # `run --against DIR`: the results folder measured again
     against_text: str = ""  # its frozen experiment file, as validated
+    # builds made before the first trial (engine/buildprep.py): BuildSpec -> PreparedBuild
+    builds: dict[Any, Any] = field(default_factory=dict)
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)

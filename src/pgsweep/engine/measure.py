@@ -29,7 +29,7 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     server, cluster, w = trial.server, trial.cluster, trial.demand.workload
     assert w is not None, "the workload layer prepares every trial"
     settings = trial.settings["workload"]
-    pgb, conn = trial.run.binaries.path("pgbench"), cluster.pgbench_conn_args()
+    pgb, conn = trial.client.path("pgbench"), cluster.pgbench_conn_args()
     warmup_tps = None
     if settings.warmup_s > 0:
         argv = w.argv(pgb, conn, seconds=settings.warmup_s, vacuum=True)

@@ -47,7 +47,7 @@ class Outcome:
 
 
 @contextmanager
-def _stopped_by_signals() -> Iterator[None]:
+def stopped_by_signals() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP end the run through its cleanup. The first one raises
     KeyboardInterrupt and from then on all three are ignored, so a second signal can cut
     neither the unwinding nor the cleanup short. The handlers come back only after a run
@@ -98,7 +98,7 @@ def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Pl
 def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
     proc.become_subreaper()  # a killed postmaster must not stay a zombie (see proc)
     results = safefs.trusted_target(results, "the results folder")  # resolved, once
-    with _stopped_by_signals():
+    with stopped_by_signals():
         stale, unrestored = journal.recover_stale()
         check_results_folder(results, resume)
         where = preflight(exp, results)
@@ -125,7 +125,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
          reporter: Reporter, notes: list[str]) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical)  # fmt: skip
+                     exp.canonical, exp.builds)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     outcome = Outcome(area.results, len(plan.trials), 0)

@@ -31,7 +31,7 @@ class StandbyLoad:
 
     def begin(self, trial: TrialContext) -> None:
         folder = safefs.private_dir(trial.run.private / f"standby-load-{trial.id}", 0o700)
-        pgb = trial.run.binaries.path("pgbench")
+        pgb = trial.client.path("pgbench")
         for name, standby in self.standbys.items():
             argv = self.workload.argv(pgb, standby.pgbench_conn_args(),
                                       seconds=self.workload.seconds, vacuum=False)  # fmt: skip

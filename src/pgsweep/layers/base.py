@@ -47,6 +47,9 @@ class ValidationContext:
     # "layer.key" -> the TOML path it was written at: a layer refusing a combination names
     # another layer's key where the file has it ("HUGE_PAGES" for server.huge_pages)
     where: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # every configuration runs a build: the installed catalog only parses levels, and
+    # names it lacks wait for the builds' own catalogs (engine/buildprep.py)
+    catalog_deferred: bool = False
 
 
 class Layer(ABC):

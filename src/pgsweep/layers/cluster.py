@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import counters, devices, metrics
 from ..core import Cost, Value
 from ..host import proc
+from ..postgres.binaries import Binaries
 from ..postgres.cluster import Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
 from .base import ResourceLayer, ValidationContext, check_table
@@ -155,14 +156,16 @@ class ClusterLayer(ResourceLayer):
         self.made += 1  # names stay unique across storages: cluster-N is a scope in the store
         number = self.made
         waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
-        cluster = Cluster(run.binaries, run.user, storage.home / f"cluster-{number}",
+        binaries = below["build"].binaries if "build" in below else run.binaries
+        cluster = Cluster(binaries, run.user, storage.home / f"cluster-{number}",
                           run.socket_root / f"c{number}", waldir)  # fmt: skip
-        server = Server(cluster.root.name, cluster, run.binaries)
+        server = Server(cluster.root.name, cluster, binaries)
         try:
             cluster.create(settings.initdb_options())
             cluster.start()
             target = settings.target_bytes(_memory_limit(config))
-            server.load = _load(cluster, settings.scale, target, storage.pool_devices)
+            client = run.client(config, binaries)
+            server.load = _load(cluster, client, settings.scale, target, storage.pool_devices)
             cluster.take_snapshot()
         except ServerError as exc:
             tail = cluster.log_tail()
@@ -188,6 +191,7 @@ class ClusterLayer(ResourceLayer):
         with trial.cluster.connect() as conn:
             row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
         trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
+        trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
 
 
 def _database_bytes(cluster: Cluster) -> int:
@@ -196,8 +200,8 @@ def _database_bytes(cluster: Cluster) -> int:
     return int(row[0]) if row else 0
 
 
-def _pgbench_init(cluster: Cluster, scale: int) -> None:
-    argv = [cluster.binaries.path("pgbench"), *cluster.pgbench_conn_args()]
+def _pgbench_init(cluster: Cluster, client: Binaries, scale: int) -> None:
+    argv = [client.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
     res = proc.run(argv, out=cluster.scratch / "load.out", timeout=120 + scale * 5,
@@ -206,28 +210,32 @@ def _pgbench_init(cluster: Cluster, scale: int) -> None:
         raise ServerError(f"loading the data failed: {res.describe_failure()}")
 
 
-def scale_for(cluster: Cluster, target: int) -> int:
+def scale_for(cluster: Cluster, client: Binaries, target: int) -> int:
     """The scale that gives a database of `target` bytes, from the bytes one scale unit
     took here (a scale-2 load: its size less the empty database's, halved)."""
     empty = _database_bytes(cluster)
-    _pgbench_init(cluster, 2)
+    _pgbench_init(cluster, client, 2)
     per_unit = max(1, (_database_bytes(cluster) - empty) // 2)
     return max(1, round((target - empty) / per_unit))
 
 
 def _load(
-    cluster: Cluster, scale: int, target: int | None = None, pool: list[str] | None = None
+    cluster: Cluster,
+    client: Binaries,
+    scale: int,
+    target: int | None = None,
+    pool: list[str] | None = None,
 ) -> dict[str, float]:
     """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint. Returns
     the I/O of that phase (seed 3 compared bytes written while loading and while running):
     device and PostgreSQL counter deltas, seconds, scale and the database size. With a
     target size the scale is measured first (cluster.size)."""
     if target is not None:
-        scale = scale_for(cluster, target)
+        scale = scale_for(cluster, client, target)
     devs, primary = devices.for_cluster(cluster, pool)
     before = _load_snapshot(cluster, devs)
     started = time.monotonic()
-    _pgbench_init(cluster, scale)
+    _pgbench_init(cluster, client, scale)
     with cluster.connect() as conn:
         has_prewarm = conn.execute(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"

@@ -43,6 +43,23 @@ class RunContext:
     socket_root: Path  # /tmp/pgsweep-XXXX: socket paths must stay short
     # server setting -> {level as written: value in base units} from `postgres -C`
     canonical: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # builds made before the first trial (BuildSpec -> layers.build.PreparedBuild)
+    builds: Mapping[Any, Any] = field(default_factory=dict)
+
+    def canonical_for(self, binaries: Binaries) -> Mapping[str, Mapping[str, str]]:
+        """What each level means to these binaries (a build with other block sizes reads
+        "128MB" of shared_buffers as another number of pages)."""
+        for prepared in self.builds.values():
+            if prepared.binaries is not None and prepared.binaries.bindir == binaries.bindir:
+                return prepared.canonical  # type: ignore[no-any-return]
+        return self.canonical
+
+    def client(self, config: Mapping[str, Any], server: Binaries) -> Binaries:
+        """The pgbench every configuration runs: the installed one (postgres.bin), so a
+        faster client never passes for a faster server; a build's own with
+        build.pgbench = "own"."""
+        build = config.get("build")
+        return server if getattr(build, "pgbench", "shared") == "own" else self.binaries
 
 
 @dataclass
@@ -150,3 +167,7 @@ class TrialContext:
     @property
     def cluster(self) -> Cluster:
         return self.server.cluster
+
+    @property
+    def client(self) -> Binaries:
+        return self.run.client(self.settings, self.server.binaries)

@@ -304,7 +304,7 @@ class ReplicationLayer(Layer):
         home = self.home
         up = upstream(link.host_ip) if link is not None else upstream_socket(primary)
         for name in settings.names:
-            standby = Standby(trial.run.binaries, trial.run.user,
+            standby = Standby(trial.server.binaries, trial.run.user,
                               home / f"{primary.root.name}-{server.generation}-{name}",
                               primary.socket_dir.with_name(f"{primary.socket_dir.name}{name}"),
                               name, up, link.standby_ns if link is not None else None)  # fmt: skip

@@ -79,6 +79,8 @@ class ServerLayer(Layer):
             ctx.where[f"server.{name}"] = path
             self.renames[raw] = name
             self._check_name(path, name, ctx)
+            if ctx.catalog_deferred and name not in ctx.binaries.settings:
+                continue  # only the builds know it: checked against their catalogs
             meanings: dict[str, Any] = {}
             for value in values:
                 meaning = self.check_value(path, name, value, ctx)
@@ -116,6 +118,8 @@ class ServerLayer(Layer):
                 expected="letters, digits and underscores, joined by dots for an extension's "
                 "setting (e.g. pg_prewarm.autoprewarm)",
             )  # fmt: skip
+        if ctx.catalog_deferred:
+            return
         hidden = ctx.checker.hidden(name)
         if hidden == "settable":  # context unknown: changes restart the server, the safe way
             return
@@ -216,6 +220,7 @@ class ServerLayer(Layer):
     def _read_back(self, wanted: dict[str, str], trial: TrialContext) -> None:
         """Refuse the trial unless the server runs with exactly the configuration's levels."""
         cluster = trial.cluster
+        canonical = trial.run.canonical_for(trial.server.binaries)
         with cluster.connect() as conn:
             start = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
             trial.server.started_at = start[0] if start else None
@@ -225,7 +230,7 @@ class ServerLayer(Layer):
                 ).fetchone()
                 shown = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
                 trial.effective[name] = shown[0] if shown else ""
-                expected = trial.run.canonical.get(name, {}).get(text)
+                expected = canonical.get(name, {}).get(text)
                 if row is None or (expected is not None and row[0] != expected) or row[1]:
                     actual = row[0] if row else "(unknown)"
                     raise TrialFailure(

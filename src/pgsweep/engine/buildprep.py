@@ -1,0 +1,147 @@
+"""Builds, before the first trial: every build the experiment's configurations need is
+found in the cache or compiled (host/builds.py), then the server settings are checked
+against each build's own catalog. A build that fails fails only the configurations that
+need it (their trials carry its log tail); a setting one build lacks is exit 2 naming it."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PgsweepError
+from ..host import builds, sources
+from ..host.builds import BuildSpec
+from ..layers.base import ValidationContext
+from ..layers.build import PreparedBuild
+from ..postgres import binaries as pgbin
+from ..spec import Experiment
+
+# about 3 minutes per build with -O2 on 2 cores here (MACHINE-NOTES), configure included
+BUILD_SECONDS_GUESS = 200.0
+
+
+@dataclass(frozen=True)
+class PlannedBuild:
+    spec: BuildSpec
+    key: str | None  # None: the source is not pinned yet (an apt source not fetched)
+    cached: bool
+    seconds: float  # how long it took, or the guess
+
+
+def needed(exp: Experiment) -> list[BuildSpec]:
+    """The distinct builds of the experiment's configurations, in first-use order."""
+    out: list[BuildSpec] = []
+    for settings in exp.configurations.values():
+        spec = settings["build"].spec if "build" in settings else None
+        if spec is not None and spec not in out:
+            out.append(spec)
+    return out
+
+
+def planned(exp: Experiment) -> list[PlannedBuild]:
+    """What `run` will build, for `plan`: read-only (nothing is fetched or compiled)."""
+    specs = needed(exp)
+    if not specs:
+        return []
+    root = builds.open_cache(create=False)
+    with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
+        scratch = Path(tmp)
+        compiler = builds.compiler_version(scratch)
+        out = []
+        for spec in specs:
+            key, found = None, None
+            if root is not None and _pinned_offline(spec, root):
+                try:
+                    pinned = sources.resolve(spec.source, spec.ref, root, scratch)
+                    key = builds.build_key(pinned, spec, compiler)
+                    found = builds.lookup(root, key)
+                except sources.SourceError:
+                    pass
+            out.append(PlannedBuild(spec, key, found is not None,
+                                    found.seconds if found else BUILD_SECONDS_GUESS))  # fmt: skip
+    return out
+
+
+def _pinned_offline(spec: BuildSpec, root: Path) -> bool:
+    """A source can be pinned without the network: a path, or an apt source fetched before."""
+    if sources.kind_of(spec.source) != "apt":
+        return True
+    return (root / "sources" / spec.source[4:] / "source.json").is_file()
+
+
+def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, PreparedBuild]:
+    """Make (or find) every build, then check the server settings against each one's
+    catalog. PgsweepError (exit 2) for a setting a build lacks or rejects."""
+    specs = needed(exp)
+    if not specs:
+        return {}
+    root = builds.open_cache()
+    assert root is not None
+    out: dict[BuildSpec, PreparedBuild] = {}
+    from .run import stopped_by_signals  # SIGTERM too stops a compile cleanly (its group)
+
+    with stopped_by_signals(), tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
+        scratch = Path(tmp)
+        compiler = builds.compiler_version(scratch)
+        for n, spec in enumerate(specs, 1):
+            out[spec] = _one(spec, root, scratch, compiler, f"build {n}/{len(specs)}", say)
+        for prepared in out.values():
+            if prepared.build is not None:
+                prepared.binaries = pgbin.inspect(prepared.build.bindir, scratch, exp.user)
+                prepared.canonical = check_settings(exp, prepared)
+    return out
+
+
+def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
+         say: Callable[[str], None]) -> PreparedBuild:  # fmt: skip
+    prepared = PreparedBuild(spec)
+    try:
+        if sources.kind_of(spec.source) == "apt" and not _pinned_offline(spec, root):
+            say(f"{label}: fetching the source of {spec.source[4:]} with apt-get")
+        with builds.locked(root, "source-" + hashlib.sha256(spec.source.encode()).hexdigest()[:12]):
+            pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # apt: fetched once
+        key = builds.build_key(pinned, spec, compiler)
+        with builds.locked(root, key):  # another run building it: wait, then use it
+            found = builds.lookup(root, key)
+            if found is not None:
+                say(f"{label}: {spec.describe()}: cached ({key}), nothing to compile")
+                builds.touch(found)
+                prepared.build = found
+                return prepared
+            say(f"{label}: {spec.describe()}: compiling into {root / key}")
+            prepared.build = builds.compile_build(
+                root, key, spec, pinned, lambda step: say(f"{label}: {step}")
+            )
+        say(f"{label}: built in {prepared.build.seconds:.0f} s ({prepared.build.version})")
+    except (builds.BuildError, sources.SourceError) as exc:
+        prepared.failure = str(exc)
+        prepared.log_tail = exc.tail() if isinstance(exc, builds.BuildError) else ""
+        where = f"; log: {exc.log}" if exc.log else ""
+        say(f"{label}: FAILED: {exc}{where} (its configurations fail, the others run)")
+    return prepared
+
+
+def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[str, str]]:
+    """The server layer's checks against this build's catalog; what each level means to it."""
+    assert prepared.binaries is not None
+    server = exp.layer("server")
+    mine = {f.key: list(f.levels) for f in exp.factors if f.layer == "server"}
+    base = {k: v for k, v in exp.base.get("server", {}).items() if k not in mine}
+    with pgbin.ValueChecker(prepared.binaries, exp.user) as checker:
+        ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user)
+        try:
+            server.validate(base, mine, ctx)
+        except PgsweepError as exc:
+            raise PgsweepError(
+                f"{exc.what} (the build {prepared.spec.describe()}, "
+                f"{prepared.build.key if prepared.build else ''})",
+                where=exc.where, expected=exc.expected,
+                fix=exc.fix or "drop the setting, or the build that lacks it",
+            ) from None  # fmt: skip
+        canonical: dict[str, dict[str, str]] = {}
+        for (name, text), value in checker.answers().items():
+            canonical.setdefault(name, {})[text] = value
+    return canonical

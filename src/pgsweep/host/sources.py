@@ -1,0 +1,198 @@
+"""Where a build's source comes from, pinned to a digest, and unpacked for root to compile.
+
+Three kinds (`build.source`):
+- `apt:postgresql-15`: Debian's source package, fetched once through a private sources
+  list and lists directory (the machine's apt configuration is not touched) and kept in
+  the build cache; the orig tarball is built as it is (Debian's patches are not applied);
+- a release tarball (`.tar.gz`, `.tar.bz2`, `.tar.xz`, `.tgz`), read once by descriptor;
+- a git work tree, with `build.ref` (commit, tag, branch) or, without it, HEAD plus the
+  work tree's uncommitted changes to tracked files. git runs as the tree's owner (root
+  running git in another user's repository would run that user's hooks and config), its
+  output goes to root's files, and the tree is never written.
+
+`resolve` pins a source to a digest (the build key hashes it); `unpack` puts it into a
+root-owned folder as a tree holding `configure`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import proc, safefs
+
+DEBIAN_SOURCES = "http://deb.debian.org/debian"
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+APT_PACKAGE = re.compile(r"^postgresql-[0-9]{1,3}$")
+TARBALL = re.compile(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz)$")
+GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}$")
+
+
+class SourceError(Exception):
+    """The source could not be fetched, pinned or unpacked; `log` holds the details."""
+
+    def __init__(self, what: str, log: Path | None = None) -> None:
+        super().__init__(what)
+        self.log = log
+
+
+@dataclass(frozen=True)
+class Pinned:
+    text: str  # as written: apt:postgresql-15, a path, a path@ref
+    kind: str  # apt | tarball | git
+    digest: str  # what the build key hashes
+    path: Path  # the tarball (apt, tarball) or the work tree (git)
+    commit: str = ""  # git: the commit built
+    diff: bytes = b""  # git without a ref: the work tree's changes to tracked files
+    version: str = ""  # apt: the package version
+
+
+def kind_of(source: str) -> str:
+    """apt | tarball | git | "" (unknown), from the text alone (validation)."""
+    if source.startswith("apt:"):
+        return "apt" if APT_PACKAGE.match(source[4:]) else ""
+    if not source.startswith("/"):
+        return ""
+    return "tarball" if TARBALL.search(source) else "git"
+
+
+def check_path(source: str) -> str | None:
+    """Why a tarball or work tree named in the file cannot be used, or None. Read-only."""
+    path = Path(source)
+    if not path.is_absolute() or ".." in path.parts:
+        return "a path must be absolute, without '..'"
+    why = safefs.untrusted_link(path) or safefs.untrusted_component(path.parent)
+    if why:
+        return f"another user could swap it: {why}"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror}"
+    if kind_of(source) == "tarball" and not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if kind_of(source) == "git" and not (stat.S_ISDIR(st.st_mode) and (path / ".git").exists()):
+        return "not a git work tree (no .git in it)"
+    return None
+
+
+def resolve(source: str, ref: str | None, cache: Path, scratch: Path) -> Pinned:
+    """Pin the source: fetch an apt source into the cache once; hash a tarball; ask git
+    (as the tree's owner) for the commit and the work tree's diff."""
+    kind = kind_of(source)
+    if kind == "apt":
+        return _apt(source[4:], cache / "sources" / source[4:], scratch)
+    if kind == "tarball":
+        return Pinned(source, kind, _digest(Path(source)), Path(source))
+    return _git(Path(source), ref, scratch)
+
+
+def unpack(pinned: Pinned, into: Path, scratch: Path) -> Path:
+    """The source tree (holding `configure`) inside `into`, a root-owned empty folder."""
+    tarball = pinned.path
+    if pinned.kind == "git":
+        tarball = scratch / "source.tar"
+        _git_run(pinned.path, ["archive", "--format=tar", "--prefix=src/", pinned.commit],
+                 tarball, "git archive")  # fmt: skip
+    argv = ["tar", "-x", "--no-same-owner", "--no-same-permissions", "-f", str(tarball),
+            "-C", str(into)]  # fmt: skip
+    res = proc.run(argv, out=scratch / "tar.out", timeout=600)
+    if not res.ok:
+        raise SourceError(f"tar could not unpack {pinned.text}: {res.last_line()}",
+                          scratch / "tar.out.err")  # fmt: skip
+    tops = [d for d in into.iterdir() if (d / "configure").is_file() and not d.is_symlink()]
+    if len(tops) != 1:
+        raise SourceError(f"{pinned.text} does not unpack to one tree holding configure")
+    if pinned.diff:
+        patch = scratch / "worktree.diff"
+        safefs.write_file(patch, pinned.diff)
+        res = proc.run(["git", "apply", "--whitespace=nowarn", str(patch)],
+                       out=scratch / "apply.out", cwd=tops[0], timeout=120)  # fmt: skip
+        if not res.ok:
+            raise SourceError(f"the work tree's changes do not apply: {res.last_line()}")
+    return tops[0]
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise SourceError(f"{path} is not a regular file")
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _apt(package: str, home: Path, scratch: Path) -> Pinned:
+    """The orig tarball of Debian's source package, fetched once into `home` (root's)."""
+    record = home / "source.json"
+    if record.is_file() and not record.is_symlink():
+        data = json.loads(record.read_text())
+        tarball = home / data["tarball"]
+        if tarball.is_file() and _digest(tarball) == data["sha256"]:
+            return Pinned(f"apt:{package}", "apt", data["sha256"], tarball,
+                          version=data["version"])  # fmt: skip
+    if home.exists():
+        safefs.remove_tree(home)
+    home.parent.mkdir(mode=0o755, exist_ok=True)
+    safefs.private_dir(home, 0o755)
+    if not KEYRING.exists():
+        raise SourceError(f"no Debian archive keyring at {KEYRING} to verify {package}")
+    state = scratch / "apt"
+    for d in ("lists/partial", "cache/archives/partial"):
+        (state / d).mkdir(parents=True, exist_ok=True)
+    sources = state / "sources.list"
+    safefs.write_file(sources, f"deb-src [signed-by={KEYRING}] {DEBIAN_SOURCES} bookworm main\n",
+                      0o644)  # fmt: skip
+    opts = [f"-o{k}={v}" for k, v in (
+        ("Dir::Etc::SourceList", sources), ("Dir::Etc::SourceParts", "/nonexistent"),
+        ("Dir::State::Lists", state / "lists"), ("Dir::Cache", state / "cache"),
+        ("APT::Sandbox::User", "root"),
+    )]  # fmt: skip
+    for argv, name, cwd in ((["apt-get", "-q", *opts, "update"], "apt-update", scratch),
+                            (["apt-get", "-q", *opts, "source", "--download-only", package],
+                             "apt-source", home)):  # fmt: skip
+        res = proc.run(argv, out=scratch / f"{name}.out", timeout=900, cwd=cwd)
+        if not res.ok:
+            raise SourceError(f"apt-get could not fetch the source of {package}: "
+                              f"{res.last_line()}", scratch / f"{name}.out.err")  # fmt: skip
+    found = sorted(home.glob("*.orig.tar.*"))
+    if len(found) != 1:
+        raise SourceError(f"apt-get fetched no single orig tarball for {package}")
+    version = found[0].name.split("_")[1].removesuffix(".orig.tar" + found[0].suffix)
+    sha = _digest(found[0])
+    safefs.write_file(record, json.dumps({"tarball": found[0].name, "sha256": sha,
+                                          "version": version}), 0o644)  # fmt: skip
+    return Pinned(f"apt:{package}", "apt", sha, found[0], version=version)
+
+
+def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
+    want = f"{ref}^{{commit}}" if ref else "HEAD^{commit}"
+    commit = _git_run(tree, ["rev-parse", "--verify", "--end-of-options", want],
+                      scratch / "rev-parse.out", "git rev-parse").decode().strip()  # fmt: skip
+    diff = b""
+    if ref is None:
+        diff = _git_run(tree, ["diff", "--binary", "--no-ext-diff", "--no-textconv", "HEAD"],
+                        scratch / "diff.out", "git diff")  # fmt: skip
+    digest = hashlib.sha256(commit.encode() + b"\0" + diff).hexdigest()
+    text = f"{tree}@{ref}" if ref else f"{tree} (HEAD {commit[:12]}{' + changes' if diff else ''})"
+    return Pinned(text, "git", digest, tree, commit=commit, diff=diff)
+
+
+def _git_run(tree: Path, args: list[str], out: Path, what: str) -> bytes:
+    """git in `tree` as the tree's owner (never root in another user's repository); its
+    output into root's file `out`."""
+    owner = os.stat(tree).st_uid
+    user = None if owner == os.geteuid() else proc.RunAs(pwd.getpwuid(owner).pw_name)
+    argv = ["git", "-c", "core.fsmonitor=false", "-C", str(tree), *args]
+    res = proc.run(argv, out=out, user=user, timeout=600)
+    if not res.ok:
+        raise SourceError(
+            f"{what} failed in {tree}: {res.last_line()}", out.with_suffix(".out.err")
+        )
+    return out.read_bytes()

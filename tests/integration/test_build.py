@@ -1,0 +1,136 @@
+"""The build layer with a real build: Debian's PostgreSQL 15 source compiled with a 4 kB WAL
+block size (tests/data/build/suite-build.toml, compiled once for the suite by
+tests/prebuild.py into the suite's cache), run beside the installed binaries; a configure
+option that fails; settings one build lacks or rejects; the cache listed and pruned."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, trials, write_experiment
+
+HERE = Path(__file__).resolve().parents[1]
+SUITE_BUILD = (HERE / "data" / "build" / "suite-build.toml").read_text()
+BUILD_TABLE = SUITE_BUILD[SUITE_BUILD.index("[build]") :]
+INSTALLED_PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+
+pytestmark = [requires_pg, pytest.mark.skipif(os.geteuid() != 0, reason="builds as root")]
+
+
+@pytest.fixture(scope="module")
+def cache() -> Iterator[Path]:
+    """The suite's build cache with the suite's build in it (made here when the prebuild
+    beside the suite has not made it: the cache's lock makes this wait for it)."""
+    import prebuild
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGSWEEP_CACHE_DIR", str(prebuild.SUITE_CACHE))
+        assert prebuild.main() == 0
+        yield prebuild.SUITE_CACHE
+    if not os.environ.get("PGSWEEP_KEEP_SUITE_BUILD"):
+        shutil.rmtree(prebuild.SUITE_CACHE.parent, ignore_errors=True)
+
+
+def _finished(cache: Path) -> dict[str, float]:
+    """Finished builds in the cache -> their meta.json's mtime (nothing compiled: none new,
+    none rewritten)."""
+    return {p.parent.name: p.stat().st_mtime_ns for p in cache.glob("*/meta.json")}
+
+
+def _experiment(tmp: Path, body: str) -> Path:
+    head = ('[experiment]\nname = "b"\nseed = 3\n[repeat]\nrounds = 1\n[cluster]\nscale = 1\n'
+            '[workload]\nclients = 2\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
+    return write_experiment(tmp, head + BUILD_TABLE + body)
+
+
+def test_a_cached_build_runs_beside_the_installed_binaries(
+    cache: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    before = _finished(cache)
+    (key,) = before
+    path = _experiment(tmp_path, '[factors]\nbuild.source = ["installed", "apt:postgresql-15"]\n')
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert f"cached ({key}), nothing to compile" in res.stdout
+    assert _finished(cache) == before  # a second run compiles nothing
+    assert not list(cache.glob(".building-*"))
+    rows = {t["config_id"]: t for t in trials(tmp_path / "res")}
+    installed, built = (json.loads(rows[c]["effective_json"]) for c in ("c01", "c02"))
+    assert built["build.wal_block_size"] == "4096"  # SHOW wal_block_size of the build
+    assert installed["build.wal_block_size"] == "8192"
+    assert (built["build.id"], installed["build.id"]) == (key, "installed")
+    assert "'--with-wal-blocksize=4'" in built["build.configure"]
+    assert built["build.version"].endswith(" 15.18")
+    assert built["cluster.system_identifier"] != installed["cluster.system_identifier"]
+    # the client stays constant: the installed pgbench drives both configurations
+    argv = {c: json.loads(rows[c]["pgbench_argv"])[0] for c in rows}
+    assert set(argv.values()) == {INSTALLED_PGBENCH}
+    md = pgsweep("report", str(tmp_path / "res"), "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    builds_section = md.stdout.split("## Builds")[1].split("##")[0]
+    assert f"| c02 | {key} |" in builds_section and "| c01 | installed |" in builds_section
+    phases = md.stdout.split("## Bytes written by phase")[1].split("##")[0]
+    load_row = next(line for line in phases.splitlines() if "load: WAL bytes" in line)
+    assert load_row.count("(one)") == 2  # one load per cluster, both measured
+
+
+def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
+    cache: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    before = _finished(cache)
+    levels = '["--without-readline --without-zlib", "--without-readline --with-ssl=bogus"]'
+    path = _experiment(tmp_path, f"[factors]\nbuild.configure = {levels}\n")
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+    assert res.returncode == 3, res.stderr + res.stdout  # some trials failed
+    assert "FAILED: configure failed" in res.stdout
+    rows = {t["config_id"]: t for t in trials(tmp_path / "res")}
+    assert rows["c01"]["status"] == "ok"
+    assert rows["c02"]["status"] == "failed"
+    assert "configure failed" in rows["c02"]["reason"]
+    assert "--with-ssl must specify openssl" in rows["c02"]["log_tail"]
+    assert _finished(cache) == before  # the failed build left no entry, only its log
+    assert len(list(cache.glob("*.failed.log"))) == 1
+    assert not list(cache.glob(".building-*"))
+
+
+def test_a_setting_the_build_lacks_is_exit_2_naming_the_build(
+    cache: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    (key,) = _finished(cache)
+    # trace_locks exists only in builds with LOCK_DEBUG: neither the build nor Debian's
+    path = _experiment(tmp_path, '[server]\ntrace_locks = "on"\n')
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "no setting named 'trace_locks'" in res.stderr
+    assert key in res.stderr and "--with-wal-blocksize=4" in res.stderr
+    assert "exp.toml:" in res.stderr  # the file and line of the key
+    assert not (tmp_path / "res").exists()
+    # lz4 is a value Debian's build takes and this one (no --with-lz4) rejects
+    path = _experiment(tmp_path, '[server]\nwal_compression = "lz4"\n[factors]\n'
+                       'build.source = ["installed", "apt:postgresql-15"]\n')  # fmt: skip
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "wal_compression" in res.stderr and key in res.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_the_builds_command_lists_and_prunes(cache: Path, tmp_path: Path) -> None:
+    (key,) = _finished(cache)
+    (cache / f"{'0' * 16}.failed.log").write_text("a failed build's log\n")
+    listed = pgsweep("builds")
+    assert listed.returncode == 0, listed.stderr
+    assert key in listed.stdout and "15.18" in listed.stdout
+    assert "failed.log" in listed.stdout
+    unknown = pgsweep("builds", "--remove", "ffffffffffffffff")
+    assert unknown.returncode == 2 and "not in the build cache" in unknown.stderr
+    pruned = pgsweep("builds", "--prune")
+    assert pruned.returncode == 0, pruned.stderr
+    assert not list(cache.glob("*.failed.log"))
+    assert _finished(cache) == {key: (cache / key / "meta.json").stat().st_mtime_ns}

@@ -1,0 +1,32 @@
+"""Compile the suite's one PostgreSQL build (tests/data/build/suite-build.toml) into the
+suite's build cache, through pgsweep's own build code, so the build tests find it there.
+scripts/test.sh runs this beside the real runs at the lowest priority; a test that needs
+the build first waits on the cache's lock, then finds it built (or builds it itself)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SUITE_BUILD = HERE / "data" / "build" / "suite-build.toml"
+# outside /var/tmp and /tmp, whose pgsweep-* names the bad-input tests compare
+SUITE_CACHE = Path("/var/cache/pgsweep-suite/builds")
+
+
+def main() -> int:
+    os.environ.setdefault("PGSWEEP_CACHE_DIR", str(SUITE_CACHE))
+    from pgsweep import spec
+    from pgsweep.engine import buildprep
+
+    exp = spec.load(SUITE_BUILD)
+    built = buildprep.prepare(exp, lambda line: print(line, flush=True))
+    failed = [p.failure for p in built.values() if p.build is None]
+    for why in failed:
+        print(f"prebuild failed: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
