@@ -4,8 +4,9 @@ run. The change becomes a factor, `run.against` = "before" (DIR's file) or "afte
 (FILE), so the report judges it side by side within rounds, without the drift between
 two sessions that `compare` cannot separate from the change.
 
-Both files must describe the same factors and levels on the same PostgreSQL binaries (a
-change of binaries is a build factor, which pgsweep does not have yet) as the same user.
+Both files must describe the same factors and levels on the same installed PostgreSQL
+binaries (postgres.bin; a change of [build] base values is a change like any other, and
+two builds are best compared as a `build.*` factor) as the same user.
 What differs between them (base values of any layer) is the change; its cost is the
 largest cost of a key that differs, so a cluster-level change gets a cluster per side."""
 

@@ -175,9 +175,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         exp = against.combine(before, exp, args.against)
     spec.check_adaptive(exp)
     exp.grant = grant
-    from .engine import buildprep
-
-    exp.builds = buildprep.prepare(exp, lambda line: console.print(line, markup=False))
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     from .engine.run import run
 

@@ -167,6 +167,10 @@ def environment_differences(a: Results, b: Results) -> list[str]:
         models = sorted({f.value for f in env if f.scope.startswith("cluster-")
                          and f.name.endswith((".model", "pgdata.fstype"))})  # fmt: skip
         out["devices"] = ", ".join(models)
+        # the PostgreSQL each configuration ran: a build key and version, or "installed"
+        ran = {(t.effective.get("build.id", "installed"), t.effective.get("build.version", ""))
+               for t in s.trials(ok_only=True)}  # fmt: skip
+        out["builds"] = ", ".join(f"{k} ({v})" if k != "installed" else k for k, v in sorted(ran))
         return out
 
     fa, fb = facts(a), facts(b)

@@ -64,6 +64,20 @@ def report() -> list[tuple[str, str, str]]:
     ready = root and all(net[k] == "yes" for k in ("namespaces", "ip", "tc"))
     rows.append(("layers", "replication.network, replication.bandwidth (netns, veth, tc tbf)",
                  "can run" if ready else "needs root, namespaces, ip and tc"))  # fmt: skip
+    return rows + _build()
+
+
+def _build() -> list[tuple[str, str, str]]:
+    """The build layer's tools and its cache (nothing is fetched or compiled)."""
+    from .host import builds
+
+    tools = {t: shutil.which(t) for t in ("cc", "make", "tar", "perl", "git", "ccache")}
+    rows = [("build", t, path or "missing") for t, path in tools.items()]
+    missing = [t for t in ("cc", "make", "tar", "perl") if not tools[t]]
+    rows.append(("layers", "build (PostgreSQL from source, cached)",
+                 "can run" if not missing else f"needs {', '.join(missing)} (apt-get install "
+                 "build-essential libreadline-dev zlib1g-dev)"))  # fmt: skip
+    rows.append(("build", "cache", str(builds.cache_root())))
     return rows
 
 

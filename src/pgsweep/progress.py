@@ -28,6 +28,10 @@ class ConsoleReporter:
         self.task: TaskID | None = None
         self.total = 0
 
+    def building(self, line: str) -> None:
+        """A step of the builds made before the first trial."""
+        self.console.print(line, markup=False, highlight=False)
+
     def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None:
         for note in notes:
             self.console.print(f"note: {note}")

@@ -21,6 +21,7 @@ BUILD_TABLE = SUITE_BUILD[SUITE_BUILD.index("[build]") :]
 INSTALLED_PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
+FOLDERS: dict[str, Path] = {}  # results of earlier tests here, for `compare`
 pytestmark = [requires_pg, pytest.mark.skipif(os.geteuid() != 0, reason="builds as root")]
 
 
@@ -79,6 +80,7 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     phases = md.stdout.split("## Bytes written by phase")[1].split("##")[0]
     load_row = next(line for line in phases.splitlines() if "load: WAL bytes" in line)
     assert load_row.count("(one)") == 2  # one load per cluster, both measured
+    FOLDERS["installed-and-build"] = tmp_path / "res"
 
 
 def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
@@ -98,6 +100,11 @@ def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
     assert _finished(cache) == before  # the failed build left no entry, only its log
     assert len(list(cache.glob("*.failed.log"))) == 1
     assert not list(cache.glob(".building-*"))
+    if "installed-and-build" in FOLDERS:  # compare names what each folder ran
+        cmp = pgsweep("compare", str(FOLDERS["installed-and-build"]), str(tmp_path / "res"))
+        (key,) = before
+        ran = f"{key} (postgres (PostgreSQL) 15.18)"
+        assert f"the environments differ in builds: '{ran}, installed' vs '{ran}'" in cmp.stdout
 
 
 def test_a_setting_the_build_lacks_is_exit_2_naming_the_build(

@@ -7,6 +7,7 @@ changes are part of what is built and of its key."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -31,8 +32,9 @@ def _uid() -> tuple[int, int]:
 
 
 def _as_server(argv: list[str], cwd: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd)}
     subprocess.run(["runuser", "-u", SERVER_USER, "--", *argv], cwd=cwd, check=True,
-                   capture_output=True, env={"PATH": os.environ["PATH"], "HOME": str(cwd)})  # fmt: skip
+                   capture_output=True, env=env)  # fmt: skip
 
 
 @pytest.fixture
@@ -108,53 +110,100 @@ def test_a_tarball_link_member_cannot_make_root_write_outside(tmp_path: Path) ->
     into.mkdir()
     scratch.mkdir()
     pinned = sources.resolve(str(evil), None, tmp_path, scratch)
-    try:
+    with contextlib.suppress(sources.SourceError):  # tar may refuse the member: fine too
         sources.unpack(pinned, into, scratch)
-    except sources.SourceError:
-        pass  # tar refusing the member is fine too; writing through the link is not
     assert list(outside.iterdir()) == []
 
 
-def test_git_runs_as_the_tree_owner_and_pins_uncommitted_changes(
-    tmp_path: Path, open_dir: Path
-) -> None:
+def _repo(open_dir: Path) -> Path:
+    """A git work tree of the server user's with two commits (v1, v2) of `configure`."""
     home = open_dir / "home"  # the server user must reach it
     home.mkdir()
     os.chown(home, *_uid())
     tree = home / "postgres"
     tree.mkdir()
     os.chown(tree, *_uid())
-    (tree / "configure").write_text("#!/bin/sh\necho one\n")
-    os.chown(tree / "configure", *_uid())
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     _as_server([*git, "init", "-q"], tree)
-    _as_server([*git, "add", "configure"], tree)
-    _as_server([*git, "commit", "-qm", "one"], tree)
-    _as_server([*git, "tag", "v1"], tree)
-    # root's own git refuses another user's repository; pgsweep's runs as its owner
+    for n in ("one", "two"):
+        _as_server(["sh", "-c", f"printf '#!/bin/sh\\necho {n}\\n' > configure"], tree)
+        _as_server([*git, "add", "configure"], tree)
+        _as_server([*git, "commit", "-qm", n], tree)
+        _as_server([*git, "tag", f"v{1 if n == 'one' else 2}"], tree)
+    return tree
+
+
+def test_a_work_tree_of_another_user_is_refused(open_dir: Path, tmp_path: Path) -> None:
+    tree = _repo(open_dir)
+    why = sources.check_path(str(tree))
+    assert why is not None and "another user could change what root would compile" in why
+    with pytest.raises(sources.SourceError, match="another user could change"):
+        sources.resolve(str(tree), "v1", tmp_path, tmp_path)
+
+
+def test_git_runs_as_the_tree_owner_and_pins_what_is_built(
+    tmp_path: Path, open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = _repo(open_dir)
     refused = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True)
-    assert refused.returncode != 0 and b"dubious ownership" in refused.stderr
+    assert refused.returncode != 0 and b"dubious ownership" in refused.stderr  # root's git
+    # the invoking user's own tree (root through sudo): trusted, read by git as its owner
+    monkeypatch.setenv("SUDO_UID", str(_uid()[0]))
     scratch = tmp_path / "out"
     scratch.mkdir()
     clean = sources.resolve(str(tree), None, tmp_path, scratch)
-    tagged = sources.resolve(str(tree), "v1", tmp_path, scratch)
+    tagged = sources.resolve(str(tree), "v2", tmp_path, scratch)
     assert clean.commit == tagged.commit and len(clean.commit) == 40 and not clean.diff
-    (tree / "configure").write_text("#!/bin/sh\necho two\n")
+    assert clean.digest == tagged.digest
+    (tree / "configure").write_text("#!/bin/sh\necho three\n")
     changed = sources.resolve(str(tree), None, tmp_path, scratch)
     assert changed.commit == clean.commit and changed.digest != clean.digest
-    assert sources.resolve(str(tree), "v1", tmp_path, scratch).digest == tagged.digest
     into = tmp_path / "src"
     into.mkdir()
     built = sources.unpack(changed, into, scratch)
-    assert (built / "configure").read_text() == "#!/bin/sh\necho two\n"  # what is built
+    assert (built / "configure").read_text() == "#!/bin/sh\necho three\n"  # what is built
+    # a replace ref cannot make the key's commit and the archived content differ
+    one = sources.resolve(str(tree), "v1", tmp_path, scratch)
+    _as_server(["git", "replace", one.commit, clean.commit], tree)
+    replaced = sources.resolve(str(tree), "v1", tmp_path, scratch)
+    assert replaced.digest == one.digest
+    again = tmp_path / "src2"
+    again.mkdir()
+    assert (sources.unpack(replaced, again, scratch) / "configure").read_text() == (
+        "#!/bin/sh\necho one\n"
+    )
     with pytest.raises(sources.SourceError, match="rev-parse"):
         sources.resolve(str(tree), "no-such-tag", tmp_path, scratch)
 
 
-def test_a_source_in_another_users_folder_is_refused(tmp_path: Path) -> None:
+def test_a_source_another_user_could_change_is_refused(tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(theirs, *_uid())
     (theirs / "postgresql-15.5.tar.gz").write_bytes(b"")
     why = sources.check_path(str(theirs / "postgresql-15.5.tar.gz"))
-    assert why is not None and "another user could swap it" in why
+    assert why is not None and "another user could change" in why
+    mine = tmp_path / "postgresql-15.6.tar.gz"  # in root's folder, but the file is theirs
+    mine.write_bytes(b"")
+    os.chown(mine, *_uid())
+    why = sources.check_path(str(mine))
+    assert why is not None and "belongs to uid" in why
+
+
+def test_prune_leaves_a_build_in_use_and_a_damaged_entry_is_no_build(tmp_path: Path) -> None:
+    import fcntl
+
+    entry = tmp_path / "0123456789abcdef"
+    entry.mkdir()
+    (entry / "meta.json").write_text("{not json")
+    assert builds.lookup(tmp_path, entry.name) is None  # damaged: not a build, no crash
+    assert [name for name, build, _ in builds.entries(tmp_path)] == [entry.name]
+    fd = os.open(tmp_path / f"{entry.name}.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a run using it
+    assert builds.prune(tmp_path, [entry.name], True, None) == []
+    assert entry.exists()
+    os.close(fd)
+    assert builds.prune(tmp_path, [entry.name], True, None) == [entry.name]
+    assert not entry.exists()
+    with pytest.raises(PgsweepError, match="0 or more"):
+        builds.prune(tmp_path, [], True, -1.0)

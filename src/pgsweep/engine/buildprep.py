@@ -53,9 +53,9 @@ def planned(exp: Experiment) -> list[PlannedBuild]:
         out = []
         for spec in specs:
             key, found = None, None
-            if root is not None and _pinned_offline(spec, root):
+            if root is not None:
                 try:
-                    pinned = sources.resolve(spec.source, spec.ref, root, scratch)
+                    pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
                     key = builds.build_key(pinned, spec, compiler)
                     found = builds.lookup(root, key)
                 except sources.SourceError:
@@ -104,18 +104,19 @@ def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
         with builds.locked(root, "source-" + hashlib.sha256(spec.source.encode()).hexdigest()[:12]):
             pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # apt: fetched once
         key = builds.build_key(pinned, spec, compiler)
-        with builds.locked(root, key):  # another run building it: wait, then use it
-            found = builds.lookup(root, key)
-            if found is not None:
-                say(f"{label}: {spec.describe()}: cached ({key}), nothing to compile")
-                builds.touch(found)
-                prepared.build = found
-                return prepared
+
+        def make() -> builds.Build:
             say(f"{label}: {spec.describe()}: compiling into {root / key}")
-            prepared.build = builds.compile_build(
-                root, key, spec, pinned, lambda step: say(f"{label}: {step}")
-            )
-        say(f"{label}: built in {prepared.build.seconds:.0f} s ({prepared.build.version})")
+            return builds.compile_build(root, key, spec, pinned, lambda s: say(f"{label}: {s}"))
+
+        # the shared lock stays held while this process lives: prune leaves the build alone
+        build, prepared.lock_fd, cached = builds.acquire(root, key, make)
+        prepared.build = build
+        if cached:
+            say(f"{label}: {spec.describe()}: cached ({key}), nothing to compile")
+            builds.touch(build)
+        else:
+            say(f"{label}: built in {build.seconds:.0f} s ({build.version})")
     except (builds.BuildError, sources.SourceError) as exc:
         prepared.failure = str(exc)
         prepared.log_tail = exc.tail() if isinstance(exc, builds.BuildError) else ""

@@ -21,6 +21,7 @@ from ..layers.context import RunContext
 from ..plan import Configuration, Plan, Trial, make_plan
 from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
+from . import buildprep
 from .folder import check_results_folder, new_store, resume_store
 from .plans import plan_for, preflight
 from .resources import Resources
@@ -30,6 +31,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Reporter(Protocol):
+    def building(self, line: str) -> None: ...
     def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None: ...
     def trial_started(self, trial: Trial, config: Configuration, done: int) -> None: ...
     def trial_finished(self, trial: Trial, record: TrialRecord, done: int) -> None: ...
@@ -102,6 +104,9 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         stale, unrestored = journal.recover_stale()
         check_results_folder(results, resume)
         where = preflight(exp, results)
+        # builds before anything else is made (exit 2 for a setting one lacks leaves no
+        # results folder), after every read-only check (no compile for a bad file)
+        exp.builds = buildprep.prepare(exp, reporter.building)
         fresh = not results.exists()
         plan, store = _open(exp, results, resume, where)
         try:

@@ -57,10 +57,6 @@ class BuildSpec:
         flags = [f"CFLAGS='{self.cflags}'"] if self.cflags else []
         return " ".join([what, *self.configure, *flags])
 
-    @property
-    def cassert(self) -> bool:
-        return "--enable-cassert" in self.configure
-
 
 @dataclass(frozen=True)
 class Build:
@@ -135,24 +131,27 @@ def lookup(root: Path, key: str) -> Build | None:
         fd = os.open(home / "meta.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    with os.fdopen(fd) as f:
-        if os.fstat(f.fileno()).st_uid != os.geteuid():
+    try:
+        with os.fdopen(fd) as f:
+            if os.fstat(f.fileno()).st_uid != os.geteuid():
+                return None
+            data = json.loads(f.read())
+        home_st = os.lstat(home)
+        if not stat.S_ISDIR(home_st.st_mode) or home_st.st_uid != os.geteuid():
             return None
-        data = json.loads(f.read())
-    home_st = os.lstat(home)
-    if not stat.S_ISDIR(home_st.st_mode) or home_st.st_uid != os.geteuid():
+        s = data["spec"]
+        spec = BuildSpec(s["source"], s["ref"], tuple(s["configure"]), s["cflags"])
+        return Build(key, home, spec, data["source"], data["version"],
+                     data["configure_line"], float(data["seconds"]), True)  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):  # damaged: not a build (prunable)
         return None
-    s = data["spec"]
-    spec = BuildSpec(s["source"], s["ref"], tuple(s["configure"]), s["cflags"])
-    return Build(key, home, spec, data["source"], data["version"], data["configure_line"],
-                 float(data["seconds"]), True)  # fmt: skip
 
 
 def entries(root: Path) -> list[tuple[str, Build | None, dict[str, object]]]:
     """Every entry of the cache: (name, the finished build or None, facts: size, age)."""
     out: list[tuple[str, Build | None, dict[str, object]]] = []
     for d in sorted(root.iterdir()):
-        if d.name == "sources" or d.is_symlink() or not d.is_dir():  # logs: see prune
+        if d.name in ("sources", "ccache") or d.is_symlink() or not d.is_dir():  # logs: prune
             continue
         build = lookup(root, d.name)
         size = sum(p.lstat().st_size for p in d.rglob("*") if not p.is_symlink())
@@ -171,6 +170,8 @@ def prune(root: Path, keys: list[str], leftovers: bool, unused_days: float | Non
     if unused_days is not None and not leftovers:
         raise PgsweepError("--unused-days goes with --prune", fix="pgsweep builds --prune "
                            "--unused-days N")  # fmt: skip
+    if unused_days is not None and not unused_days >= 0:
+        raise PgsweepError(f"--unused-days {unused_days}: a number of days, 0 or more")
     gone = list(keys)
     if leftovers:
         cutoff = time.time() - 86400 * unused_days if unused_days is not None else None
@@ -179,13 +180,19 @@ def prune(root: Path, keys: list[str], leftovers: bool, unused_days: float | Non
             gone += [n for n, b in names.items()
                      if b and n not in gone and _last_used(root / n) < cutoff]  # fmt: skip
         gone += [p.name for p in root.glob("*.failed.log") if not p.is_symlink()]
+    removed = []
     for name in gone:
-        path = root / name
-        if path.is_dir() and not path.is_symlink():
-            safefs.remove_tree(path)
-        else:
-            os.unlink(path)
-    return gone
+        key = name.removeprefix(".building-").split("-")[0].removesuffix(".failed.log")
+        with locked(root, key, wait=False) as free:
+            if not free:  # a run is building or using it: left alone
+                continue
+            path = root / name
+            if path.is_dir() and not path.is_symlink():
+                safefs.remove_tree(path)
+            else:
+                os.unlink(path)
+            removed.append(name)
+    return removed
 
 
 def _last_used(home: Path) -> float:
@@ -198,15 +205,42 @@ def touch(build: Build) -> None:
 
 
 @contextmanager
-def locked(root: Path, key: str) -> Iterator[None]:
-    """One process at a time builds a key: a second run waits, then finds it built."""
+def locked(root: Path, key: str, wait: bool = True) -> Iterator[bool]:
+    """One process at a time builds, uses or removes a key: a second run waits, then finds
+    it built. Without `wait`, yields False at once when another holds it."""
     fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)  # fmt: skip
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         os.close(fd)
+
+
+def acquire(root: Path, key: str, make: Callable[[], Build]) -> tuple[Build, int, bool]:
+    """The build `key`, made by `make` when the cache lacks it, and a descriptor holding a
+    shared lock on it for as long as the run keeps it open (prune skips builds in use).
+    Runs that find it share the lock; one that must build takes it alone, then shares.
+    Returns (build, descriptor, found in the cache)."""
+    fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        found = lookup(root, key)
+        if found is not None:
+            return found, fd, True
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another run may be building it: wait, look again
+        found = lookup(root, key)
+        build = found if found is not None else make()
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return build, fd, found is not None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def compile_build(
@@ -218,9 +252,10 @@ def compile_build(
     folder goes and its log is kept as `KEY.failed.log` (BuildError names it)."""
     work = safefs.private_dir(root / f".building-{key}-{secrets.token_hex(4)}")
     failed_log = root / f"{key}.failed.log"
+    umask = os.umask(0o022)  # the binaries: the server user runs them, never changes them
     try:
         build = _compile(root, work, key, spec, pinned, step)
-    except (BuildError, sources.SourceError) as exc:
+    except (BuildError, sources.SourceError, OSError) as exc:
         log = work / "build.log"
         if log.is_file():
             safefs.write_file(failed_log, log.read_bytes(), 0o644)
@@ -229,6 +264,8 @@ def compile_build(
     except BaseException:
         safefs.remove_tree(work)
         raise
+    finally:
+        os.umask(umask)
     if failed_log.exists():
         os.unlink(failed_log)
     return build
@@ -242,9 +279,13 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
     (work / "out").mkdir(mode=0o700)
     step("unpack")
     tree = sources.unpack(pinned, work / "src", work / "out")
-    env = {"CFLAGS": spec.cflags} if spec.cflags else {}
+    # cc, the compiler whose version the key holds; ccache with a cache of pgsweep's own and
+    # no configuration of anyone's (HOME may be a sudo user's)
+    env = {"CC": "cc", **({"CFLAGS": spec.cflags} if spec.cflags else {})}
     if shutil.which("ccache"):
-        env["CC"] = "ccache gcc"
+        safefs.write_file(root / "ccache.conf", "", 0o644)
+        env |= {"CC": "ccache cc", "CCACHE_DIR": str(root / "ccache"),
+                "CCACHE_CONFIGPATH": str(root / "ccache.conf")}  # fmt: skip
     jobs = str(len(os.sched_getaffinity(0)))
     stage = work / "stage"
     steps = [
@@ -269,6 +310,7 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
         safefs.remove_tree(work / d)
     safefs.write_file(work / "meta.json", json.dumps(meta, indent=1), 0o644)
     os.chmod(work, 0o755)
+    os.sync()  # the binaries on disk before the entry looks finished (a power loss)
     os.rename(work, final)
     return Build(key, final, spec, meta["source"], version, line, seconds, False)  # type: ignore[arg-type]
 

@@ -62,13 +62,17 @@ def kind_of(source: str) -> str:
 
 
 def check_path(source: str) -> str | None:
-    """Why a tarball or work tree named in the file cannot be used, or None. Read-only."""
+    """Why a tarball or work tree named in the file cannot be used, or None. Read-only.
+    Root compiles and runs what it holds: the tarball, the work tree and its .git must be
+    root's or yours (the sudo user's), on a path no other user can change."""
     path = Path(source)
     if not path.is_absolute() or ".." in path.parts:
         return "a path must be absolute, without '..'"
-    why = safefs.untrusted_link(path) or safefs.untrusted_component(path.parent)
+    why = safefs.untrusted_link(path) or safefs.untrusted_component(path)
+    if not why and kind_of(source) == "git" and (path / ".git").exists():
+        why = safefs.untrusted_component(path / ".git")
     if why:
-        return f"another user could swap it: {why}"
+        return f"another user could change what root would compile and run: {why}"
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -80,25 +84,27 @@ def check_path(source: str) -> str | None:
     return None
 
 
-def resolve(source: str, ref: str | None, cache: Path, scratch: Path) -> Pinned:
-    """Pin the source: fetch an apt source into the cache once; hash a tarball; ask git
-    (as the tree's owner) for the commit and the work tree's diff."""
+def resolve(source: str, ref: str | None, cache: Path, scratch: Path, fetch: bool = True) -> Pinned:
+    """Pin the source to the bytes that will be built: an apt source fetched into the
+    cache once (without `fetch`: SourceError when it is not there, for `plan`); a tarball
+    copied into root's `scratch` while hashed; git's archive of the commit (replace refs
+    ignored) into `scratch`, plus the work tree's diff without a ref. `unpack` unpacks
+    exactly these bytes, so the key is the content's."""
+    why = check_path(source) if source.startswith("/") else None
+    if why:
+        raise SourceError(f"{source}: {why}")
     kind = kind_of(source)
     if kind == "apt":
-        return _apt(source[4:], cache / "sources" / source[4:], scratch)
+        return _apt(source[4:], cache / "sources" / source[4:], scratch, fetch)
     if kind == "tarball":
-        return Pinned(source, kind, _digest(Path(source)), Path(source))
+        copy = scratch / ("source" + TARBALL.search(source).group(0))  # type: ignore[union-attr]
+        return Pinned(source, kind, _copy_hashed(Path(source), copy), copy)
     return _git(Path(source), ref, scratch)
 
 
 def unpack(pinned: Pinned, into: Path, scratch: Path) -> Path:
     """The source tree (holding `configure`) inside `into`, a root-owned empty folder."""
-    tarball = pinned.path
-    if pinned.kind == "git":
-        tarball = scratch / "source.tar"
-        _git_run(pinned.path, ["archive", "--format=tar", "--prefix=src/", pinned.commit],
-                 tarball, "git archive")  # fmt: skip
-    argv = ["tar", "-x", "--no-same-owner", "--no-same-permissions", "-f", str(tarball),
+    argv = ["tar", "-x", "--no-same-owner", "--no-same-permissions", "-f", str(pinned.path),
             "-C", str(into)]  # fmt: skip
     res = proc.run(argv, out=scratch / "tar.out", timeout=600)
     if not res.ok:
@@ -118,25 +124,39 @@ def unpack(pinned: Pinned, into: Path, scratch: Path) -> Path:
 
 
 def _digest(path: Path) -> str:
+    return _copy_hashed(path, None)
+
+
+def _copy_hashed(path: Path, copy: Path | None) -> str:
+    """sha256 of a regular file read once by descriptor, copied on the way when asked."""
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    out = safefs.open_output(copy) if copy is not None else None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise SourceError(f"{path} is not a regular file")
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+            if out is not None:
+                os.write(out, chunk)
+    if out is not None:
+        os.close(out)
     return h.hexdigest()
 
 
-def _apt(package: str, home: Path, scratch: Path) -> Pinned:
+def _apt(package: str, home: Path, scratch: Path, fetch: bool) -> Pinned:
     """The orig tarball of Debian's source package, fetched once into `home` (root's)."""
     record = home / "source.json"
-    if record.is_file() and not record.is_symlink():
-        data = json.loads(record.read_text())
-        tarball = home / data["tarball"]
+    try:
+        data = json.loads(record.read_text()) if not record.is_symlink() else {}
+        tarball = home / str(data["tarball"])
         if tarball.is_file() and _digest(tarball) == data["sha256"]:
             return Pinned(f"apt:{package}", "apt", data["sha256"], tarball,
                           version=data["version"])  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if not fetch:
+        raise SourceError(f"the source of {package} is not fetched yet")
     if home.exists():
         safefs.remove_tree(home)
     home.parent.mkdir(mode=0o755, exist_ok=True)
@@ -149,15 +169,20 @@ def _apt(package: str, home: Path, scratch: Path) -> Pinned:
     sources = state / "sources.list"
     safefs.write_file(sources, f"deb-src [signed-by={KEYRING}] {DEBIAN_SOURCES} bookworm main\n",
                       0o644)  # fmt: skip
-    opts = [f"-o{k}={v}" for k, v in (
+    # a configuration of its own (APT_CONFIG): none of the machine's apt.conf.d, so none of
+    # its hooks (Post-Invoke) run; downloads as root into root's private folders
+    conf = state / "apt.conf"
+    safefs.write_file(conf, "".join(f'{k} "{v}";\n' for k, v in (
+        ("Dir::Etc::Main", "/dev/null"), ("Dir::Etc::Parts", "/nonexistent"),
         ("Dir::Etc::SourceList", sources), ("Dir::Etc::SourceParts", "/nonexistent"),
         ("Dir::State::Lists", state / "lists"), ("Dir::Cache", state / "cache"),
         ("APT::Sandbox::User", "root"),
-    )]  # fmt: skip
-    for argv, name, cwd in ((["apt-get", "-q", *opts, "update"], "apt-update", scratch),
-                            (["apt-get", "-q", *opts, "source", "--download-only", package],
+    )), 0o644)  # fmt: skip
+    for argv, name, cwd in ((["apt-get", "-q", "update"], "apt-update", scratch),
+                            (["apt-get", "-q", "source", "--download-only", package],
                              "apt-source", home)):  # fmt: skip
-        res = proc.run(argv, out=scratch / f"{name}.out", timeout=900, cwd=cwd)
+        res = proc.run(argv, out=scratch / f"{name}.out", timeout=900, cwd=cwd,
+                       env={"APT_CONFIG": str(conf)})  # fmt: skip
         if not res.ok:
             raise SourceError(f"apt-get could not fetch the source of {package}: "
                               f"{res.last_line()}", scratch / f"{name}.out.err")  # fmt: skip
@@ -175,22 +200,27 @@ def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
     want = f"{ref}^{{commit}}" if ref else "HEAD^{commit}"
     commit = _git_run(tree, ["rev-parse", "--verify", "--end-of-options", want],
                       scratch / "rev-parse.out", "git rev-parse").decode().strip()  # fmt: skip
+    archive = scratch / "source.tar"
+    _git_run(tree, ["archive", "--format=tar", "--prefix=src/", commit], archive, "git archive")
     diff = b""
     if ref is None:
-        diff = _git_run(tree, ["diff", "--binary", "--no-ext-diff", "--no-textconv", "HEAD"],
+        diff = _git_run(tree, ["diff", "--binary", "--no-ext-diff", "--no-textconv", commit],
                         scratch / "diff.out", "git diff")  # fmt: skip
-    digest = hashlib.sha256(commit.encode() + b"\0" + diff).hexdigest()
+    digest = hashlib.sha256(_digest(archive).encode() + b"\0" + diff).hexdigest()
     text = f"{tree}@{ref}" if ref else f"{tree} (HEAD {commit[:12]}{' + changes' if diff else ''})"
-    return Pinned(text, "git", digest, tree, commit=commit, diff=diff)
+    return Pinned(text, "git", digest, archive, commit=commit, diff=diff)
 
 
 def _git_run(tree: Path, args: list[str], out: Path, what: str) -> bytes:
     """git in `tree` as the tree's owner (never root in another user's repository); its
     output into root's file `out`."""
     owner = os.stat(tree).st_uid
-    user = None if owner == os.geteuid() else proc.RunAs(pwd.getpwuid(owner).pw_name)
+    try:
+        user = None if owner == os.geteuid() else proc.RunAs(pwd.getpwuid(owner).pw_name)
+    except KeyError:
+        raise SourceError(f"{tree} belongs to uid {owner}, which has no account") from None
     argv = ["git", "-c", "core.fsmonitor=false", "-C", str(tree), *args]
-    res = proc.run(argv, out=out, user=user, timeout=600)
+    res = proc.run(argv, out=out, user=user, timeout=600, env={"GIT_NO_REPLACE_OBJECTS": "1"})
     if not res.ok:
         raise SourceError(
             f"{what} failed in {tree}: {res.last_line()}", out.with_suffix(".out.err")

@@ -32,12 +32,16 @@ CONFIGURE = re.compile(
 OWN_KEYS = {"wal-blocksize": "wal_blocksize", "blocksize": "blocksize", "segsize": "segsize",
             "debug": "debug"}  # fmt: skip
 # options that name paths, or change where things are installed
-PATH_OPTIONS = {"includes", "libraries", "system-tzdata", "libedit-preferred", "extra-version"}
+PATH_OPTIONS = {"includes", "libraries", "libs", "system-tzdata", "extra-version", "tclconfig",
+                "template", "pgport"}  # fmt: skip
 CFLAG = re.compile(r"^-(O[0-3sgz]?|g[0-3]?|pipe|D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|"
                    r"U[A-Za-z_][A-Za-z0-9_]*|W[a-z0-9=-]+|march=[a-z0-9.-]+|mtune=[a-z0-9.-]+|"
                    r"f[a-z0-9-]+(=[a-z0-9.-]+)?|m[a-z0-9-]+)$")  # fmt: skip
-BAD_CFLAGS = ("-fplugin", "-fprofile", "-fdump", "-fauto-profile", "-fdebug-prefix",
-              "-fmacro-prefix", "-ffile-prefix", "-fcallgraph-info", "-fstack-usage")  # fmt: skip
+BAD_CFLAGS = ("-fplugin", "-fpass-plugin", "-fprofile", "-fdump", "-fauto-profile",
+              "-fdebug-prefix", "-fmacro-prefix", "-ffile-prefix", "-fcallgraph-info",
+              "-fstack-usage", "-fopt-info", "-flto-incremental", "-fsanitize-ignorelist",
+              "-fsanitize-blacklist", "-fcoverage", "-ftest-coverage",
+              "-DUSE_ASSERT_CHECKING")  # fmt: skip
 BASE_ONLY = ("allow_cassert", "pgbench")
 
 
@@ -140,12 +144,17 @@ class PreparedBuild:
     canonical: dict[str, dict[str, str]] = field(default_factory=dict)
     failure: str = ""
     log_tail: str = ""
+    lock_fd: int | None = None  # a shared lock on the cache entry, held while the run lives
 
 
 @dataclass(frozen=True)
 class BuildResource:
     binaries: Binaries
     build: Build | None  # None: the installed PostgreSQL
+
+
+def cassert(options: Sequence[str]) -> bool:
+    return any(o.split("=")[0] == "--enable-cassert" for o in options)
 
 
 def spec_of(values: Mapping[str, Value]) -> BuildSpec | None:
@@ -195,7 +204,7 @@ class BuildLayer(ResourceLayer):
                                    "build.ref needs every build.source to be a git work tree",
                                    fix="remove ref, or name a git work tree as source")  # fmt: skip
         opts = [table.configure, *factors.get("configure", [])]
-        if any("--enable-cassert" in str(o).split() for o in opts) and not table.allow_cassert:
+        if any(cassert(str(o).split()) for o in opts) and not table.allow_cassert:
             raise ctx.source.error(
                 _path("configure", factors),
                 "--enable-cassert makes an assertion build: its numbers are not performance "

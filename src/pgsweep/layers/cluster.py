@@ -137,7 +137,8 @@ class ClusterLayer(ResourceLayer):
             skey = json.dumps(asdict(data) if data is not None else None, default=str)
             target = config[self.name].target_bytes(_memory_limit(config))
             size = target or config[self.name].scale * 16 * 1024**2 + 24 * 1024**2
-            need.setdefault(skey, {})[self.resource_key(config[self.name], config)] = (
+            build = str(getattr(config.get("build"), "spec", None))  # each build: its own
+            need.setdefault(skey, {})[build + self.resource_key(config[self.name], config)] = (
                 2 * size + 256 * 1024**2
             )
             room[skey] = data.loop_bytes if data is not None and data.loop_bytes else (
