@@ -17,7 +17,7 @@ fi
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
-      tests/unit/test_units.py)
+      tests/unit/test_units.py tests/unit/test_report_builds.py)
 log=$(mktemp)
 # The suite's one PostgreSQL build (tests/prebuild.py, about 2.5 minutes of compiling) is
 # made beside the real runs too, first; the tests that use it run last (conftest), so it is

@@ -100,3 +100,27 @@ def test_reservations_are_interleaved_not_batched() -> None:
         runs.append(sum(1 for i, lv in enumerate(levels) if i == 0 or levels[i - 1] != lv))
     assert max(runs) > 3  # batched would be exactly 3 runs per round
     assert plan.grouped_factors() == [] and plan.keep_alive
+
+
+def test_a_build_factor_is_a_whole_plot_factor_built_once_and_interleaved() -> None:
+    """A new PostgreSQL build costs more than a cluster: its levels group configurations
+    like a cluster factor, each build's cluster is built once, every round still holds
+    every configuration, and the analysis treats it as whole-plot (between-build error)."""
+    import json
+
+    from pgsweep.analysis import WHOLE_PLOT_COSTS
+
+    factors = [PlanFactor("build.wal_blocksize", (8, 4, 1), Cost.BUILD),
+               PlanFactor("server.synchronous_commit", ("on", "off"), Cost.RELOAD)]  # fmt: skip
+    plan = make_plan(factors, 4, 5)
+    assert Cost.BUILD > Cost.CLUSTER
+    assert plan.grouped_factors() == ["build.wal_blocksize"]
+    assert plan.builds() == 3  # one cluster per build, kept across rounds
+    assert plan.replicates("build.wal_blocksize") == 1
+    for r in range(1, 5):
+        assert sorted(t.config for t in plan.trials if t.round == r) == sorted(
+            c.id for c in plan.configurations
+        )
+    stored = {f["name"]: f["cost"] for f in json.loads(plan.to_json())["factors"]}
+    assert stored["build.wal_blocksize"] in WHOLE_PLOT_COSTS
+    assert stored["server.synchronous_commit"] not in WHOLE_PLOT_COSTS
