@@ -88,12 +88,15 @@ def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
 ) -> None:
     before = _finished(cache)
     levels = '["--without-readline --without-zlib", "--without-readline --with-ssl=bogus"]'
-    path = _experiment(tmp_path, f"[factors]\nbuild.configure = {levels}\n")
+    # and with pgbench = "own", each build's own pgbench drives its trials
+    path = _experiment(tmp_path, f'pgbench = "own"\n[factors]\nbuild.configure = {levels}\n')
     res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
     assert res.returncode == 3, res.stderr + res.stdout  # some trials failed
     assert "FAILED: configure failed" in res.stdout
     rows = {t["config_id"]: t for t in trials(tmp_path / "res")}
     assert rows["c01"]["status"] == "ok"
+    (key,) = before
+    assert json.loads(rows["c01"]["pgbench_argv"])[0] == str(cache / key / "prefix/bin/pgbench")
     assert rows["c02"]["status"] == "failed"
     assert "configure failed" in rows["c02"]["reason"]
     assert "--with-ssl must specify openssl" in rows["c02"]["log_tail"]
@@ -102,7 +105,6 @@ def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
     assert not list(cache.glob(".building-*"))
     if "installed-and-build" in FOLDERS:  # compare names what each folder ran
         cmp = pgsweep("compare", str(FOLDERS["installed-and-build"]), str(tmp_path / "res"))
-        (key,) = before
         ran = f"{key} (postgres (PostgreSQL) 15.18)"
         assert f"the environments differ in builds: '{ran}, installed' vs '{ran}'" in cmp.stdout
 
