@@ -60,6 +60,7 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
     assert res.returncode == 0, res.stderr + res.stdout
     assert f"cached ({key}), nothing to compile" in res.stdout
+    assert f"client: every configuration runs {INSTALLED_PGBENCH} (the installed" in res.stdout
     assert _finished(cache) == before  # a second run compiles nothing
     assert not list(cache.glob(".building-*"))
     rows = {t["config_id"]: t for t in trials(tmp_path / "res")}

@@ -88,11 +88,19 @@ def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, Prep
         compiler = builds.compiler_version(scratch)
         for n, spec in enumerate(specs, 1):
             out[spec] = _one(spec, root, scratch, compiler, f"build {n}/{len(specs)}", say)
+        say(_client_line(exp))
         for prepared in out.values():
             if prepared.build is not None:
                 prepared.binaries = pgbin.inspect(prepared.build.bindir, scratch, exp.user)
                 prepared.canonical = check_settings(exp, prepared)
     return out
+
+
+def _client_line(exp: Experiment) -> str:
+    if any(s["build"].pgbench == "own" for s in exp.configurations.values()):
+        return "client: each build runs its own pgbench (build.pgbench = own)"
+    return (f"client: every configuration runs {exp.binaries.path('pgbench')} (the installed "
+            "one), so a faster client never passes for a faster server")  # fmt: skip
 
 
 def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
