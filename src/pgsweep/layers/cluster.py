@@ -128,7 +128,9 @@ class ClusterLayer(ResourceLayer):
     def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
         """Can every cluster stay alive at once? Each needs its data twice (the snapshot)
         and room for WAL; they share their storage (a loop image, or the work area's
-        filesystem). An estimate: about 16 MiB per scale unit, 256 MiB of WAL."""
+        filesystem). An estimate: about 16 MiB per scale unit, and as much WAL as
+        max_wal_size lets each keep (1GB by default): three builds' clusters on a 2 GiB
+        device filled it while their snapshots were made."""
         need: dict[str, dict[str, int]] = {}
         room: dict[str, int] = {}
         for config in configs:
@@ -139,7 +141,7 @@ class ClusterLayer(ResourceLayer):
             size = target or config[self.name].scale * 16 * 1024**2 + 24 * 1024**2
             build = str(getattr(config.get("build"), "spec", None))  # each build: its own
             need.setdefault(skey, {})[build + self.resource_key(config[self.name], config)] = (
-                2 * size + 256 * 1024**2
+                2 * size + _wal_room(config)
             )
             room[skey] = data.loop_bytes if data is not None and data.loop_bytes else (
                 shutil.disk_usage(where).free - 1024**3)  # fmt: skip
@@ -193,6 +195,15 @@ class ClusterLayer(ResourceLayer):
             row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
         trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
+
+
+def _wal_room(config: Mapping[str, Any]) -> int:
+    """Bytes of WAL a cluster may keep between checkpoints: its max_wal_size."""
+    text = str((config.get("server") or {}).get("max_wal_size", "1GB"))
+    try:
+        return int(text) * 1024**2 if text.isdigit() else parse_size(text)
+    except ValueError:
+        return 1024**3
 
 
 def _database_bytes(cluster: Cluster) -> int:
