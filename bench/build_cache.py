@@ -2,7 +2,7 @@
 the fetch (apt source), the compile (unpack, configure, make -j, make install) and the
 second look (which must compile nothing), and the size of the cache entry.
 
-    bench/build-cache            # tests/data/build/suite-build.toml (-O0)
+    bench/build-cache            # tests/data/suite-build.toml (-O0)
     bench/build-cache --O2       # the same options at configure's default -O2
 """
 
@@ -26,7 +26,7 @@ def main() -> int:
     args = ap.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="pgsweep-bench-cache-", dir="/var/tmp"))
     os.environ["PGSWEEP_CACHE_DIR"] = str(cache / "builds")
-    text = (ROOT / "tests/data/build/suite-build.toml").read_text()
+    text = (ROOT / "tests/data/suite-build.toml").read_text()
     if args.O2:
         text = re.sub(r'optimize = "0"\n', "", text)
     exp_file = cache / "bench.toml"

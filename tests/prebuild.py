@@ -1,4 +1,4 @@
-"""Compile the suite's one PostgreSQL build (tests/data/build/suite-build.toml) into the
+"""Compile the suite's one PostgreSQL build (tests/data/suite-build.toml) into the
 suite's build cache, through pgsweep's own build code, so the build tests find it there.
 scripts/test.sh runs this beside the real runs at the lowest priority; a test that needs
 the build first waits on the cache's lock, then finds it built (or builds it itself)."""
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SUITE_BUILD = HERE / "data" / "build" / "suite-build.toml"
+SUITE_BUILD = HERE / "data" / "suite-build.toml"
 # outside /var/tmp and /tmp, whose pgsweep-* names the bad-input tests compare
 SUITE_CACHE = Path("/var/cache/pgsweep-suite/builds")
 

@@ -1,5 +1,5 @@
 """The build layer with a real build: Debian's PostgreSQL 15 source compiled with a 4 kB WAL
-block size (tests/data/build/suite-build.toml, compiled once for the suite by
+block size (tests/data/suite-build.toml, compiled once for the suite by
 tests/prebuild.py into the suite's cache), run beside the installed binaries; a configure
 option that fails; settings one build lacks or rejects; the cache listed and pruned."""
 
@@ -16,7 +16,7 @@ import pytest
 from conftest import pgsweep, requires_pg, trials, write_experiment
 
 HERE = Path(__file__).resolve().parents[1]
-SUITE_BUILD = (HERE / "data" / "build" / "suite-build.toml").read_text()
+SUITE_BUILD = (HERE / "data" / "suite-build.toml").read_text()
 BUILD_TABLE = SUITE_BUILD[SUITE_BUILD.index("[build]") :]
 INSTALLED_PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
