@@ -19,21 +19,29 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
       tests/unit/test_units.py tests/unit/test_report_builds.py)
 log=$(mktemp)
-# The suite's one PostgreSQL build (tests/prebuild.py, about 2.5 minutes of compiling) is
-# made beside the real runs too, first; the tests that use it run last (conftest), so it is
-# ready by then. Then mypy (15 s cold) and the pure tests, one after the other.
-(nice -n 19 .venv/bin/python tests/prebuild.py && nice -n 19 .venv/bin/mypy \
-    && nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]}") >"$log" 2>&1 &
+# Beside the main pytest, at the lowest CPU priority, one after the other: the suite's one
+# PostgreSQL build (tests/prebuild.py, about 3 minutes of compiling) and the tests that use
+# it (their servers run while the main lane runs modules that do not look for other runs'
+# servers: conftest orders those later), then mypy (15 s cold) and the pure tests.
+(
+    side=0
+    nice -n 19 .venv/bin/python tests/prebuild.py || side=1
+    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider tests/integration/test_build.py || side=1
+    nice -n 19 .venv/bin/mypy || side=1
+    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]}" || side=1
+    exit "$side"
+) >"$log" 2>&1 &
 pure_pid=$!
 # set -e holds inside the trap too: every command in it must succeed or the suite's exit
 # status becomes the trap's. The suite's build cache goes with the suite.
 trap 'pkill -P "$pure_pid" 2>/dev/null || true; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /var/cache/pgsweep-suite' EXIT
 status=0
-.venv/bin/pytest -q -p no:cacheprovider "${pure[@]/#/--ignore=}" tests || status=$?
+.venv/bin/pytest -q -p no:cacheprovider "${pure[@]/#/--ignore=}" \
+    --ignore=tests/integration/test_build.py tests || status=$?
 pure_status=0
 wait "$pure_pid" || pure_status=$?
-echo "--- the suite's build, mypy and the pure unit tests (run beside the rest) ---"
+echo "--- the suite's build and its tests, mypy and the pure unit tests (run beside the rest) ---"
 cat "$log"
 [ "$status" -ne 0 ] && exit "$status"
 exit "$pure_status"

@@ -139,7 +139,14 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
     return left
 
 
+# Modules that check the machine for any pgsweep server or socket folder left behind: they
+# run after the other real-run modules, by which time scripts/test.sh's side lane (the
+# suite's build and its tests, run beside the main pytest) is done.
+CHECK_THE_WHOLE_MACHINE = {"test_os.py", "test_replication.py", "test_run.py", "test_safety.py"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that use the suite's PostgreSQL build run last: scripts/test.sh compiles it
-    beside the rest of the suite (tests/prebuild.py), so by then it is in the cache."""
-    items.sort(key=lambda item: item.path.name == "test_build.py")
+    """Integration modules first, those that check the whole machine among them last, then
+    the unit tests (whose bad-file corpus compares the machine too); stable otherwise."""
+    items.sort(key=lambda item: (item.path.parent.name == "unit",
+                                 item.path.name in CHECK_THE_WHOLE_MACHINE))  # fmt: skip

@@ -75,8 +75,14 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert set(data) == {
         "experiment", "factors", "whole_plot_factors", "baseline", "configurations",
         "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
+        "builds", "phases",
     }  # fmt: skip
     assert data["replication"] == []  # no standbys in this run
+    assert data["builds"] == []  # the installed PostgreSQL only: no builds table
+    assert [p["config"] for p in data["phases"]] == ["c01", "c02", "c03", "c04"]
+    for p in data["phases"]:  # one load (one cluster), every trial's run on disk
+        assert p["load"]["wal_bytes"]["n"] == 1 and p["load"]["wal_bytes"]["mean"] > 0
+        assert p["run"]["device_bytes_written_per_tx"]["n"] == ROUNDS
     assert data["baseline"] == "c01" and len(data["configurations"]) == 4
     assert data["method"]["alpha"] == 0.05 and data["whole_plot_factors"] == []
     for c in data["configurations"]:
