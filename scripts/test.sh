@@ -18,15 +18,18 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
       tests/unit/test_units.py tests/unit/test_report_builds.py)
+# real runs of mechanics the side lane takes after the build: none looks for other runs'
+# servers, and no module of the main lane that does runs before the side lane is done
+side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 log=$(mktemp)
 # Beside the main pytest, at the lowest CPU priority, one after the other: the suite's one
-# PostgreSQL build (tests/prebuild.py, about 3 minutes of compiling) and the tests that use
-# it (their servers run while the main lane runs modules that do not look for other runs'
-# servers: conftest orders those later), then mypy (15 s cold) and the pure tests.
+# PostgreSQL build (tests/prebuild.py, about 3 minutes of compiling, on tmpfs), the real
+# runs in side_real (their servers run while the main lane runs modules that do not look
+# for other runs' servers: conftest orders those later), then mypy and the pure tests.
 (
     side=0
     nice -n 19 .venv/bin/python tests/prebuild.py || side=1
-    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider tests/integration/test_build.py || side=1
+    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${side_real[@]}" || side=1
     nice -n 19 .venv/bin/mypy || side=1
     nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]}" || side=1
     exit "$side"
@@ -35,10 +38,10 @@ pure_pid=$!
 # set -e holds inside the trap too: every command in it must succeed or the suite's exit
 # status becomes the trap's. The suite's build cache goes with the suite.
 trap 'pkill -P "$pure_pid" 2>/dev/null || true; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"
-      [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /var/cache/pgsweep-suite' EXIT
+      [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]/#/--ignore=}" \
-    --ignore=tests/integration/test_build.py tests || status=$?
+    "${side_real[@]/#/--ignore=}" tests || status=$?
 pure_status=0
 wait "$pure_pid" || pure_status=$?
 echo "--- the suite's build and its tests, mypy and the pure unit tests (run beside the rest) ---"

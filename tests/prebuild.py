@@ -11,8 +11,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SUITE_BUILD = HERE / "data" / "suite-build.toml"
-# outside /var/tmp and /tmp, whose pgsweep-* names the bad-input tests compare
-SUITE_CACHE = Path("/var/cache/pgsweep-suite/builds")
+# on tmpfs: the compile's writes stay off the disk the real runs beside it fsync to; not
+# in /var/tmp or /tmp, whose pgsweep-* names the bad-input tests compare
+SUITE_CACHE = Path("/dev/shm/pgsweep-suite/builds")
 
 
 def main() -> int:
