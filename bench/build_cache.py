@@ -25,6 +25,7 @@ def main() -> int:
     ap.add_argument("--O2", action="store_true", help="build at -O2 instead of -O0")
     args = ap.parse_args()
     cache = Path(tempfile.mkdtemp(prefix="pgsweep-bench-cache-", dir="/var/tmp"))
+    cache.chmod(0o755)  # the server user runs the binaries in it
     os.environ["PGSWEEP_CACHE_DIR"] = str(cache / "builds")
     text = (ROOT / "tests/data/suite-build.toml").read_text()
     if args.O2:

@@ -207,3 +207,22 @@ def test_prune_leaves_a_build_in_use_and_a_damaged_entry_is_no_build(tmp_path: P
     assert not entry.exists()
     with pytest.raises(PgsweepError, match="0 or more"):
         builds.prune(tmp_path, [], True, -1.0)
+
+
+def test_a_cache_the_server_user_cannot_reach_is_refused_before_building(
+    tmp_path: Path, open_dir: Path
+) -> None:
+    """The server user runs the builds' binaries: a cache below a 0700 folder (pytest's own
+    tmp_path) is exit 2 before anything is fetched or compiled, not a crash after."""
+    from types import SimpleNamespace
+
+    from pgsweep.engine import buildprep
+    from pgsweep.host.proc import RunAs
+
+    exp = SimpleNamespace(user=RunAs(SERVER_USER))
+    (tmp_path / "builds").mkdir(mode=0o755)
+    with pytest.raises(PgsweepError, match="out of the server user's reach") as err:
+        buildprep._check_reachable(tmp_path / "builds", exp)  # type: ignore[arg-type]
+    assert err.value.exit_code == 2 and "drwx------" in err.value.what
+    (open_dir / "builds").mkdir(mode=0o755)
+    buildprep._check_reachable(open_dir / "builds", exp)  # type: ignore[arg-type]

@@ -6,6 +6,8 @@ need it (their trials carry its log tail); a setting one build lacks is exit 2 n
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +82,7 @@ def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, Prep
         return {}
     root = builds.open_cache()
     assert root is not None
+    _check_reachable(root, exp)
     out: dict[BuildSpec, PreparedBuild] = {}
     from .run import stopped_by_signals  # SIGTERM too stops a compile cleanly (its group)
 
@@ -94,6 +97,22 @@ def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, Prep
                 prepared.binaries = pgbin.inspect(prepared.build.bindir, scratch, exp.user)
                 prepared.canonical = check_settings(exp, prepared)
     return out
+
+
+def _check_reachable(root: Path, exp: Experiment) -> None:
+    """The server user runs the builds' binaries: every folder above them must let it pass."""
+    uid = exp.user.uid if exp.user is not None else os.geteuid()
+    if uid == 0:
+        return
+    for d in [root, *root.parents]:
+        st = os.stat(d)
+        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            raise PgsweepError(
+                f"the build cache {root} is out of the server user's reach: {d} is "
+                f"{stat.filemode(st.st_mode)}, and the server runs the builds' binaries",
+                where="PGSWEEP_CACHE_DIR" if os.environ.get("PGSWEEP_CACHE_DIR") else None,
+                fix="choose a cache folder every folder above which others may pass (0755)",
+            )  # fmt: skip
 
 
 def _client_line(exp: Experiment) -> str:
