@@ -66,13 +66,14 @@ def phase_rows(results: Results, configs: list[Config], alpha: float) -> list[di
     """Per configuration: the load phase's device bytes, WAL bytes and their ratio (over
     the clusters it loaded; per row loaded), and the running phase's per transaction."""
     loads = results.load_counters()
+    ok = results.trials(ok_only=True)
     clusters: dict[str, set[str]] = {}
-    for t in results.trials(ok_only=True):
+    for t in ok:
         name = t.effective.get("cluster.name")
         if name in loads:
             clusters.setdefault(t.config_id, set()).add(name)
     metrics = results.metrics()
-    by_trial = {t.id: t.config_id for t in results.trials(ok_only=True)}
+    by_trial = {t.id: t.config_id for t in ok}
     out: list[dict[str, Any]] = []
     for c in configs:
         load = [loads[n] for n in sorted(clusters.get(c.id, ()))]

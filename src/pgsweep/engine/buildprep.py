@@ -67,13 +67,6 @@ def planned(exp: Experiment) -> list[PlannedBuild]:
     return out
 
 
-def _pinned_offline(spec: BuildSpec, root: Path) -> bool:
-    """A source can be pinned without the network: a path, or an apt source fetched before."""
-    if sources.kind_of(spec.source) != "apt":
-        return True
-    return (root / "sources" / spec.source[4:] / "source.json").is_file()
-
-
 def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, PreparedBuild]:
     """Make (or find) every build, then check the server settings against each one's
     catalog. PgsweepError (exit 2) for a setting a build lacks or rejects."""
@@ -126,10 +119,14 @@ def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
          say: Callable[[str], None]) -> PreparedBuild:  # fmt: skip
     prepared = PreparedBuild(spec)
     try:
-        if sources.kind_of(spec.source) == "apt" and not _pinned_offline(spec, root):
-            say(f"{label}: fetching the source of {spec.source[4:]} with apt-get")
         with builds.locked(root, "source-" + hashlib.sha256(spec.source.encode()).hexdigest()[:12]):
-            pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # apt: fetched once
+            try:
+                pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
+            except sources.SourceError:
+                if sources.kind_of(spec.source) != "apt":
+                    raise
+                say(f"{label}: fetching the source of {spec.source[4:]} with apt-get")
+                pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # fetched once
         key = builds.build_key(pinned, spec, compiler)
 
         def make() -> builds.Build:

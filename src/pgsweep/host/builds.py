@@ -204,12 +204,16 @@ def touch(build: Build) -> None:
     os.utime(build.home, follow_symlinks=False)
 
 
+def _lock_file(root: Path, key: str) -> int:
+    return os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o600)  # fmt: skip
+
+
 @contextmanager
 def locked(root: Path, key: str, wait: bool = True) -> Iterator[bool]:
     """One process at a time builds, uses or removes a key: a second run waits, then finds
     it built. Without `wait`, yields False at once when another holds it."""
-    fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)  # fmt: skip
+    fd = _lock_file(root, key)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -226,8 +230,7 @@ def acquire(root: Path, key: str, make: Callable[[], Build]) -> tuple[Build, int
     shared lock on it for as long as the run keeps it open (prune skips builds in use).
     Runs that find it share the lock; one that must build takes it alone, then shares.
     Returns (build, descriptor, found in the cache)."""
-    fd = os.open(root / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)  # fmt: skip
+    fd = _lock_file(root, key)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         found = lookup(root, key)
