@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -109,7 +110,9 @@ def trials(results: Path) -> list[dict[str, Any]]:
 
 
 def postmasters() -> dict[int, str]:
-    """Every running postmaster: pid -> its data directory."""
+    """Every running postmaster: pid -> its data directory. A `postgres -C NAME -D DIR` is
+    no server: pg_ctl runs one for a moment to find the data directory of a configuration
+    directory, before it starts or stops the postmaster of that same -D."""
     found = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -118,11 +121,25 @@ def postmasters() -> dict[int, str]:
             argv = (d / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"/postgres") and b"-D" in argv:
-            found[int(d.name)] = argv[argv.index(b"-D") + 1].decode()
-        elif argv and argv[0].endswith(b"/postgres") and b"-C" not in argv:
-            found[int(d.name)] = "?"
+        if not argv[0].endswith(b"/postgres") or b"-C" in argv:
+            continue
+        found[int(d.name)] = argv[argv.index(b"-D") + 1].decode() if b"-D" in argv else "?"
     return found
+
+
+def stop_and_restore(run: subprocess.Popen[Any]) -> None:
+    """After a test that started `pgsweep run` in the background, on every path: a run still
+    going is stopped as a user would (SIGTERM: it cleans up), killed only if it does not
+    stop, then `pgsweep restore` takes down what a kill left. A failed test leaves no
+    server, mount or namespace for the tests after it to find."""
+    if run.poll() is None:
+        run.send_signal(signal.SIGTERM)
+        try:
+            run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait(timeout=30)
+    pgsweep("restore", timeout=300)
 
 
 def leftovers(before_tmp: set[str], results: Path) -> list[str]:

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SERVER_USER, pgsweep, postmasters, requires_pg, trials, write_experiment
+from conftest import (
+    SERVER_USER,
+    pgsweep,
+    postmasters,
+    requires_pg,
+    stop_and_restore,
+    trials,
+    write_experiment,
+)
 from pgsweep.collect import devices
 from pgsweep.host.journal import read_setting
 
@@ -167,8 +175,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         again = pgsweep("restore")  # twice is harmless
         assert again.returncode == 0 and "nothing left" in again.stdout
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_and_restore(proc)
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 

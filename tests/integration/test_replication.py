@@ -24,6 +24,7 @@ from conftest import (
     postmasters,
     requires_pg,
     run_shared,
+    stop_and_restore,
     trials,
     write_experiment,
 )
@@ -226,8 +227,7 @@ def test_kill_9_then_restore_leaves_no_standby_namespace_or_link(
         assert not _standby_running(results) and not list(state_dir.glob("*.undo"))
         assert not [d for d in postmasters().values() if f"pgsweep-work-{results.name}-" in d]
     finally:
-        if run.poll() is None:
-            run.kill()
+        stop_and_restore(run)
 
 
 def _standby_running(results: Path) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import pgsweep, requires_pg, stop_and_restore, trials, write_experiment
 from pgsweep.collect import mounts as pgsweep_mounts
 from pgsweep.host import proc
 
@@ -234,8 +234,7 @@ def test_kill_9_then_restore_leaves_no_mount_or_loop(
         assert not list(state_dir.glob("*.undo"))
         assert not Path("/var/lib/zfs/zpool.cache").exists()
     finally:
-        if run.poll() is None:
-            run.kill()
+        stop_and_restore(run)
 
 
 def _mounted() -> bool:

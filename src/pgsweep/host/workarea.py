@@ -224,7 +224,8 @@ def _remove_marked(d: Path) -> None:
 
 def postmasters_under(root: Path, uid: int) -> list[int]:
     """Postmasters run by `uid` whose command line names a directory under `root` with -D
-    (pg_ctl starts them so): never a process pgsweep did not start."""
+    (pg_ctl starts them so): never a process pgsweep did not start, nor the `postgres -C
+    data_directory -D DIR` pg_ctl runs for a moment before it starts or stops one."""
     inside = str(root).rstrip("/") + "/"
     found = []
     for entry in Path("/proc").iterdir():
@@ -235,7 +236,7 @@ def postmasters_under(root: Path, uid: int) -> list[int]:
             owner = entry.stat().st_uid
         except OSError:
             continue
-        if owner != uid or b"-D" not in argv or not argv[0].endswith(b"postgres"):
+        if owner != uid or b"-D" not in argv or b"-C" in argv or not argv[0].endswith(b"postgres"):
             continue
         datadir = argv[argv.index(b"-D") + 1].decode(errors="replace")
         if datadir.startswith(inside):

@@ -304,5 +304,6 @@ def is_postmaster_of(pid: int, confdir: Path, uid: int) -> bool:
         owner = Path(f"/proc/{pid}").stat().st_uid
     except OSError:
         return False
-    named = b"-D" in argv and str(confdir).encode() in argv
+    # not the `postgres -C data_directory -D CONF` pg_ctl runs for a moment
+    named = b"-D" in argv and str(confdir).encode() in argv and b"-C" not in argv
     return owner == uid and named and not proc.gone(pid)
