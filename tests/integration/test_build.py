@@ -45,10 +45,13 @@ def _finished(cache: Path) -> dict[str, float]:
     return {p.parent.name: p.stat().st_mtime_ns for p in cache.glob("*/meta.json")}
 
 
-def _experiment(tmp: Path, body: str) -> Path:
-    head = ('[experiment]\nname = "b"\nseed = 3\n[repeat]\nrounds = 1\n[cluster]\nscale = 1\n'
-            '[workload]\nclients = 2\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
-    return write_experiment(tmp, head + BUILD_TABLE + body)
+def _head(rounds: int = 1) -> str:
+    return (f'[experiment]\nname = "b"\nseed = 3\n[repeat]\nrounds = {rounds}\n[cluster]\n'
+            'scale = 1\n[workload]\nclients = 2\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
+
+
+def _experiment(tmp: Path, body: str, rounds: int = 1) -> Path:
+    return write_experiment(tmp, _head(rounds) + BUILD_TABLE + body)
 
 
 def test_a_cached_build_runs_beside_the_installed_binaries(
@@ -69,7 +72,7 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     assert installed["build.wal_block_size"] == "8192"
     assert (built["build.id"], installed["build.id"]) == (key, "installed")
     assert "'--with-wal-blocksize=4'" in built["build.configure"]
-    assert built["build.version"].endswith(" 15.18")
+    assert built["build.version"] == installed["build.version"] == "15.18"
     assert built["cluster.system_identifier"] != installed["cluster.system_identifier"]
     # the client stays constant: the installed pgbench drives both configurations
     argv = {c: json.loads(rows[c]["pgbench_argv"])[0] for c in rows}
@@ -82,6 +85,36 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     load_row = next(line for line in phases.splitlines() if "load: WAL bytes" in line)
     assert load_row.count("(one)") == 2  # one load per cluster, both measured
     FOLDERS["installed-and-build"] = tmp_path / "res"
+
+
+def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_beside_it(
+    cache: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    """A patch's workflow: an earlier folder ran the installed PostgreSQL, today's file names
+    a build. `run --against` measures both in every round of one run; the change is a
+    build, so run.against is a whole-plot factor with one cluster per side."""
+    (key,) = _finished(cache)
+    before = tmp_path / "before"
+    res = pgsweep("run", str(write_experiment(tmp_path, _head(), "before.toml")),
+                  "--results", str(before))  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    path = _experiment(tmp_path, "", rounds=2)
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"), "--against", str(before))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert f"cached ({key}), nothing to compile" in res.stdout
+    ran: dict[tuple[int, str], tuple[str, str, str]] = {}
+    for t in trials(tmp_path / "res"):
+        e = json.loads(t["effective_json"])
+        side = (e["build.id"], e["build.wal_block_size"], e["cluster.system_identifier"])
+        ran[(t["round"], t["config_id"])] = side
+    assert sorted(ran) == [(1, "c01"), (1, "c02"), (2, "c01"), (2, "c02")]  # both, each round
+    assert {r[:2] for (_, c), r in ran.items() if c == "c01"} == {("installed", "8192")}
+    assert {r[:2] for (_, c), r in ran.items() if c == "c02"} == {(key, "4096")}
+    assert len({r[2] for r in ran.values()}) == 2  # one cluster per side, kept across rounds
+    data = json.loads(pgsweep("report", str(tmp_path / "res"), "--format", "json").stdout)
+    assert data["whole_plot_factors"] == ["run.against"]  # a build costs more than a cluster
+    assert {(b["config"], b["build"]) for b in data["builds"]} == {("c01", "installed"),
+                                                                  ("c02", key)}  # fmt: skip
 
 
 def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
@@ -106,7 +139,7 @@ def test_a_failing_configure_fails_its_configurations_and_the_rest_run(
     assert not list(cache.glob(".building-*"))
     if "installed-and-build" in FOLDERS:  # compare names what each folder ran
         cmp = pgsweep("compare", str(FOLDERS["installed-and-build"]), str(tmp_path / "res"))
-        ran = f"{key} (postgres (PostgreSQL) 15.18)"
+        ran = f"{key} (15.18)"
         assert f"the environments differ in builds: '{ran}, installed' vs '{ran}'" in cmp.stdout
 
 

@@ -272,7 +272,7 @@ class BuildLayer(ResourceLayer):
         res: BuildResource = trial.resources[self.name]
         build = res.build
         trial.effective["build.id"] = build.key if build else INSTALLED
-        trial.effective["build.version"] = build.version if build else res.binaries.version
+        trial.effective["build.version"] = res.binaries.version  # "15.18", built or not
         if build:
             trial.effective["build.configure"] = build.configure_line
             trial.effective["build.source"] = build.source
