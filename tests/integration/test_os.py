@@ -134,6 +134,20 @@ def test_factors_applied_read_back_and_restored(tmp_path: Path, state_dir: Path)
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
+PLAIN = """
+[experiment]
+name = "plain"
+[cluster]
+scale = 1
+[workload]
+clients = 1
+duration = "1s"
+warmup = "0s"
+[repeat]
+rounds = 1
+"""
+
+
 @requires_pg
 @root_only
 def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Path) -> None:
@@ -161,6 +175,18 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         assert _watched() != before, "the run changed nothing within 2 minutes"
         assert NR_HUGEPAGES.read_text().strip() != before[str(NR_HUGEPAGES)], "none reserved"
         assert ours(), "no server of the run within 2 minutes"
+        # while it lives, a second run that would change kernel values is refused before it
+        # changes or makes anything (each would put back the other's values); a run
+        # without [os] runs beside it
+        journals = list(state_dir.glob("*.undo"))
+        second = pgsweep("run", str(path), "--results", str(folder / "second"))
+        assert second.returncode == 2, second.stderr + second.stdout
+        assert f"another pgsweep run (PID {proc.pid}, {folder / 'res'})" in second.stderr
+        assert "is changing kernel settings" in second.stderr
+        assert not (folder / "second").exists() and list(state_dir.glob("*.undo")) == journals
+        plain = write_experiment(tmp_path, PLAIN, "plain.toml")
+        beside = pgsweep("run", str(plain), "--results", str(folder / "beside"))
+        assert beside.returncode == 0, beside.stderr + beside.stdout
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         assert list(state_dir.glob("*.undo")), "the journal is what restore will read"

@@ -5,6 +5,7 @@ which `plan` runs too), and rough durations."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,13 @@ def preflight(exp: Experiment, results: Path) -> Path:
         layer.authorize(exp.grant)
         layer.check_host(where, [c[layer.name] for c in configs])
     return where
+
+
+def claim_host(exp: Experiment, results: Path) -> None:
+    """`run` only, after `preflight`: what one run at a time may hold on this machine."""
+    configs = all_settings(exp)
+    for layer in exp.layers:
+        layer.claim_host([c[layer.name] for c in configs], f"PID {os.getpid()}, {results}")
 
 
 def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:

@@ -23,7 +23,7 @@ from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
 from . import buildprep
 from .folder import check_results_folder, new_store, resume_store
-from .plans import plan_for, preflight
+from .plans import claim_host, plan_for, preflight
 from .resources import Resources
 from .trial import run_trial
 
@@ -104,6 +104,7 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         stale, unrestored = journal.recover_stale()
         check_results_folder(results, resume)
         where = preflight(exp, results)
+        claim_host(exp, results)  # e.g. one run at a time changes kernel settings
         # builds before anything else is made (exit 2 for a setting one lacks leaves no
         # results folder), after every read-only check (no compile for a bad file)
         exp.builds = buildprep.prepare(exp, reporter.building)

@@ -13,12 +13,15 @@ again: its original is the one already recorded, not the value pgsweep left in i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
+from ..errors import PgsweepError
 from . import safefs, workarea
 from .workarea import registry_dir
 
@@ -236,3 +239,39 @@ def recover_stale() -> tuple[list[str], list[str]]:
             if not owed and not (directory / f"{run}.json").exists():
                 workarea.forget_lock(run)
     return done, failed
+
+
+# Root's alone (/run is root's, 0755): no other user can make, hold or link this file.
+KERNEL_LOCK = Path("/run/pgsweep-kernel.lock")
+_kernel_lock: list[int] = []  # the descriptor, held until this process exits
+
+
+def hold_kernel_lock(who: str) -> None:
+    """One live run at a time changes kernel values: two would each record the other's
+    value as the original and put it back, leaving the machine changed. Held from before
+    anything is changed until the process exits (kill -9 too: the next run or `pgsweep
+    restore` replays the dead run's journal). PgsweepError (exit 2) when another run holds
+    it; `who` (PID and results folder) is what that error names for the next one."""
+    if _kernel_lock:
+        return
+    fd = os.open(KERNEL_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if st.st_uid != 0 or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise PgsweepError(f"{KERNEL_LOCK} is not root's own file", where=str(KERNEL_LOCK),
+                           fix="remove it (nothing of pgsweep's is held there)")  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 400).decode(errors="replace").strip() or "its PID unknown"
+        os.close(fd)
+        raise PgsweepError(
+            f"another pgsweep run ({holder}) is changing kernel settings on this machine "
+            "([os]: THP, sysctl, I/O scheduler, read-ahead, huge pages, memory cgroup); two "
+            "such runs would each put back the other's values", where=str(KERNEL_LOCK),
+            fix="wait for it to finish, or stop it (Ctrl-C, or kill PID: it puts the "
+            "machine back), then run again; runs without [os] may run beside it",
+        ) from None  # fmt: skip
+    os.ftruncate(fd, 0)
+    os.write(fd, who.encode())
+    _kernel_lock.append(fd)

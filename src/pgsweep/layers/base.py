@@ -110,6 +110,10 @@ class Layer(ABC):
         machine cannot do for any configuration's settings of this layer; `where` is on the
         filesystem the work area will be on. Read-only."""
 
+    def claim_host(self, settings: list[Any], who: str) -> None:  # noqa: B027
+        """`run` only, after every read-only check and before anything is made: take what
+        one run at a time may hold on this machine (`who` says which run holds it)."""
+
     def authorize(self, grant: Grant) -> None:  # noqa: B027
         """What the command line allows beyond the file (--allow-device, --wipe)."""
 

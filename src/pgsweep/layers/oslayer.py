@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
-from ..host import safefs, workarea
+from ..host import journal, safefs, workarea
 from ..host.journal import SYSCTLS, UndoJournal, read_setting
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, SYSCTL, THP_FILES
 from ..units import parse_size
@@ -224,6 +224,10 @@ class OsLayer(Layer):
                     f"shared_memory_size, with {shown})",
                     fix="raise the limit or lower shared_buffers in that configuration",
                 )  # fmt: skip
+
+    def claim_host(self, settings: list[OsSettings], who: str) -> None:
+        if any(s.used for s in settings):
+            journal.hold_kernel_lock(who)
 
     def check_host(self, where: Path, settings: list[OsSettings]) -> None:
         """Before anything runs: every scheduler level must be offered by the devices the
