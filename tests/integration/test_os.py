@@ -154,7 +154,9 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
     before = _watched()
     others = set(postmasters())
     folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
-    path = write_experiment(tmp_path, _experiment(duration="20s", rounds=2))
+    # a trial long enough that the kill lands in it, not between two (the server restarts
+    # there for the next THP level)
+    path = write_experiment(tmp_path, _experiment(duration="60s", rounds=2))
     env = dict(os.environ, NO_COLOR="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(folder / "res")],
@@ -166,10 +168,12 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
         def ours() -> list[str]:
             return [d for pid, d in postmasters().items() if pid not in others]
 
+        # the pages are reserved with the load's server stopped: a server seen after that is
+        # the trial's (seen before, it could be the load's, stopped a moment later)
         while time.monotonic() < deadline and not (
             list(state_dir.glob("*.undo"))
-            and ours()
             and NR_HUGEPAGES.read_text().strip() != before[str(NR_HUGEPAGES)]
+            and ours()
         ):
             time.sleep(0.2)
         assert _watched() != before, "the run changed nothing within 2 minutes"

@@ -100,7 +100,11 @@ def test_standbys_stream_in_the_asked_sync_state_with_lags_each_second(network_r
         assert {s[0] for s in seconds} == {"streaming"}
         assert {s[1] for s in seconds} == {"sync" if mode == "sync" else "async"}, t["id"]
         assert {s[4] for s in seconds} == {"s1"}
-        assert any(s[3] is not None and s[3] > 0 for s in seconds), "no replay lag recorded"
+        # behind 1 mbit the standby always lags; behind 10 gbit it may be caught up at two
+        # replies in a row, and PostgreSQL then shows no lag (NULL) until more WAL comes
+        if levels[t["config_id"]]["replication.bandwidth"] == "1mbit":
+            assert any(s[3] is not None and s[3] > 0 for s in seconds), t["id"]
+        assert all(s[3] is None or s[3] >= 0 for s in seconds), t["id"]
         effective = json.loads(t["effective_json"])
         assert effective["replication.state"] == f"s1: streaming {mode}"
         assert effective["synchronous_standby_names"] == ("FIRST 1 (s1)" if mode == "sync" else "")
