@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,7 @@ def test_a_killed_server_is_one_failed_trial_and_the_run_goes_on(
     path = _experiment(tmp_path, factors="", rounds=2).resolve()
     path.write_text(path.read_text().replace('duration = "2s"', 'duration = "4s"'))
     results = tmp_path / "res"
+    shm_before = _shared_memory()
     run = subprocess.Popen(
         [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -227,6 +229,21 @@ def test_a_killed_server_is_one_failed_trial_and_the_run_goes_on(
     assert run.returncode == 3, err
     assert len(rows) == 4 and len(failed) == 1, [(r["id"], r["reason"]) for r in rows]
     assert rows[-1]["status"] == "ok"  # the next trials ran on a restarted server
+    # the killed postmaster's System V and /dev/shm segments went with its cluster
+    assert _shared_memory() <= shm_before, _shared_memory() - shm_before
+
+
+def _shared_memory() -> set[str]:
+    """The server user's System V segments and /dev/shm/PostgreSQL.* segments."""
+    uid, _ = _server_ids()
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    shmid, owner = (lines[0].split().index(k) for k in ("shmid", "uid"))
+    found = {f"sysv {r[shmid]}" for r in map(str.split, lines[1:]) if int(r[owner]) == uid}
+    for seg in Path("/dev/shm").glob("PostgreSQL.*"):
+        with suppress(OSError):  # one a live server removed meanwhile
+            if seg.stat().st_uid == uid:
+                found.add(seg.name)
+    return found
 
 
 def _done(results: Path) -> int:

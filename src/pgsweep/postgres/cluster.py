@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -236,11 +237,41 @@ class Cluster:
     def stop(self, mode: str = "fast") -> None:
         pid = self.postmaster_pid()
         if pid is None:
+            self._reclaim_shared_memory()
             return
         res = self.pg_ctl("stop", "-m", mode, timeout=60)
         if not res.ok and self.postmaster_pid() is not None:
             self.pg_ctl("stop", "-m", "immediate", timeout=30)
         proc.reap(pid)
+
+    def _reclaim_shared_memory(self) -> None:
+        """A postmaster that was killed (kill -9, the OOM killer) leaves its System V
+        segment and its /dev/shm/PostgreSQL.* segments behind. The next postmaster of the
+        data directory removes them, from what postmaster.pid names, before it writes its
+        own segment's key there: start one, and stop it once it has (its own go with it).
+        Best effort: nothing to do when the server stopped cleanly (no postmaster.pid)."""
+        try:
+            raw = safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
+        except (OSError, safefs.UnsafePath):
+            return
+        old = _shmem_line(raw)
+        if old is None or not _segment_released(int(old.split()[1]), self.uid):
+            return
+        self.pg_ctl("start", "-W", timeout=30)  # -W: no wait for recovery, only the reclaim
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                now = _shmem_line(safefs.read_owned(self.datadir / "postmaster.pid",
+                                                    self.uid, limit=4096))  # fmt: skip
+            except (OSError, safefs.UnsafePath):
+                break  # the new postmaster gave up (and removed its lock file)
+            if now is not None and now != old:
+                break
+            time.sleep(0.05)
+        pid = self.postmaster_pid()
+        if pid is not None:
+            self.pg_ctl("stop", "-m", "immediate", timeout=30)
+            proc.reap(pid)
 
     def reload(self) -> None:
         res = self.pg_ctl("reload")
@@ -294,6 +325,36 @@ class Cluster:
             if tree is not None:
                 with suppress(PgsweepError):  # best effort: the work area's removal follows
                     safefs.remove_tree(tree)
+
+
+def _shmem_line(raw: bytes) -> str | None:
+    """postmaster.pid's 7th line: the key and id of the server's System V segment."""
+    lines = raw.decode(errors="replace").splitlines()
+    return lines[6].strip() if len(lines) > 6 and len(lines[6].split()) == 2 else None
+
+
+def _segment_released(shmid: int, uid: int, wait: float = 10.0) -> bool:
+    """Once the children of a killed postmaster have exited (they notice within a moment),
+    its segment has no process attached and a new postmaster may remove it. False when the
+    segment is gone, is not the server user's, or stays attached."""
+    deadline = time.monotonic() + wait
+    while True:
+        row = next((r for r in _sysv_segments() if r[0] == shmid), None)
+        if row is None or row[2] != uid:
+            return False
+        if row[1] == 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _sysv_segments() -> list[tuple[int, int, int]]:
+    """(shmid, processes attached, owner uid) of every System V segment."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    shmid, nattch, uid = (lines[0].split().index(k) for k in ("shmid", "nattch", "uid"))
+    rows = [line.split() for line in lines[1:]]
+    return [(int(r[shmid]), int(r[nattch]), int(r[uid])) for r in rows]
 
 
 def is_postmaster_of(pid: int, confdir: Path, uid: int) -> bool:
