@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import pgsweep, requires_pg, trials, write_experiment
+from pgsweep import spec
+from pgsweep.engine import buildprep
+from pgsweep.layers.oslayer import OsLayer
+from pgsweep.postgres.binaries import ValueChecker
 
 HERE = Path(__file__).resolve().parents[1]
 SUITE_BUILD = (HERE / "data" / "suite-build.toml").read_text()
@@ -115,6 +119,31 @@ def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_besid
     assert data["whole_plot_factors"] == ["run.against"]  # a build costs more than a cluster
     assert {(b["config"], b["build"]) for b in data["builds"]} == {("c01", "installed"),
                                                                   ("c02", key)}  # fmt: skip
+
+
+def test_huge_pages_are_sized_by_each_builds_own_server(cache: Path, tmp_path: Path) -> None:
+    """os.huge_pages reserves what the trial's server needs, asked of the binaries that run
+    it: the 4 kB WAL build needs other shared memory than the installed server (fewer
+    pages at 128MB of buffers). Nothing here touches the kernel's pools: the sizes are
+    computed before the first trial, and the trial looks them up by its binaries."""
+    body = ('[server]\nshared_buffers = "128MB"\n[os]\nhuge_pages = "2MB"\n[factors]\n'
+            'build.source = ["installed", "apt:postgresql-15"]\n')  # fmt: skip
+    exp = spec.load(_experiment(tmp_path, body))
+    (prepared,) = [p for p in buildprep.prepare(exp, lambda line: None).values() if p.build]
+    assert prepared.binaries is not None
+    server = {"shared_buffers": "128MB"}
+    initdb = tuple(exp.configurations[("installed",)]["cluster"].initdb_options())
+    oslayer = exp.layer("os")
+    assert isinstance(oslayer, OsLayer)
+    asked = {}
+    for name, binaries in (("installed", exp.binaries), ("build", prepared.binaries)):
+        with ValueChecker(binaries, exp.user) as checker:  # the server's own answer
+            full = server | {"huge_pages": "on", "huge_page_size": "2MB"}
+            own = int(checker.runtime("shared_memory_size_in_huge_pages", full, initdb))
+        asked[name] = (oslayer.needed_pages("2MB", server, initdb, binaries), own)
+    assert asked["installed"][0] == asked["installed"][1] > 0
+    assert asked["build"][0] == asked["build"][1] > 0
+    assert asked["build"][1] != asked["installed"][1], asked  # else this test shows nothing
 
 
 def test_a_failing_configure_fails_its_configurations_and_the_rest_run(

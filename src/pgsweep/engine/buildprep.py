@@ -150,15 +150,19 @@ def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
 
 
 def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[str, str]]:
-    """The server layer's checks against this build's catalog; what each level means to it."""
+    """The server layer's checks against this build's catalog, and the os layer's shared
+    memory sizes from this build's server (huge pages, memory limit); what each level
+    means to it."""
     assert prepared.binaries is not None
     server = exp.layer("server")
     mine = {f.key: list(f.levels) for f in exp.factors if f.layer == "server"}
     base = {k: v for k, v in exp.base.get("server", {}).items() if k not in mine}
+    configs = [c for c in exp.configurations.values() if c["build"].spec == prepared.spec]
     with pgbin.ValueChecker(prepared.binaries, exp.user) as checker:
         ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user)
         try:
             server.validate(base, mine, ctx)
+            exp.layer("os").check_configurations(configs, ctx)
         except PgsweepError as exc:
             raise PgsweepError(
                 f"{exc.what} (the build {prepared.spec.describe()}, "

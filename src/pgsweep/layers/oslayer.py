@@ -21,6 +21,7 @@ from ..errors import PgsweepError, internal
 from ..host import journal, safefs, workarea
 from ..host.journal import SYSCTLS, UndoJournal, read_setting
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, SYSCTL, THP_FILES
+from ..postgres.binaries import Binaries
 from ..units import parse_size
 from . import hugepages
 from .base import Layer, ValidationContext, check_table
@@ -207,10 +208,13 @@ class OsLayer(Layer):
                             f"os.huge_pages sets the server's {name} itself",
                             fix=f"remove server.{name}, or remove os.huge_pages",
                         )  # fmt: skip
+            if ctx.catalog_deferred:
+                continue  # every configuration runs a build: buildprep asks each build
             if mine.huge_pages in hugepages.LEVELS:
                 full = server | self.huge.server_settings(mine.huge_pages)
                 pages = ctx.checker.runtime("shared_memory_size_in_huge_pages", full, initdb)
-                self.pages[_pages_key(mine.huge_pages, server, initdb)] = int(pages)
+                key = _pages_key(mine.huge_pages, server, initdb, ctx.binaries.bindir)
+                self.pages[key] = int(pages)
             if mine.memory_limit is None or mine.huge_pages in ("2MB", "1GB"):
                 continue
             shm_mb = ctx.checker.shared_memory_mb(server, initdb)
@@ -297,7 +301,13 @@ class OsLayer(Layer):
             return None
         server, known = trial.settings["server"], trial.server.binaries.settings
         fixed = {k: v for k, v in server.items() if k in self.restart_settings or k not in known}
-        return repr((level, sorted(fixed.items())))
+        return repr((level, sorted(fixed.items()), str(trial.server.binaries.bindir)))
+
+    def needed_pages(self, level: str, server: dict[str, str], initdb: tuple[str, ...],
+                     binaries: Binaries) -> int:  # fmt: skip
+        """The huge pages these binaries' server needs (`postgres -C`, asked when the file
+        was validated, or of each build before the first trial)."""
+        return self.pages.get(_pages_key(level, server, initdb, binaries.bindir), 0)
 
     def _huge_pages(self, level: str | None, key: str | None, trial: TrialContext) -> None:
         """Size the huge page pools for this trial's server (stopped by now)."""
@@ -308,7 +318,7 @@ class OsLayer(Layer):
             return
         trial.server.settings = None
         initdb = tuple(trial.settings["cluster"].initdb_options())
-        pages = self.pages.get(_pages_key(level, trial.settings["server"], initdb), 0)
+        pages = self.needed_pages(level, trial.settings["server"], initdb, trial.server.binaries)
         self.huge_pages = self.huge.reserve(level, pages, self.journal)
         trial.events.append(f"huge-pages-{level}")
         self.huge_key = key
@@ -365,8 +375,8 @@ class OsLayer(Layer):
                            fix="fix the cause, then run `pgsweep restore`")  # fmt: skip
 
 
-def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...]) -> str:
-    return repr((level, sorted(server.items()), initdb))
+def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bindir: Path) -> str:
+    return repr((level, sorted(server.items()), initdb, str(bindir)))
 
 
 def _owner(pid: int) -> int:
