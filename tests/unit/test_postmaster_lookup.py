@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pgsweep.host import workarea
-from pgsweep.postgres.cluster import is_postmaster_of
+from pgsweep.postgres.cluster import _shmem_line, is_postmaster_of
 
 SLEEP = "import time; time.sleep(60)"
 
@@ -48,3 +48,12 @@ def test_pg_ctls_data_directory_helper_is_no_postmaster(
     assert not is_postmaster_of(lookalikes["helper"], tmp_path / "area/c1/conf", os.getuid())
     assert is_postmaster_of(lookalikes["server"], tmp_path / "area/c2/conf", os.getuid())
     assert not is_postmaster_of(lookalikes["server"], tmp_path / "area/c2/conf", os.getuid() + 1)
+
+
+def test_a_stale_lock_files_segment_line_must_be_two_numbers() -> None:
+    """After a crash, stop() reads the dead server's System V segment from postmaster.pid,
+    a file the server user writes: anything but two numbers means nothing to reclaim."""
+    head = b"4242\n/data\n1700000000\n5432\n/sock\n\n"
+    assert _shmem_line(head + b"  5432001   9928720\nready   \n") == "5432001 9928720"
+    for hostile in (b"abc def\n", b"-1 5\n", b"5432001\n", b"1 2 3\n", b"1e3 7\n", b""):
+        assert _shmem_line(head + hostile) is None, hostile

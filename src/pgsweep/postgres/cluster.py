@@ -328,9 +328,11 @@ class Cluster:
 
 
 def _shmem_line(raw: bytes) -> str | None:
-    """postmaster.pid's 7th line: the key and id of the server's System V segment."""
+    """postmaster.pid's 7th line: the key and id of the server's System V segment (two
+    numbers; the server user writes this file, so anything else is None)."""
     lines = raw.decode(errors="replace").splitlines()
-    return lines[6].strip() if len(lines) > 6 and len(lines[6].split()) == 2 else None
+    fields = lines[6].split() if len(lines) > 6 else []
+    return " ".join(fields) if len(fields) == 2 and all(f.isdigit() for f in fields) else None
 
 
 def _segment_released(shmid: int, uid: int, wait: float = 10.0) -> bool:
