@@ -250,21 +250,17 @@ class Cluster:
         data directory removes them, from what postmaster.pid names, before it writes its
         own segment's key there: start one, and stop it once it has (its own go with it).
         Best effort: nothing to do when the server stopped cleanly (no postmaster.pid)."""
-        try:
-            raw = safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
-        except (OSError, safefs.UnsafePath):
-            return
-        old = _shmem_line(raw)
+        raw = self._lock_file()
+        old = _shmem_line(raw) if raw is not None else None
         if old is None or not _segment_released(int(old.split()[1]), self.uid):
             return
         self.pg_ctl("start", "-W", timeout=30)  # -W: no wait for recovery, only the reclaim
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            try:
-                now = _shmem_line(safefs.read_owned(self.datadir / "postmaster.pid",
-                                                    self.uid, limit=4096))  # fmt: skip
-            except (OSError, safefs.UnsafePath):
+            raw = self._lock_file()
+            if raw is None:
                 break  # the new postmaster gave up (and removed its lock file)
+            now = _shmem_line(raw)
             if now is not None and now != old:
                 break
             time.sleep(0.05)
@@ -281,15 +277,22 @@ class Cluster:
     def postmaster_pid(self) -> int | None:
         """PID of a live postmaster of this cluster (run by the server user, started with
         this cluster's configuration directory), or None."""
-        try:
-            raw = safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
-            pid = int(raw.split(b"\n", 1)[0])
-        except (OSError, ValueError, safefs.UnsafePath):
+        first = (self._lock_file() or b"").split(b"\n", 1)[0].strip()
+        if not first.isdigit():
             return None
+        pid = int(first)
         if is_postmaster_of(pid, self.conf, self.uid):
             return pid
         proc.reap(pid)  # a postmaster that died (killed): collect it, or it blocks the next
         return None
+
+    def _lock_file(self) -> bytes | None:
+        """postmaster.pid, read as a file of the server user's (never through a link), or
+        None when there is none (a cleanly stopped server) or it is not a plain file."""
+        try:
+            return safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
+        except (OSError, safefs.UnsafePath):
+            return None
 
     # ---- data snapshot -------------------------------------------------------------
     def take_snapshot(self) -> None:
