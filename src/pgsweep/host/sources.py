@@ -7,8 +7,10 @@ Three kinds (`build.source`):
 - a release tarball (`.tar.gz`, `.tar.bz2`, `.tar.xz`, `.tgz`), read once by descriptor;
 - a git work tree, with `build.ref` (commit, tag, branch) or, without it, HEAD plus the
   work tree's uncommitted changes to tracked files. git runs as the tree's owner (root
-  running git in another user's repository would run that user's hooks and config), its
-  output goes to root's files, and the tree is never written.
+  running git in another user's repository would run that user's hooks and config), with
+  no system or global configuration (host/gitsource.py), its output goes to root's
+  files, and the tree is never written; the git directories and every tracked file must
+  be ones no other user can change.
 
 `resolve` pins a source to a digest (the build key hashes it); `unpack` puts it into a
 root-owned folder as a tree holding `configure`."""
@@ -18,13 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pwd
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import proc, safefs
+from . import gitsource, proc, safefs
 
 DEBIAN_SOURCES = "http://deb.debian.org/debian"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -69,8 +70,6 @@ def check_path(source: str) -> str | None:
     if not path.is_absolute() or ".." in path.parts:
         return "a path must be absolute, without '..'"
     why = safefs.untrusted_link(path) or safefs.untrusted_component(path)
-    if not why and kind_of(source) == "git" and (path / ".git").exists():
-        why = safefs.untrusted_component(path / ".git")
     if why:
         return f"another user could change what root would compile and run: {why}"
     try:
@@ -79,8 +78,12 @@ def check_path(source: str) -> str | None:
         return f"cannot be read: {exc.strerror}"
     if kind_of(source) == "tarball" and not stat.S_ISREG(st.st_mode):
         return "not a regular file"
-    if kind_of(source) == "git" and not (stat.S_ISDIR(st.st_mode) and (path / ".git").exists()):
-        return "not a git work tree (no .git in it)"
+    if kind_of(source) == "git":
+        if not (stat.S_ISDIR(st.st_mode) and os.path.lexists(path / ".git")):
+            return "not a git work tree (no .git in it)"
+        why = gitsource.untrusted(path)
+        if why:
+            return f"another user could change what root would compile and run: {why}"
     return None
 
 
@@ -116,8 +119,9 @@ def unpack(pinned: Pinned, into: Path, scratch: Path) -> Path:
     if pinned.diff:
         patch = scratch / "worktree.diff"
         safefs.write_file(patch, pinned.diff)
-        res = proc.run(["git", "apply", "--whitespace=nowarn", str(patch)],
-                       out=scratch / "apply.out", cwd=tops[0], timeout=120)  # fmt: skip
+        res = proc.run([*gitsource.GIT, "apply", "--whitespace=nowarn", str(patch)],
+                       out=scratch / "apply.out", cwd=tops[0], timeout=120,
+                       env=gitsource.env(tops[0]))  # fmt: skip
         if not res.ok:
             raise SourceError(f"the work tree's changes do not apply: {res.last_line()}")
     return tops[0]
@@ -212,17 +216,7 @@ def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
 
 
 def _git_run(tree: Path, args: list[str], out: Path, what: str) -> bytes:
-    """git in `tree` as the tree's owner (never root in another user's repository); its
-    output into root's file `out`."""
-    owner = os.stat(tree).st_uid
     try:
-        user = None if owner == os.geteuid() else proc.RunAs(pwd.getpwuid(owner).pw_name)
-    except KeyError:
-        raise SourceError(f"{tree} belongs to uid {owner}, which has no account") from None
-    argv = ["git", "-c", "core.fsmonitor=false", "-C", str(tree), *args]
-    res = proc.run(argv, out=out, user=user, timeout=600, env={"GIT_NO_REPLACE_OBJECTS": "1"})
-    if not res.ok:
-        raise SourceError(
-            f"{what} failed in {tree}: {res.last_line()}", out.with_suffix(".out.err")
-        )
-    return out.read_bytes()
+        return gitsource.run(tree, args, out, what)
+    except gitsource.GitError as exc:
+        raise SourceError(str(exc), exc.log) from None
