@@ -313,19 +313,34 @@ class ReplicationLayer(Layer):
         trial.effective["replication.clone_seconds"] = f"{replicas.clone_seconds:.2f}"
 
     def verify(self, settings: ReplicationSettings, trial: TrialContext) -> None:
-        replicas: ReplicaSet | None = trial.server.replicas
-        trial.effective["replication.standbys"] = str(settings.standbys)
-        if not settings.standbys or replicas is None:
-            return
+        """What streams from the primary and what its commits wait for, read back from it
+        (never the file's request: `run --against` once recorded a standby that did not
+        run); a trial whose standbys are not the ones asked for fails."""
         with trial.cluster.connect() as conn:
             rows = conn.execute("SELECT application_name, state, sync_state "
                                 "FROM pg_stat_replication ORDER BY 1").fetchall()  # fmt: skip
-        trial.effective["replication.state"] = ", ".join(f"{r[0]}: {r[1]} {r[2]}" for r in rows)
+            row = conn.execute("SELECT current_setting('synchronous_standby_names')").fetchone()
+        waits_for = str(row[0]) if row else ""
+        streaming = [r for r in rows if r[1] == "streaming"]
+        trial.effective["replication.standbys"] = str(len(streaming))
+        trial.effective["replication.synchronous_standby_names"] = waits_for
+        if rows:
+            trial.effective["replication.state"] = ", ".join(f"{r[0]}: {r[1]} {r[2]}" for r in rows)
+        if self.active and (len(streaming) != settings.standbys
+                            or waits_for != settings.synchronous_standby_names()):  # fmt: skip
+            raise TrialFailure(
+                f"replication.standbys = {settings.standbys} (synchronous_standby_names "
+                f"{settings.synchronous_standby_names()!r}), but {len(streaming)} standby(s) "
+                f"stream from the primary and it waits for {waits_for!r}"
+            )  # fmt: skip
+        replicas: ReplicaSet | None = trial.server.replicas
+        if not settings.standbys or replicas is None:
+            return
         for standby in replicas.standbys:
             with standby.connect() as conn:
                 for name in settings.standby:
-                    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-                    trial.effective[f"replication.standby.{name}"] = str(row[0]) if row else ""
+                    got = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+                    trial.effective[f"replication.standby.{name}"] = str(got[0]) if got else ""
         if replicas.network is not None:
             trial.effective["replication.rtt_ms"] = f"{replicas.network.rtt_ms():.3f}"
 
