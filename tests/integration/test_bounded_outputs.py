@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from conftest import leftovers, pgsweep, requires_pg, trials, write_experiment
 
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks

@@ -94,11 +94,11 @@ def test_a_huge_sparse_pgbench_output_is_refused_and_its_tail_still_quoted(
     shutil.copy(PG / "pg15-tpcb-progress.err", err)
     before = _peak_mib()
     res = proc.Result(["pgbench"], 0, out, err, 1.0)
-    with pytest.raises(bounded.TooLarge, match="pgbench.out holds 107,374,182,"):
+    with pytest.raises(bounded.TooLarge, match=r"pgbench\.out holds 107,374,182,"):
         _ = res.stdout
     record = TrialRecord("t", 1, 1, "c01", "ok", "", "")
     budget = bounded.Budget(measure.OUTPUT_BUDGET, "a trial's pgbench output")
-    with pytest.raises(TrialFailure, match="pgbench's output was not read: pgbench.out holds"):
+    with pytest.raises(TrialFailure, match=r"pgbench's output was not read: pgbench\.out holds"):
         measure._outputs(res, "pgbench", budget, record)
     assert res.tail().endswith("the last line") and res.last_line().startswith("progress:")
     assert _peak_mib() - before < 64

@@ -3,6 +3,7 @@ costs nothing; it decides the pgbench command line of the trial."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,9 @@ from ..postgres.pgbench import Workload
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+
+MAX_TRIAL_S = 24 * 3600  # one trial's window (or warm-up): a day is already a plan to split
+MAX_RATE = 10_000_000  # pgbench -R, transactions/s: far beyond any server
 
 PGBENCH_TABLES = (
     "pgbench_accounts",
@@ -55,24 +59,26 @@ class WorkloadTable(BaseModel):
             raise ValueError('"auto", "off", or a sampling rate above 0 and at most 1')
         return v
 
-    @field_validator("duration")
+    @field_validator("duration", "warmup")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
-        if parse_duration(v) < 1:
-            raise ValueError("a duration of at least 1 s")
+    def _duration(cls, v: Any, info: Any) -> Any:
+        least = 1 if info.field_name == "duration" else 0
+        if not least <= parse_duration(v) <= MAX_TRIAL_S:
+            raise ValueError(f"a duration from {least} s to {MAX_TRIAL_S // 3600} h")
         return v
 
-    @field_validator("warmup")
+    @field_validator("rate")
     @classmethod
-    def _warmup(cls, v: Any) -> Any:
-        parse_duration(v)
+    def _rate(cls, v: Any) -> Any:
+        if v is not None and not (math.isfinite(v) and v <= MAX_RATE):
+            raise ValueError(f"a finite rate above 0, at most {MAX_RATE:,} transactions/s")
         return v
 
     @field_validator("latency_limit")
     @classmethod
     def _latency(cls, v: Any) -> Any:
-        if v is not None and parse_duration(v, default_unit="ms") <= 0:
-            raise ValueError('a latency limit above 0, e.g. "50ms"')
+        if v is not None and not 0 < parse_duration(v, default_unit="ms") <= 3600:
+            raise ValueError('a latency limit above 0 and at most 1 h, e.g. "50ms"')
         return v
 
 
