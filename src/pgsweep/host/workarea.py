@@ -139,19 +139,32 @@ def work_base(results: Path, user: RunAs | None) -> Path:
     return results if traversable_by(probe.resolve(), user) else fallback_base()
 
 
+_bases: dict[str, Path] = {}  # the fallback base as written -> checked and resolved, once
+
+
 def fallback_base() -> Path:
     """/var/tmp, or $PGSWEEP_WORK_BASE (e.g. a faster disk, or a tmpfs for tests of
     mechanics): a directory only root (or you) can change, or a sticky one like /var/tmp,
-    where the work area is made fresh (mkdtemp) and nobody can move it."""
+    where the work area is made fresh (mkdtemp) and nobody can move it. Checked and
+    resolved once per process, and that resolved path is used from then on (resolving
+    again could follow a link changed meanwhile); PGSWEEP_WORK_BASE may hold no link."""
     text = os.environ.get("PGSWEEP_WORK_BASE", "/var/tmp")
+    if text in _bases:
+        return _bases[text]
     base = Path(text)
-    why = None if base.is_absolute() and base.is_dir() else "not an absolute directory path"
-    why = why or safefs.untrusted_component(base / "work-area")
+    real = Path(os.path.realpath(base))
+    if not base.is_absolute() or not real.is_dir():
+        why: str | None = "not an absolute directory path"
+    elif "PGSWEEP_WORK_BASE" in os.environ and real != Path(os.path.normpath(base)):
+        why = f"it goes through a symbolic link (to {real}); name the directory itself"
+    else:
+        why = safefs.untrusted_link(base) or safefs.untrusted_component(real / "work-area")
     if why:
         raise PgsweepError(f"PGSWEEP_WORK_BASE={text}: {why}",
                            fix="name a directory root owns (or a sticky one such as /var/tmp), "
                            "or unset PGSWEEP_WORK_BASE")  # fmt: skip
-    return base.resolve()
+    _bases[text] = real
+    return real
 
 
 @dataclass
