@@ -56,3 +56,12 @@ def test_clusters_that_fit_alone_but_not_together_take_turns(tmp_path: Path) -> 
     reason = plans.why_not_alive(exp, where)
     assert reason.startswith("cluster: 2 clusters need about"), reason
     assert "on the loop device loop:1GiB" in reason and "WAL of cluster 2 1.0 GiB" in reason
+
+
+def test_one_cluster_per_storage_stays_alive(tmp_path: Path) -> None:
+    """Each loop holds one cluster: nothing to share, so nothing to take turns for (even
+    though max_wal_size's 1 GiB would not fit a 1 GiB loop beside the data)."""
+    exp = _load(tmp_path, "[cluster]\nscale = 1\n[factors]\n"
+                "storage.device = ['loop:1GiB', 'loop:1280MiB']\n")  # fmt: skip
+    where = plans.preflight(exp, tmp_path / "res")
+    assert plans.why_not_alive(exp, where) == ""

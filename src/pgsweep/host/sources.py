@@ -56,7 +56,7 @@ class Pinned:
 def kind_of(source: str) -> str:
     """apt | tarball | git | "" (unknown), from the text alone (validation)."""
     if source.startswith("apt:"):
-        return "apt" if APT_PACKAGE.match(source[4:]) else ""
+        return "apt" if APT_PACKAGE.fullmatch(source[4:]) else ""
     if not source.startswith("/"):
         return ""
     return "tarball" if TARBALL.search(source) else "git"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..collect import mounts
 from ..errors import PgsweepError
-from . import safefs
+from . import entries, safefs
 from .proc import RunAs, gone, reap
 
 MARKER = ".pgsweep-workarea"
@@ -215,7 +215,7 @@ class WorkArea:
         if mounted:
             return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]
         for d in (self.workdir, self.socket_root):
-            if (d / MARKER).exists():
+            if entries.holds_marker(d, self.run, MARKER):  # this run's, nothing else
                 _remove_marked(d)
                 done.append(f"removed {d}")
         self.entry.unlink(missing_ok=True)
@@ -320,14 +320,28 @@ def alive(pid: int) -> bool:
 
 
 def _entry(path: Path) -> WorkArea | None:
+    """The work area a registry entry names, once it passed the journal's rules
+    (host/entries.py); None when there is none, or it is refused (`refused` says why)."""
+    return _checked(path)[0]
+
+
+def _checked(path: Path) -> tuple[WorkArea | None, str]:
+    run = path.name.removesuffix(".json")
     try:
-        data = json.loads(path.read_text())
-        run = str(data.get("run", data.get("pid")))
-        uid = int(data.get("server_uid", -1))
-        return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
-                        run, uid)  # fmt: skip
-    except (OSError, ValueError, KeyError):
-        return None
+        fd = os.open(path, os.O_RDONLY | safefs.NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, ""
+    try:
+        data = json.loads(os.read(fd, 1 << 16))
+    except ValueError:
+        return None, "not a registry entry pgsweep wrote"
+    finally:
+        os.close(fd)
+    why = entries.refusal(data, run, MARKER) if isinstance(data, dict) else "not an object"
+    if why:
+        return None, why
+    return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
+                    run, int(data["server_uid"])), ""  # fmt: skip
 
 
 def stale_runs() -> list[str]:
@@ -336,7 +350,7 @@ def stale_runs() -> list[str]:
         return []
     directory = registry()
     runs = {p.name.split(".", 1)[0] for p in directory.iterdir() if not p.name.startswith(".")}
-    return sorted(r for r in runs if r not in _held)
+    return sorted(r for r in runs if r not in _held and entries.run_ok(r))
 
 
 def stop_stale_servers(run: str) -> list[str]:
@@ -356,6 +370,8 @@ def work_root(run: str) -> Path | None:
 
 
 def cleanup_stale(run: str) -> list[str]:
-    """Remove the work area of a dead run."""
-    area = _entry(registry_dir() / f"{run}.json")
+    """Remove the work area of a dead run; an entry refused is kept and said so."""
+    area, why = _checked(registry_dir() / f"{run}.json")
+    if why:
+        return [f"kept the registry entry of run {run}: it is refused ({why})"]
     return area.remove() if area else []

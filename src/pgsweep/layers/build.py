@@ -79,7 +79,7 @@ class BuildTable(BaseModel):
     @field_validator("ref")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        if v is not None and not sources.GIT_REF.match(v):
+        if v is not None and not sources.GIT_REF.fullmatch(v):
             raise ValueError("a commit, tag or branch name (letters, digits, ._/-)")
         return v
 
@@ -103,7 +103,7 @@ class BuildTable(BaseModel):
     @classmethod
     def _cflags(cls, v: str) -> str:
         for flag in v.split():
-            if not CFLAG.match(flag) or flag.startswith(BAD_CFLAGS):
+            if not CFLAG.fullmatch(flag) or flag.startswith(BAD_CFLAGS):
                 raise ValueError(f"{flag!r} is not a compiler flag pgsweep passes (optimisation, "
                                  "-g, -D/-U macros, -W, -f and -m options; nothing that names "
                                  "a path or loads a plugin)")  # fmt: skip
@@ -113,7 +113,7 @@ class BuildTable(BaseModel):
     @classmethod
     def _configure(cls, v: str) -> str:
         for opt in v.split():
-            m = CONFIGURE.match(opt)
+            m = CONFIGURE.fullmatch(opt)
             if not m:
                 raise ValueError(f"{opt!r}: configure options are --enable-X, --disable-X, "
                                  "--with-X[=VALUE], --without-X; no --prefix")  # fmt: skip

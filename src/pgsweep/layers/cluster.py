@@ -139,6 +139,7 @@ class ClusterLayer(ResourceLayer):
         2 GiB device filled it while their snapshots were made) and its standbys' copies
         in the work area; clusters on one storage share it (layers/room.py)."""
         total: dict[str, room.Place] = {}
+        held: dict[str, int] = {}  # place -> how many clusters put something there
         seen: set[str] = set()
         for config in configs:
             key = str(getattr(config.get("build"), "spec", None))  # each build: its own
@@ -149,9 +150,10 @@ class ClusterLayer(ResourceLayer):
             for name, place in room.places(config, where, most_wal=True).items():
                 into = total.setdefault(name, room.Place(place.name, place.room))
                 into.parts += [(f"{what} of cluster {len(seen)}", n) for what, n in place.parts]
-        for place in total.values():
-            if len(seen) > 1 and place.need > place.room:
-                return f"{len(seen)} clusters need {place.describe()}"
+                held[name] = held.get(name, 0) + 1
+        for name, place in total.items():  # one cluster alone is check_room's question
+            if held[name] > 1 and place.need > place.room:
+                return f"{held[name]} clusters need {place.describe()}"
         return None
 
     def check_room(self, configs: Sequence[Mapping[str, Any]], where: Path) -> None:

@@ -114,7 +114,7 @@ def _check_value(fs: str, name: str, kind: Any, value: str) -> None:
                     f"or identity (a UUID, a label) or is not known (allowed: "
                     f"{', '.join(sorted(kind))})"
                 )
-    if not _PLAIN.match(value):
+    if not _PLAIN.fullmatch(value):
         raise ValueError(f"{name} {value!r}: values may not hold paths, spaces or quotes")
 
 
@@ -128,7 +128,7 @@ def check_mount_options(text: str) -> str:
                              "does or lifts nosuid/nodev; it cannot be used here")  # fmt: skip
         if value.lower() == "panic":
             raise ValueError(f"mount option {item!r} would halt the machine on an error")
-    if not _PLAIN.match(text):
+    if not _PLAIN.fullmatch(text):
         raise ValueError("comma-separated options without paths, spaces or quotes")
     return text
 

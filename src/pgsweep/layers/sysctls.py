@@ -32,7 +32,7 @@ ULONG_MAX_SHM = 2**64 - 2**24 - 1  # the kernel's default (and largest) shmmax a
 def sysctl_file(name: str) -> Path:
     """/proc/sys/NAME with dots as slashes; ValueError when the name is not a sysctl's, or
     the file it names is not under /proc/sys."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError("letters, digits, _ and -, joined by dots (e.g. vm.swappiness)")
     path = SYSCTL / name.replace(".", "/")
     if not str(path.resolve()).startswith(f"{SYSCTL}/"):
@@ -44,7 +44,7 @@ def refusal(name: str) -> str | None:
     """Why an experiment may not set this sysctl, or None: pgsweep sets only those that
     shape performance and have a safe range here, never one that runs a program as root,
     weakens a protection, opens the network or can halt the machine."""
-    if SYSCTLS.match(name) and name in RANGES:
+    if SYSCTLS.fullmatch(name) and name in RANGES:
         return None
     return ("pgsweep sets only sysctls that shape performance and have a documented safe "
             "range (vm.swappiness, vm.dirty_*, kernel.sched_*, kernel.shm*, fs.file-max, "
