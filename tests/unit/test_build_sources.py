@@ -335,3 +335,23 @@ def test_tracked_files_another_user_can_write_are_refused(open_dir: Path) -> Non
     os.chown(tree / ".git" / "config", *_uid())  # their file in the git directory
     why = sources.check_path(str(tree))
     assert why is not None and "config" in why, why
+
+
+def test_the_major_version_is_known_before_anything_is_unpacked(open_dir: Path) -> None:
+    """plan checks setting names against the installed catalog when every build is of its
+    major version: apt's name, a tarball's top folder, a git tree's configure.ac."""
+    assert sources.major_version("apt:postgresql-15", None) == 15
+    tarball = open_dir / "renamed.tar.gz"  # the file's name says nothing; its content does
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("postgresql-16.4/configure")
+        info.size = 0
+        tar.addfile(info, __import__("io").BytesIO(b""))
+    assert sources.major_version(str(tarball), None) == 16
+    tree = _root_repo(open_dir)
+    (tree / "configure.ac").write_text("AC_INIT([PostgreSQL], [18devel], [bugs@x])\n")
+    subprocess.run(["git", "-C", str(tree), "add", "configure.ac"], check=True)
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-qm", "version"], check=True, env={"PATH": os.environ["PATH"],
+                   "HOME": "/nonexistent"})  # fmt: skip
+    assert sources.major_version(str(tree), None) == 18
+    assert sources.major_version(str(tree), "HEAD~1") is None  # no configure.ac there

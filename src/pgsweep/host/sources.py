@@ -22,6 +22,8 @@ import json
 import os
 import re
 import stat
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -220,3 +222,30 @@ def _git_run(tree: Path, args: list[str], out: Path, what: str) -> bytes:
         return gitsource.run(tree, args, out, what)
     except gitsource.GitError as exc:
         raise SourceError(str(exc), exc.log) from None
+
+
+_RELEASE = re.compile(r"postgresql-([0-9]{2,3})(?:[.][0-9]+|beta[0-9]*|rc[0-9]*|devel)?")
+_AC_INIT = re.compile(rb"AC_INIT\(\[PostgreSQL\], \[([0-9]{2,3})")
+
+
+def major_version(source: str, ref: str | None) -> int | None:
+    """The PostgreSQL major version a source builds, when it can be told without
+    unpacking it (None otherwise): apt's package name, the top folder inside a release
+    tarball, a git tree's configure.ac at the ref (read by gitsource's git). For `plan`:
+    a build of the installed major version has the installed catalog of settings."""
+    kind = kind_of(source)
+    try:
+        if kind == "apt":
+            return int(source.removeprefix("apt:postgresql-"))
+        if kind == "tarball":
+            with tarfile.open(source, "r:*") as tar:
+                first = tar.next()
+            m = _RELEASE.fullmatch(first.name.split("/")[0]) if first else None
+            return int(m.group(1)) if m else None
+        with tempfile.TemporaryDirectory(prefix="pgsweep-version-") as tmp:
+            text = gitsource.run(Path(source), ["show", f"{ref or 'HEAD'}:configure.ac"],
+                                 Path(tmp) / "show.out", "git show")  # fmt: skip
+        found = _AC_INIT.search(text)
+        return int(found.group(1)) if found else None
+    except (OSError, ValueError, EOFError, tarfile.TarError, gitsource.GitError):
+        return None

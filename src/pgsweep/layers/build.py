@@ -6,6 +6,7 @@ with `source = "installed"` (the default) runs the installed PostgreSQL (postgre
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -212,6 +213,35 @@ class BuildLayer(ResourceLayer):
                 fix="set [build] allow_cassert = true to build it anyway (every report marks it)",
             )  # fmt: skip
         return dict(table.model_dump())
+
+    def check_configurations(
+        self, configs: Sequence[Mapping[str, Any]], ctx: ValidationContext
+    ) -> None:
+        """When every configuration runs a build, the server layer leaves names the
+        installed catalog lacks to the builds' catalogs, which exist only once compiled.
+        Builds of the installed major version (apt's package, a tarball's top folder, a git
+        tree's configure.ac) share its catalog of names: a name it lacks is refused now,
+        at `plan`, before anything is fetched or compiled."""
+        if not ctx.catalog_deferred:
+            return
+        specs = {c[self.name].spec for c in configs if c[self.name].spec is not None}
+        majors = {sources.major_version(s.source, s.ref) for s in specs}
+        if majors != {ctx.binaries.major}:
+            return  # another version, or one not known before unpacking: the builds decide
+        catalog = ctx.binaries.settings
+        names = sorted({n for c in configs for n in c.get("server", {}) if n not in catalog})
+        for name in names:
+            if "." in name or ctx.checker.hidden(name) is not None:
+                continue  # an extension's setting, or one settable though not described
+            close = difflib.get_close_matches(name, list(catalog), n=3)
+            raise ctx.source.error(
+                ctx.where.get(f"server.{name}", ("server", name)),
+                f"PostgreSQL {ctx.binaries.major} has no setting named {name!r} (every build "
+                f"here is version {ctx.binaries.major}, as the installed binaries)",
+                expected="a setting from the server's own catalog",
+                fix=f"did you mean {' or '.join(close)}?" if close else "see `postgres "
+                "--describe-config`",
+            )  # fmt: skip
 
     def settings(self, values: dict[str, Value]) -> BuildSettings:
         if values.get("source", INSTALLED) == INSTALLED:  # the other keys describe builds
