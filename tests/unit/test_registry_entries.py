@@ -37,7 +37,10 @@ def _area(base: Path, name: str, marker: str) -> Path:
     return d
 
 
-def _entry(state: Path, run: str, workdir: Path, uid: int, socket: str = "/tmp/pgsweep-test-reg-gone") -> None:
+GONE = "/tmp/pgsweep-test-reg-gone"  # a socket folder already removed
+
+
+def _entry(state: Path, run: str, workdir: Path, uid: int, socket: str = GONE) -> None:
     state.mkdir(mode=0o700, exist_ok=True)
     body = {"workdir": str(workdir), "socket_root": socket, "results": "/x", "run": run.strip(),
             "server_uid": str(uid)}  # fmt: skip
