@@ -2,8 +2,10 @@
 
 Three kinds (`build.source`):
 - `apt:postgresql-15`: Debian's source package, fetched once through a private sources
-  list and lists directory (the machine's apt configuration is not touched) and kept in
-  the build cache; the orig tarball is built as it is (Debian's patches are not applied);
+  list and lists directory (the machine's apt configuration is not touched) by apt's
+  sandbox user, checked against apt's signed index and kept in the build cache
+  (host/aptsource.py); the orig tarball is built as it is (Debian's patches are not
+  applied);
 - a release tarball (`.tar.gz`, `.tar.bz2`, `.tar.xz`, `.tgz`), read once by descriptor;
 - a git work tree, with `build.ref` (commit, tag, branch) or, without it, HEAD plus the
   work tree's uncommitted changes to tracked files. git runs as the tree's owner (root
@@ -27,10 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gitsource, proc, safefs
+from . import aptsource, gitsource, proc, safefs
 
-DEBIAN_SOURCES = "http://deb.debian.org/debian"
-KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 APT_PACKAGE = re.compile(r"^postgresql-[0-9]{1,3}$")
 TARBALL = re.compile(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz)$")
 GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}$")
@@ -167,39 +167,13 @@ def _apt(package: str, home: Path, scratch: Path, fetch: bool) -> Pinned:
         safefs.remove_tree(home)
     home.parent.mkdir(mode=0o755, exist_ok=True)
     safefs.private_dir(home, 0o755)
-    if not KEYRING.exists():
-        raise SourceError(f"no Debian archive keyring at {KEYRING} to verify {package}")
-    state = scratch / "apt"
-    for d in ("lists/partial", "cache/archives/partial"):
-        (state / d).mkdir(parents=True, exist_ok=True)
-    sources = state / "sources.list"
-    safefs.write_file(sources, f"deb-src [signed-by={KEYRING}] {DEBIAN_SOURCES} bookworm main\n",
-                      0o644)  # fmt: skip
-    # a configuration of its own (APT_CONFIG): none of the machine's apt.conf.d, so none of
-    # its hooks (Post-Invoke) run; downloads as root into root's private folders
-    conf = state / "apt.conf"
-    safefs.write_file(conf, "".join(f'{k} "{v}";\n' for k, v in (
-        ("Dir::Etc::Main", "/dev/null"), ("Dir::Etc::Parts", "/nonexistent"),
-        ("Dir::Etc::SourceList", sources), ("Dir::Etc::SourceParts", "/nonexistent"),
-        ("Dir::State::Lists", state / "lists"), ("Dir::Cache", state / "cache"),
-        ("APT::Sandbox::User", "root"),
-    )), 0o644)  # fmt: skip
-    for argv, name, cwd in ((["apt-get", "-q", "update"], "apt-update", scratch),
-                            (["apt-get", "-q", "source", "--download-only", package],
-                             "apt-source", home)):  # fmt: skip
-        res = proc.run(argv, out=scratch / f"{name}.out", timeout=900, cwd=cwd,
-                       env={"APT_CONFIG": str(conf)})  # fmt: skip
-        if not res.ok:
-            raise SourceError(f"apt-get could not fetch the source of {package}: "
-                              f"{res.last_line()}", scratch / f"{name}.out.err")  # fmt: skip
-    found = sorted(home.glob("*.orig.tar.*"))
-    if len(found) != 1:
-        raise SourceError(f"apt-get fetched no single orig tarball for {package}")
-    version = found[0].name.split("_")[1].removesuffix(".orig.tar" + found[0].suffix)
-    sha = _digest(found[0])
-    safefs.write_file(record, json.dumps({"tarball": found[0].name, "sha256": sha,
-                                          "version": version}), 0o644)  # fmt: skip
-    return Pinned(f"apt:{package}", "apt", sha, found[0], version=version)
+    try:
+        got = aptsource.fetch(package, home, scratch)
+    except aptsource.AptError as exc:
+        raise SourceError(str(exc), exc.log) from None
+    safefs.write_file(record, json.dumps({"tarball": got.tarball.name, "sha256": got.sha256,
+                                          "version": got.version}), 0o644)  # fmt: skip
+    return Pinned(f"apt:{package}", "apt", got.sha256, got.tarball, version=got.version)
 
 
 def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
