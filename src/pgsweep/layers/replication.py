@@ -139,6 +139,10 @@ class ReplicationLayer(Layer):
                 "a network namespace needs root",
                 fix="run pgsweep as root, or remove replication.network",
             )
+        for key in base:  # where a combination refused later names the key (with its line)
+            ctx.where[f"replication.{key}"] = ("replication", key)
+        for key in own:
+            ctx.where[f"replication.{key}"] = ("factors", "replication", key)
         out: dict[str, Value] = dict(table.model_dump())
         for key, levels in [(k, [v]) for k, v in standby.items()] + [
             (k.removeprefix("standby."), v) for k, v in factors.items() if k.startswith("standby.")
@@ -182,7 +186,7 @@ class ReplicationLayer(Layer):
         workload = [c.get("workload") for c in configs]
         if not self.active and any(getattr(w, "standby_script", None) for w in workload):
             raise ctx.source.error(
-                ("workload", "standby_script"),
+                ctx.where.get("workload.standby_script", ("workload", "standby_script")),
                 "a standby read load, but no configuration has a standby",
                 fix="set replication.standbys, or remove standby_script",
             )

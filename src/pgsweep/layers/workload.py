@@ -132,6 +132,8 @@ class WorkloadLayer(Layer):
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
         table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
+        for key in factors:  # other layers refusing a combination name the factor's line
+            ctx.where[f"workload.{key}"] = ("factors", "workload", key)
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
         standby: list[tuple[tuple[str, ...], str | None]]
