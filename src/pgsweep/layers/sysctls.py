@@ -315,19 +315,21 @@ def check(name: str, value: object) -> str | None:
 
 def check_overcommit(sysctl: dict[str, str]) -> str | None:
     """vm.overcommit_memory = 2 caps what all processes may commit: the cap this
-    configuration's ratio (or kbytes) gives must leave room for twice what is committed
-    now, or no process (pgsweep's restore included) could start."""
+    configuration's ratio (or kbytes) gives, plus swap, must leave room for twice what
+    is committed now and a quarter of RAM more (the servers pgsweep starts commit their
+    shared memory), or no process (pgsweep's restore included) could start."""
     mode = sysctl.get("vm.overcommit_memory", _current("vm.overcommit_memory"))
     if mode != "2":
         return None
     kbytes = int(sysctl.get("vm.overcommit_kbytes", _current("vm.overcommit_kbytes")))
     ratio = int(sysctl.get("vm.overcommit_ratio", _current("vm.overcommit_ratio")))
-    limit = kbytes or _meminfo("MemTotal") * ratio // 100
-    limit += _meminfo("SwapTotal")
-    need = 2 * _meminfo("Committed_AS")
+    ram, committed = _meminfo("MemTotal"), _meminfo("Committed_AS")
+    limit = (kbytes or ram * ratio // 100) + _meminfo("SwapTotal")
+    need = 2 * committed + ram // 4
     if limit < need:
-        return (f"vm.overcommit_memory = 2 would cap committed memory at {limit // 1024} MiB, "
-                f"and {need // 2048} MiB is committed now (pgsweep needs twice that)")  # fmt: skip
+        return (f"vm.overcommit_memory = 2 would cap committed memory at {limit >> 10} MiB; "
+                f"{committed >> 10} MiB is committed now, and pgsweep needs twice that and "
+                f"a quarter of RAM more ({need >> 10} MiB)")  # fmt: skip
     return None
 
 
