@@ -134,7 +134,9 @@ class Cluster:
         password is ever offered (no passfile, no PGPASSWORD, require_auth=none)."""
         return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname,
                 "passfile": "/proc/pgsweep-no-passfile", "sslmode": "disable",
-                "gssencmode": "disable", "require_auth": "none"}  # fmt: skip
+                "gssencmode": "disable", "require_auth": "none",
+                # pgsweep reads text whatever client_encoding a level gives the server
+                "client_encoding": "UTF8"}  # fmt: skip
 
     def pgbench_conn_args(self) -> list[str]:
         return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
