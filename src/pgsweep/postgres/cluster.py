@@ -303,6 +303,7 @@ class Cluster:
         self._copy(self.datadir, self.snapshot_dir)
         if self.waldir is not None and self.wal_snapshot is not None:
             self._copy(self.waldir, self.wal_snapshot)
+        os.sync()  # the load's and the copy's dirty pages, before any window opens
 
     def restore_snapshot(self) -> None:
         """Put the loaded data back."""
