@@ -11,10 +11,9 @@ import shutil
 from pathlib import Path
 
 from .collect import devices
-from .host import blockdev, netns, zfsfuse
-from .host.blockdev import PACKAGES
 from .errors import PgsweepError
-from .host import journal, workarea
+from .host import blockdev, journal, netns, workarea, zfsfuse
+from .host.blockdev import PACKAGES
 from .host.journal import read_setting
 from .host.kernelfiles import HUGEPAGE_LEVELS, THP_FILES, hugepage_levels, hugepage_pool
 
