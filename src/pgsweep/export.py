@@ -8,7 +8,6 @@ import json
 import math
 from dataclasses import asdict, fields
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,14 +38,17 @@ def table(results: Results, what: str) -> pa.Table:
     return _to_arrow(rows)
 
 
-def write(tbl: pa.Table, fmt: str, out: Path) -> None:
-    if fmt == "parquet":
-        pq.write_table(tbl, out)
-    elif fmt == "csv":
-        pacsv.write_csv(tbl, out)
-    else:
+def encode(tbl: pa.Table, fmt: str) -> bytes:
+    """The file's bytes (the CLI writes them without following links: host.folders)."""
+    if fmt == "json":
         rows = [{k: _json_value(v) for k, v in r.items()} for r in tbl.to_pylist()]
-        out.write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n")
+        return (json.dumps(rows, indent=1, allow_nan=False) + "\n").encode()
+    sink = pa.BufferOutputStream()
+    if fmt == "parquet":
+        pq.write_table(tbl, sink)
+    else:
+        pacsv.write_csv(tbl, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def _trial_keys(results: Results) -> dict[str, dict[str, Any]]:

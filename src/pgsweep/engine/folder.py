@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import PgsweepError
-from ..host import safefs
+from ..host import folders, safefs
 from ..plan import Plan
 from ..spec import Experiment
 from ..store import Store
@@ -68,6 +68,8 @@ def resume_store(exp: Experiment, results: Path) -> Store:
             where=str(results),
             fix="start without --resume, or name the results folder of the run",
         )
+    for suffix in ("", "-journal"):  # SQLite rolls a journal back as root (store.db)
+        folders.check_file(Path(f"{db_path}{suffix}"), "the results folder's")
     store = Store(db_path)
     stored = store.experiment()
     if stored is None:
