@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .safetext import csv_cell
 from .store import Results, Second, Trial
 
 _SECOND_FIELDS = tuple(f.name for f in fields(Second))  # the columns of --what samples
@@ -47,8 +48,20 @@ def encode(tbl: pa.Table, fmt: str) -> bytes:
     if fmt == "parquet":
         pq.write_table(tbl, sink)
     else:
-        pacsv.write_csv(tbl, sink)
+        pacsv.write_csv(_no_formulas(tbl), sink)
     return bytes(sink.getvalue().to_pybytes())
+
+
+def _no_formulas(tbl: pa.Table) -> pa.Table:
+    """Text cells (levels, failure reasons) and column names a spreadsheet would run as a
+    formula get a leading apostrophe (safetext.csv_cell): the CSV is for spreadsheets too."""
+    columns = []
+    for column in tbl.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = [None if v is None else csv_cell(v) for v in column.to_pylist()]
+            column = pa.chunked_array([pa.array(values, type=column.type)])
+        columns.append(column)
+    return pa.table(columns, names=[csv_cell(n) for n in tbl.column_names])
 
 
 def _trial_keys(results: Results) -> dict[str, dict[str, Any]]:
