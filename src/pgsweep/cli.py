@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, show, spec
+from .core import printable
 from .errors import (
     EXIT_FAILED_TRIALS,
     EXIT_INTERNAL,
@@ -401,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     console = _console()
     try:
         return COMMANDS[args.command](args, console)
-    except PgsweepError as exc:
-        print(exc.render(), file=sys.stderr)
+    except PgsweepError as exc:  # it may quote a level or a folder's text: no escapes
+        print(printable(exc.render()), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

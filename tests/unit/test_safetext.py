@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pgsweep import compare, export, report, spec
+from pgsweep import cli, compare, export, report, spec
 from pgsweep.analysis import analyse
 from pgsweep.errors import PgsweepError
 from pgsweep.plan import Configuration, Trial
@@ -132,3 +132,18 @@ def test_text_check_refuses_noncharacters_separators_and_bad_utf8(tmp_path: Path
         spec.load(path)
     assert err.value.exit_code == 2 and err.value.where == f"{path}:3"
     assert "not UTF-8" in err.value.what
+
+
+def test_no_escape_sequence_reaches_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A results folder from elsewhere whose level is an OSC 8 hyperlink: `show` prints it
+    as text, and an error quoting the levels (a baseline no configuration has) too."""
+    link = "\x1b]8;;http://evil.example\x07click\x1b]8;;\x07"
+    tps = {(c, r): 100.0 + c + r for c in range(2) for r in (1, 2, 3)}
+    folder = make_results(tmp_path / "res", {"server.application_name": ["a", link]}, tps, 3)
+    assert cli.main(["show", str(folder)]) == 0
+    assert cli.main(["report", str(folder), "--baseline", "server.application_name=b"]) == 2
+    out = capsys.readouterr()
+    assert "\x1b" not in out.out + out.err and "\\u001b]8;;http://evil.example" in out.err
+    assert "\\u001b]8;;http://evil.example" in out.out
