@@ -155,7 +155,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         if exp.seed_given
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
-    notes += show.build_notes(buildprep.planned(exp))
+    notes += exp.notes + show.build_notes(buildprep.planned(exp))
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
     if args.noise_from:
         show.render_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)

@@ -53,7 +53,9 @@ class Experiment:
     layers: list[Layer]
     binaries: pgbin.Binaries
     user: RunAs | None
-    canonical: dict[str, dict[str, str]]  # server setting -> level text -> base-unit value
+    # server setting -> level text -> what pg_settings shows for it (startcheck.DERIVED: a
+    # value the server derives), else its base-unit value from `postgres -C`
+    canonical: dict[str, dict[str, str]]
     # levels of every factor (file order) -> every layer's typed settings
     configurations: dict[tuple[Value, ...], dict[str, Any]]
     grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
@@ -63,6 +65,7 @@ class Experiment:
     against_text: str = ""  # its frozen experiment file, as validated
     # builds made before the first trial (engine/buildprep.py): BuildSpec -> PreparedBuild
     builds: dict[Any, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what runs otherwise than written
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -378,8 +381,8 @@ def load(path: Path) -> Experiment:
         for layer in layers:
             layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}
-        for (name, text), value in checker.answers().items():
-            canonical.setdefault(name, {})[text] = value
+        for (name, text), value in [*checker.answers().items(), *ctx.shown.items()]:
+            canonical.setdefault(name, {})[text] = value  # as the started server shows it
     seed = exp.seed if exp.seed is not None else secrets.randbelow(2**31)
     return Experiment(
         source,
@@ -396,4 +399,5 @@ def load(path: Path) -> Experiment:
         canonical,
         configs,
         adaptive=adaptive,
+        notes=ctx.notes,
     )
