@@ -40,10 +40,11 @@ def _area(base: Path, name: str, marker: str) -> Path:
 GONE = "/tmp/pgsweep-test-reg-gone"  # a socket folder already removed
 
 
-def _entry(state: Path, run: str, workdir: Path, uid: int, socket: str = GONE) -> None:
+def _entry(state: Path, run: str, workdir: Path, uid: int, socket: str = GONE,
+           **more: str) -> None:  # fmt: skip
     state.mkdir(mode=0o700, exist_ok=True)
     body = {"workdir": str(workdir), "socket_root": socket, "results": "/x", "run": run.strip(),
-            "server_uid": str(uid)}  # fmt: skip
+            "server_uid": str(uid), **more}  # fmt: skip
     (state / f"{run}.json").write_text(json.dumps(body))
 
 
@@ -62,19 +63,25 @@ def test_refused_entries_are_kept_and_their_folders_left_alone(
     _entry(state_dir, "123-459\n", newline, uid)
     good = _area(base, "pgsweep-work-d-1", "123-460")
     _entry(state_dir, "123-460", good, uid)
+    elsewhere = base / "someone-elses"  # "opened": cleanup would make it private (0700)
+    elsewhere.mkdir(mode=0o755)
+    opened = _area(base, "pgsweep-work-e-1", "123-461")
+    _entry(state_dir, "123-461", opened, uid, results=str(elsewhere), opened="True")
     try:
         done, failed = journal.recover_stale()
         assert sleeper.poll() is None  # never killed
     finally:
         sleeper.kill()
         sleeper.wait()
-    for d in (other, rooted, named, newline):
+    for d in (other, rooted, named, newline, opened):
         assert (d / "keep").read_text() == "data", d
+    assert oct(elsewhere.stat().st_mode & 0o777) == "0o755"
     assert not good.exists() and f"removed {good}" in done, (done, failed)  # the control
     text = "\n".join(failed)
     assert "run 123-456" in text and "marker is not this run's" in text
     assert "run 123-457" in text and "uid 0" in text
     assert "run 123-458" in text and "not named as pgsweep names" in text
+    assert "run 123-461" in text and "is not the one its work area" in text
     assert (state_dir / "123-456.json").exists() and not (state_dir / "123-460.json").exists()
 
 

@@ -5,11 +5,13 @@ registry entry names. The registry is root's, but an entry is data all the same 
 journal entry is): it is held to the journal's rules. The run's name is `PID-STARTTIME`
 (matched whole: a `$` would let a trailing newline through), the work area and socket
 folder are real, root-owned directories named as pgsweep names them, each holding a
-marker file of root's whose content is that run's name, and the server user is never
-root (its processes are the ones killed)."""
+marker file of root's whose content is that run's name, the server user is never root
+(its processes are the ones killed), and a results folder to make private again is the
+one the work area was made in."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -19,6 +21,25 @@ from typing import Any
 RUN = re.compile(r"[0-9]{1,10}-[0-9]{1,20}|[0-9]{1,10}")  # PID-STARTTIME (a bare PID: older)
 WORK_PREFIXES = (".pgsweep-work-", "pgsweep-work-")
 SOCKET_PREFIX = "pgsweep-"
+
+
+def read(path: Path, marker: str) -> tuple[dict[str, Any] | None, str]:
+    """The registry entry at `path` (`RUN.json`, read without following a link) when it
+    passes these rules, its run under "run"; (None, why) when refused, (None, "") when
+    there is none."""
+    run = path.name.removesuffix(".json")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, ""
+    try:
+        data = json.loads(os.read(fd, 1 << 16))
+    except ValueError:
+        return None, "not a registry entry pgsweep wrote"
+    finally:
+        os.close(fd)
+    why = refusal(data, run, marker) if isinstance(data, dict) else "not an object"
+    return (None, why) if why else ({**data, "run": run}, "")
 
 
 def run_ok(run: str) -> bool:
@@ -40,6 +61,11 @@ def refusal(data: dict[str, Any], run: str, marker: str) -> str | None:
         why = marked(Path(str(data.get(key, ""))), prefixes, parent, run, marker)
         if why:
             return f"its {key}: {why}"
+    workdir, results = Path(str(data.get("workdir"))), Path(str(data.get("results", "")))
+    if data.get("opened") == "True" and workdir.parent != results:
+        # cleanup makes an opened results folder private again (0700): only the folder
+        # the run's own work area was made in
+        return f"its results folder {results} is not the one its work area {workdir} is in"
     return None
 
 
