@@ -6,6 +6,7 @@ and `plan` never prints a traceback (exit 0 or 2, nothing else)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -56,9 +57,12 @@ def race(open_dir: Path) -> Iterator[Path]:
     theirs.mkdir()
     uid, gid = RunAs(SERVER_USER).uid, RunAs(SERVER_USER).gid
     os.chown(theirs, uid, gid)
+    # run as that user directly (no runuser in between, whose child a kill would miss),
+    # in a session of its own, killed as a group
     swapper = subprocess.Popen(
-        ["runuser", "-u", SERVER_USER, "--", "/usr/bin/python3", "-c", SWAPPER, str(theirs),
-         str(secret)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        ["/usr/bin/python3", "-c", SWAPPER, str(theirs), str(secret)], user=uid, group=gid,
+        extra_groups=[], start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 10
     while not os.path.lexists(theirs / "x.sql") and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -66,7 +70,7 @@ def race(open_dir: Path) -> Iterator[Path]:
     try:
         yield open_dir
     finally:
-        swapper.kill()
+        os.killpg(swapper.pid, signal.SIGKILL)
         swapper.wait()
     assert swapper.returncode == -9, swapper.stderr.read() if swapper.stderr else ""
 
