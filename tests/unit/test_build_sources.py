@@ -355,3 +355,18 @@ def test_the_major_version_is_known_before_anything_is_unpacked(open_dir: Path) 
                    "HOME": "/nonexistent"})  # fmt: skip
     assert sources.major_version(str(tree), None) == 18
     assert sources.major_version(str(tree), "HEAD~1") is None  # no configure.ac there
+
+
+def test_a_macro_that_adds_settings_leaves_names_to_the_builds(tmp_path: Path) -> None:
+    """-DLOCK_DEBUG adds trace_locks: a build with a macro has settings the installed
+    catalog lacks, so plan leaves the name to its catalog; without one it is refused."""
+    from pgsweep import spec
+
+    body = ('[experiment]\nname = "m"\n[build]\nsource = "apt:postgresql-15"\n'
+            'cflags = "{}"\n[server]\ntrace_locks = "on"\n')  # fmt: skip
+    (tmp_path / "macro.toml").write_text(body.format("-O2 -DLOCK_DEBUG"))
+    spec.load(tmp_path / "macro.toml")  # deferred: the build's catalog decides
+    (tmp_path / "plain.toml").write_text(body.format("-O2"))
+    with pytest.raises(PgsweepError, match="no setting named 'trace_locks'") as err:
+        spec.load(tmp_path / "plain.toml")
+    assert "plain.toml:7: server.trace_locks" in str(err.value)

@@ -225,6 +225,8 @@ class BuildLayer(ResourceLayer):
         if not ctx.catalog_deferred:
             return
         specs = {c[self.name].spec for c in configs if c[self.name].spec is not None}
+        if any("-D" in s.cflags for s in specs):
+            return  # a macro can add settings (-DLOCK_DEBUG: trace_locks): the builds decide
         majors = {sources.major_version(s.source, s.ref) for s in specs}
         if majors != {ctx.binaries.major}:
             return  # another version, or one not known before unpacking: the builds decide
@@ -237,7 +239,8 @@ class BuildLayer(ResourceLayer):
             raise ctx.source.error(
                 ctx.where.get(f"server.{name}", ("server", name)),
                 f"PostgreSQL {ctx.binaries.major} has no setting named {name!r} (every build "
-                f"here is version {ctx.binaries.major}, as the installed binaries)",
+                f"here is version {ctx.binaries.major}, as the installed binaries, without "
+                f"macros that add settings: {'; '.join(sorted(s.describe() for s in specs))})",
                 expected="a setting from the server's own catalog",
                 fix=f"did you mean {' or '.join(close)}?" if close else "see `postgres "
                 "--describe-config`",
