@@ -37,7 +37,7 @@ def ext4_on_loop() -> Iterator[tuple[Path, str]]:
     mounted = False
     try:
         with open(image, "wb") as f:
-            f.truncate(1 << 30)
+            f.truncate(3 << 30)  # sparse: pgsweep keeps 1 GiB spare where data lives
         loop = _sh("losetup", "--find", "--show", str(image))
         _sh("mkfs.ext4", "-q", loop)
         _sh("mount", loop, str(mnt))
