@@ -150,8 +150,8 @@ def within_run_gate(a: Analysis, threshold: float) -> dict[str, Any]:
         if "adaptive" in a.method or not r.get("se"):
             bound, catches = r["ci_high"], None
         else:
+            bound = ss.one_sided_bound(r["ratio"], r["se"], r["df"], alpha, k)
             crit = float(sps.t.isf(alpha / k, r["df"]))
-            bound = r["ratio"] * math.exp(crit * r["se"])
             catches = ss.gate_catches(r["se"], r["df"], crit, threshold)
         rows.append({"levels": lv, "verdict": r["verdict"], "ci_high": r["ci_high"],
                      "bound": bound, "catches": catches,

@@ -99,11 +99,18 @@ def rebuild_every(exp: Experiment, factors: list[PlanFactor], keep_alive: bool) 
     return max(1, min(need, exp.rounds // 2))
 
 
+# At most 20% more rounds than a fixed design of 80% power: on the recorded noise (two
+# configurations, 10% change) adaptive runs reach 80% power with 14 rounds at most where a
+# fixed design needs 12 (tpcb-like), 11 where it needs 9 (select-only); bench/guarantees
+LOOKS_COST = 1.2
+
+
 def settle_max_rounds(exp: Experiment) -> None:
     """[repeat] max_rounds not given (rounds = "auto" by default): the rounds a change of
     `interest` needs against the baseline with 80% power, on this machine's recorded noise
-    carried to this plan's round length (a fixed design's rounds, plus 3% for the looks:
-    O'Brien-Fleming's inflation), within the time `budget` allows; 2 to 50."""
+    carried to this plan's round length, within the time `budget` allows; 2 to 50. A
+    fixed design's rounds plus LOOKS_COST: the looks' boundaries (early ones on few
+    degrees of freedom) and futility cost power, which more rounds at most buy back."""
     from ..verdict import noise as nz
     from ..verdict import power
 
@@ -119,7 +126,7 @@ def settle_max_rounds(exp: Experiment) -> None:
     model = nz.recorded(script.pop() if len(script) == 1 else "tpcb-like")
     sigma, _ = model.at(n)
     need = power.rounds_needed(sigma, ad.interest, n, max_rounds=50)
-    need = min(50, math.ceil(1.03 * need)) if need else 50
+    need = min(50, math.ceil(LOOKS_COST * need)) if need else 50
     costs = trial_costs(exp, probe)
     trials, builds = estimate_parts(probe, costs)
     per_round = trials + (builds if exp.rebuild != "once" and builds and len(

@@ -91,3 +91,9 @@ def gate_catches(se: float, df: float, critical: float, threshold: float) -> flo
     noise, as the sensitivity lines use."""
     lam = one_sided_noncentrality(critical, df)
     return -math.expm1(math.log1p(-threshold) - lam * sd_upper(se, df))
+
+
+def one_sided_bound(ratio: float, se: float, df: float, alpha: float, family: int) -> float:
+    """The (1 - alpha) one-sided upper bound on a ratio, Bonferroni over `family` rows:
+    what a gate compares with 1 - threshold."""
+    return ratio * math.exp(float(sps.t.isf(alpha / family, df)) * se)
