@@ -33,11 +33,12 @@ from .verdict.dist import ALPHA as ALPHA  # the gate's default, for the CLI
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
 SESSION_WARNING = (
     "the folders ran in different sessions and the drift between sessions was not measured "
-    "(one session per side, no --calibration): each difference may be the machine's drift "
-    "as much as the change, so no verdict is given; for a verdict on the change, measure "
-    "both in one run: pgsweep run AFTER_FILE --against BEFORE_DIR (interleaved in every "
-    "round), or name an A/A calibration: --calibration AA1 AA2 (two runs of one unchanged "
-    "file, back to back)"
+    "(one session per side, or each side's sessions run as one block in time, and no "
+    "--calibration): each difference may be the machine's drift as much as the change, so "
+    "no verdict is given; for a verdict on the change, measure both in one run: pgsweep run "
+    "AFTER_FILE --against BEFORE_DIR (interleaved in every round), alternate before and "
+    "after runs (--more-before, --more-after), or name an A/A calibration: --calibration AA1 "
+    "AA2 (two runs of one unchanged file, back to back)"
 )
 CALIBRATED = ("session-to-session spread measured from {what}: each folder is one session, "
               "its mean one value ({df} degrees of freedom)")  # fmt: skip
@@ -70,7 +71,7 @@ def compare(
     tps_a, tps_b = [_tps_by_levels(r) for r in before], [_tps_by_levels(r) for r in after]
     tps_c = [_tps_by_levels(r) for r in calib]
     matched = [k for k in tps_a[0] if all(k in t for t in tps_a + tps_b)]
-    measured = len(before) + len(after) + len(calib) - 2 - (1 if calib else 0) > 0
+    measured = len(calib) >= 2 or (len(before) + len(after) > 2 and not _blocked(before, after))
     if fail_if_slower is not None and not measured:
         raise PgsweepError(
             "the gate cannot decide between two sessions: their drift was not measured",
@@ -81,8 +82,9 @@ def compare(
             "(--more-before DIR, --more-after DIR)",
         )  # fmt: skip
     family = max(1, len(matched))
+    blocked = _blocked(before, after)
     rows = [_row(json.loads(k), [t[k] for t in tps_a], [t[k] for t in tps_b],
-                 [t[k] for t in tps_c if k in t], alpha, family, fail_if_slower)
+                 [t[k] for t in tps_c if k in t], alpha, family, fail_if_slower, blocked)
             for k in matched]  # fmt: skip
     notes = []
     if measured:
@@ -104,20 +106,36 @@ def compare(
     }
 
 
+def _blocked(before: list[Results], after: list[Results]) -> bool:
+    """Did every session of one side start before every session of the other?"""
+    starts = [[r.experiment().created_at for r in side] for side in (before, after)]
+    return max(starts[0]) < min(starts[1]) or max(starts[1]) < min(starts[0])
+
+
+def _within(sessions: list[list[float]]) -> float:
+    """Mean within-session variance of log TPS (sessions of two trials or more)."""
+    found = [float(np.var(np.log(v), ddof=1)) for v in sessions if len(v) > 1]
+    return float(np.mean(found)) if found else math.nan
+
+
 def _row(levels: dict[str, Any], before: list[list[float]], after: list[list[float]],
          calibration: list[list[float]], alpha: float, family: int,
-         threshold: float | None) -> Row:  # fmt: skip
+         threshold: float | None, blocked: bool = False) -> Row:  # fmt: skip
     means = [[float(np.mean(np.log(v))) for v in side if v] for side in (before, after)]
     calib = [[float(np.mean(np.log(v))) for v in calibration if v]]
     n_a, n_b = (sum(len(v) for v in side) for side in (before, after))
     if not means[0] or not means[1]:
         return Row(levels, n_a, n_b, math.nan, None, None, None, "too few trials", False,
                    "no trials on one side")  # fmt: skip
-    v = ss.judge(means[0], means[1], calib, family, alpha, threshold)
+    noisier = _within(before + after) / _within(calibration) if calibration else 1.0
+    v = ss.judge(means[0], means[1], calib, family, alpha, threshold,
+                 noisier if math.isfinite(noisier) else 1.0, blocked)  # fmt: skip
     text = _pct(v.ratio)
     if v.low is None or v.high is None:
+        why = ("the sides ran as blocks in time" if blocked and len(means[0]) + len(means[1]) > 2
+               else "drift between the sessions not measured")  # fmt: skip
         return Row(levels, n_a, n_b, v.ratio, None, None, None, v.decision, False,
-                   f"{text}, drift between the sessions not measured: no verdict")  # fmt: skip
+                   f"{text}, {why}: no verdict")  # fmt: skip
     text += f" [{_pct(v.low)}, {_pct(v.high)}]"
     verdict = f"{v.decision}: {text}" if v.decision != "no significant difference" else (
         f"no significant difference ({text})")  # fmt: skip

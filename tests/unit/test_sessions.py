@@ -55,6 +55,24 @@ def test_a_calibration_adds_its_spread_not_its_mean() -> None:
     assert alone.se == pytest.approx(sd * math.sqrt(2))
 
 
+def test_sides_run_as_blocks_need_a_calibration() -> None:
+    """Before, before, after, after: neighbouring sessions are alike (drift), so the spread
+    within a side understates the drift between the sides; alternating sides measure it."""
+    before, after = [6.90, 6.92], [6.80, 6.81]
+    assert ss.judge(before, after, [], 1, blocked=True).decision == "drift not measured"
+    assert ss.judge(before, after, [], 1).df == 2
+    assert ss.judge(before, after, [[6.0, 6.1]], 1, blocked=True).df == 3
+
+
+def test_a_calibration_from_a_calmer_stretch_is_scaled_up_never_down() -> None:
+    """The sides' sessions four times noisier inside than the calibration's: the spread
+    (and the standard error) doubles; calmer sides leave it as measured."""
+    args = ([6.9], [6.8], [[5.0, 5.05, 4.98]], 1)
+    plain = ss.judge(*args)
+    assert ss.judge(*args, noisier=4.0).se == pytest.approx(2 * plain.se)
+    assert ss.judge(*args, noisier=0.25).se == pytest.approx(plain.se)
+
+
 def test_the_gate_catches_what_it_says_with_80_percent_power() -> None:
     """Normal session means with SD 2%, 3 sessions a side: a true slowdown of the size the
     gate says it catches fails it in at least 80% of repeats (the SD's upper bound makes

@@ -15,7 +15,7 @@ import numpy as np
 
 from .dist import ALPHA, POWER, max_t_quantile, noncentrality, sd_upper
 from .families import report_families
-from .model import Observations, fit
+from .model import MACHINE_DF, Observations, fit
 
 ASSUMED_BUILD_SD = 0.03  # instances of one level differ by this much (SD) unless measured
 
@@ -66,14 +66,15 @@ def design_sensitivity(levels: list[dict[str, Any]], whole_plot_factors: tuple[s
     power when one trial's log TPS has SD `sigma` around its round and configuration and
     instances of a whole-plot level differ by `build_sd`. The design matrices, degrees of
     freedom, correlations and critical values are the report's own (a fit of the planned
-    layout); only the noise is given instead of estimated. With sigma_df the noise's 80%
-    upper bound is used, as a report from data of that size would."""
+    layout); only the noise is given instead of estimated. With sigma_df (a pilot's) the
+    noise's 80% upper bound is used, on the df such an estimate is worth
+    (model.effective_df's cap), as a report from data of that size would."""
     if rounds < 2 or len(levels) < 2:
         return []
     obs = Observations(np.ones((len(levels), rounds)), levels, baseline, True,
                        whole_plot_factors, rebuild_every)  # fmt: skip
     model = fit(obs, resolution=1e-9)
-    nu = math.inf if sigma_df is None else float(sigma_df)
+    nu = math.inf if sigma_df is None else 1 / (1 / float(sigma_df) + 1 / MACHINE_DF)
     whole = model.whole
     if whole is not None:
         groups = np.bincount(model.groups)
