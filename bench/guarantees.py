@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -154,18 +155,18 @@ def adaptive(design: V.Design, max_rounds: int, noise: str, decide: str = "basel
     return run
 
 
-def sessions(per_session: int, noise: str, before: int = 1, after: int = 1,
-             calibration: int = 0, source: str = "boot") -> Runner:  # fmt: skip
-    """`compare`: back-to-back sessions of one configuration, in the order calibration,
-    before, after (each `per_session` trials), judged on session means."""
+def sessions(per_session: int, noise: str, order: str, source: str = "boot") -> Runner:
+    """`compare`: back-to-back sessions of one configuration in the `order` given (C a
+    calibration session, B before, A after; each `per_session` trials), judged on session
+    means as compare judges them (blocks in time: every B before every A)."""
     src = SRC[noise][source]
+    blocked = order.rindex("B") < order.index("A")
 
     def run(rng: np.random.Generator, effect: float) -> Outcome:
-        n = calibration + before + after
-        x = src(n * per_session, rng).reshape(n, per_session)
-        c, b, a = x[:calibration], x[calibration:calibration + before], x[calibration + before:]
-        row = cmp._row({}, [list(v) for v in b], [list(v * effect) for v in a],
-                       [list(v) for v in c], 0.05, 1, None)  # fmt: skip
+        x = src(len(order) * per_session, rng).reshape(len(order), per_session)
+        pick = {k: [list(x[i]) for i, o in enumerate(order) if o == k] for k in "CBA"}
+        row = cmp._row({}, pick["B"], [[v * effect for v in s] for s in pick["A"]], pick["C"],
+                       0.05, 1, None, blocked)  # fmt: skip
         diff = row.decision in ("faster", "slower")
         return Outcome(diff, row.decision == "faster", per_session, None,
                        row.decision != "drift not measured")  # fmt: skip
@@ -178,7 +179,7 @@ def compare_gate(per_session: int, noise: str, calibration: int,
     src = SRC[noise]["boot"]
 
     def run(rng: np.random.Generator, effect: float) -> Outcome:
-        n = calibration + 2
+        n = calibration + 2  # C..C B A
         x = src(n * per_session, rng).reshape(n, per_session)
         slow = 2 - effect  # gate rows: a slowdown of that size (-10%, -20%)
         row = cmp._row({}, [list(x[-2])], [list(x[-1] * slow)], [list(v) for v in x[:-2]],
@@ -256,12 +257,9 @@ def rows() -> list[Row]:
     for n in (5, 10):
         for source in ("boot", "rec"):
             tag = " (rec)" if source == "rec" else ""
-            for b, a, c, words in ((1, 1, 0, "1 session each side"),
-                                   (2, 2, 0, "2 sessions each side"),
-                                   (1, 1, 2, "A/A calibration of 2 + 1 each")):  # fmt: skip
-                out.append(Row(f"compare, {words}, {n} trials{tag}", "tpcb",
-                               lambda n=n, b=b, a=a, c=c, s=source: sessions(n, "tpcb", b, a, c,
-                                                                             s)))  # fmt: skip
+            for order in ("BA", "BBAA", "BABA", "CCBA", "CCCBA"):
+                out.append(Row(f"compare {order}, {n} trials{tag}", "tpcb",
+                               partial(sessions, n, "tpcb", order, source)))  # fmt: skip
     out.append(Row("--against, cheap change, 5 rounds", "tpcb",
                    lambda: fixed(AGAINST, 5, "tpcb", None, "run.against"), True))  # fmt: skip
     for how, words in ((1, "default: rebuilt every round"), ("once", "built once")):
