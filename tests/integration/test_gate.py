@@ -146,7 +146,7 @@ def test_run_against_refuses_other_factors_and_other_folders(
     runs: dict[str, Path], tmp_path: Path, state_dir: Path
 ) -> None:
     other = (FILE.format(sync="on", extra="", rounds=2)
-             + '[factors]\nserver.work_mem = ["4MB", "8MB"]\n')
+             + '[factors]\nserver.work_mem = ["4MB", "8MB"]\n')  # fmt: skip
     path = write_experiment(tmp_path, other)
     res = pgsweep("run", str(path), "--results", str(tmp_path / "r"),
                   "--against", str(runs["before"]))  # fmt: skip
