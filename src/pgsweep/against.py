@@ -18,7 +18,7 @@ from typing import Any
 
 from .core import Cost
 from .errors import PgsweepError
-from .host import safefs
+from .host import folders
 from .postgres import pgbench
 from .spec import Experiment, Factor
 
@@ -27,15 +27,11 @@ AGAINST = Factor("run", "against", ("before", "after"))
 
 def frozen_file(folder: Path) -> Path:
     """The experiment file a results folder froze, or an error saying what is wrong. Root
-    reads it: the folder must be one no other user can change, and the file no link."""
-    path = folder / "experiment.toml"
-    why = safefs.untrusted_component(folder)
-    if why:
-        raise PgsweepError(
-            f"{folder} could be changed by another user: {why}",
-            where=str(folder), fix="name a results folder you or root own",
-        )  # fmt: skip
-    if path.is_symlink() or not path.is_file() or not (folder / "results.db").is_file():
+    reads it: the folder must be one no other user can change, and the file no link of
+    theirs (host.folders)."""
+    path = folders.results_folder(folder, "the --against folder") / "experiment.toml"
+    folders.check_file(path, "the --against folder's")
+    if not path.is_file() or not (path.parent / "results.db").is_file():
         raise PgsweepError(
             f"{folder} is not a results folder of `pgsweep run` (no experiment.toml and "
             "results.db)", where=str(folder), fix="name the results folder of the earlier run",

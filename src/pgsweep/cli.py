@@ -4,6 +4,7 @@ here: a PgsweepError prints its message and exits with its code."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, show, spec
+from .core import printable
 from .errors import (
     EXIT_FAILED_TRIALS,
     EXIT_INTERNAL,
@@ -24,7 +26,7 @@ from .errors import (
     EXIT_REGRESSION,
     PgsweepError,
 )
-from .host import journal
+from .host import folders, journal
 from .host.blockdev import Grant
 from .plan import estimate_parts
 from .progress import ConsoleReporter
@@ -158,7 +160,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         if exp.seed_given
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
-    notes += show.build_notes(buildprep.planned(exp))
+    notes += exp.notes + show.build_notes(buildprep.planned(exp))
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
     from . import planning
 
@@ -279,7 +281,8 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     gate = compare.within_run_gate(result, threshold)
     if args.junit:
-        args.junit.write_text(compare.junit_xml(gate, result.baseline, str(args.results)))
+        xml = compare.junit_xml(gate, result.baseline, str(args.results))
+        folders.write_output(args.junit, xml, "the JUnit file")
     to_stdout = args.format == "terminal" and not args.output
     print(compare.gate_line(gate), file=sys.stdout if to_stdout else sys.stderr)
     return EXIT_REGRESSION if gate["regressions"] else EXIT_OK
@@ -290,11 +293,14 @@ def _render_report(
 ) -> None:
     from . import report
 
-    if args.format == "terminal":
-        target = Console(file=args.output.open("w")) if args.output else console
-        report.render_terminal(result, target)
+    if args.format == "terminal" and not args.output:
+        report.render_terminal(result, console)
         return
-    if args.format == "markdown":
+    if args.format == "terminal":
+        buffer = io.StringIO()
+        report.render_terminal(result, Console(file=buffer))
+        text = buffer.getvalue()
+    elif args.format == "markdown":
         text = report.render_markdown(result)
     elif args.format == "json":
         text = result.to_json() + "\n"
@@ -303,7 +309,7 @@ def _render_report(
 
         text = report_html.render(result, store)
     if args.output:
-        args.output.write_text(text)
+        folders.write_output(args.output, text, "the report")
         console.print(f"wrote {args.output}", markup=False)
     else:
         sys.stdout.write(text)
@@ -336,7 +342,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     else:
         show.render_compare(result, args.before, args.after, console)
     if args.junit:
-        args.junit.write_text(compare.junit_xml(result, str(args.before), str(args.after)))
+        xml = compare.junit_xml(result, str(args.before), str(args.after))
+        folders.write_output(args.junit, xml, "the JUnit file")
     if threshold is None:
         return EXIT_OK
     print(compare.gate_line(result), file=sys.stderr if args.json else sys.stdout)
@@ -364,7 +371,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     finally:
         store.close()
     out = args.output or args.results / f"{args.what}.{args.format}"
-    export.write(tbl, args.format, out)
+    folders.write_output(out, export.encode(tbl, args.format), "the export")
     console.print(f"{out}: {tbl.num_rows} rows, {tbl.num_columns} columns", markup=False)
     return EXIT_OK
 
@@ -404,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     console = _console()
     try:
         return COMMANDS[args.command](args, console)
-    except PgsweepError as exc:
-        print(exc.render(), file=sys.stderr)
+    except PgsweepError as exc:  # it may quote a level or a folder's text: no escapes
+        print(printable(exc.render()), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

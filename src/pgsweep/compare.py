@@ -26,6 +26,7 @@ from scipy import stats as sps
 
 from .analysis import Analysis
 from .errors import PgsweepError
+from .safetext import xml
 from .store import TPS, Results
 from .verdict import sessions as ss
 from .verdict.dist import ALPHA as ALPHA  # the gate's default, for the CLI
@@ -189,14 +190,15 @@ def junit_xml(result: dict[str, Any], before: str, after: str) -> str:
     cases = result["matched"]
     suite = ET.Element("testsuite", name="pgsweep compare", tests=str(len(cases)),
                        failures=str(len(result["regressions"])))  # fmt: skip
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="before", value=before)
+    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="before",
+                  value=xml(before))  # fmt: skip
     for r in cases:
         name = ", ".join(f"{k}={v}" for k, v in r["levels"].items()) or "(no factors)"
-        case = ET.SubElement(suite, "testcase", classname="pgsweep.tps", name=name)
+        case = ET.SubElement(suite, "testcase", classname="pgsweep.tps", name=xml(name))
         if r["slower_beyond_threshold"]:
-            ET.SubElement(case, "failure", message=r["verdict"]).text = (
+            ET.SubElement(case, "failure", message=xml(r["verdict"])).text = xml(
                 f"TPS in {after} against {before}: {r['verdict']}")  # fmt: skip
-        ET.SubElement(case, "system-out").text = r["verdict"]
+        ET.SubElement(case, "system-out").text = xml(r["verdict"])
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 

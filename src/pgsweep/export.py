@@ -8,13 +8,13 @@ import json
 import math
 from dataclasses import asdict, fields
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .safetext import csv_cell
 from .store import Results, Second, Trial
 
 _SECOND_FIELDS = tuple(f.name for f in fields(Second))  # the columns of --what samples
@@ -39,14 +39,29 @@ def table(results: Results, what: str) -> pa.Table:
     return _to_arrow(rows)
 
 
-def write(tbl: pa.Table, fmt: str, out: Path) -> None:
-    if fmt == "parquet":
-        pq.write_table(tbl, out)
-    elif fmt == "csv":
-        pacsv.write_csv(tbl, out)
-    else:
+def encode(tbl: pa.Table, fmt: str) -> bytes:
+    """The file's bytes (the CLI writes them without following links: host.folders)."""
+    if fmt == "json":
         rows = [{k: _json_value(v) for k, v in r.items()} for r in tbl.to_pylist()]
-        out.write_text(json.dumps(rows, indent=1, allow_nan=False) + "\n")
+        return (json.dumps(rows, indent=1, allow_nan=False) + "\n").encode()
+    sink = pa.BufferOutputStream()
+    if fmt == "parquet":
+        pq.write_table(tbl, sink)
+    else:
+        pacsv.write_csv(_no_formulas(tbl), sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _no_formulas(tbl: pa.Table) -> pa.Table:
+    """Text cells (levels, failure reasons) and column names a spreadsheet would run as a
+    formula get a leading apostrophe (safetext.csv_cell): the CSV is for spreadsheets too."""
+    columns = []
+    for column in tbl.columns:
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            values = [None if v is None else csv_cell(v) for v in column.to_pylist()]
+            column = pa.chunked_array([pa.array(values, type=column.type)])
+        columns.append(column)
+    return pa.table(columns, names=[csv_cell(n) for n in tbl.column_names])
 
 
 def _trial_keys(results: Results) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .core import printable
 from .errors import PgsweepError
 from .plan import Plan
 from .units import human_seconds
@@ -105,7 +106,7 @@ def pilot_noise(results: Results, name: str) -> Noise | None:
     seq = np.array([math.log(t.tps) - model.sub.coef[index[t.config_id]]
                     if t.ok and t.tps else math.nan for t in trials])  # fmt: skip
     return nz.from_sequence(model.sub.sigma, model.sub.df, len(configs), seq,
-                            f"the pilot {name}")  # fmt: skip
+                            f"the pilot {printable(name)}")  # fmt: skip
 
 
 def baseline_index(exp: Experiment, plan: Plan) -> int:

@@ -34,15 +34,15 @@ class ConsoleReporter:
 
     def started(self, plan: Plan, todo: list[Trial], results: Path, notes: list[str]) -> None:
         for note in notes:
-            self.console.print(f"note: {note}")
+            self.console.print(f"note: {printable(note)}", markup=False, highlight=False)
         self.total = len(todo)
         self.console.print(
-            f"results: {results}  ({len(todo)} of {len(plan.trials)} trials to run,"
-            f" seed {plan.seed})"
-        )
+            printable(f"results: {results}  ({len(todo)} of {len(plan.trials)} trials to run,"
+                      f" seed {plan.seed})"), markup=False, highlight=False,
+        )  # fmt: skip
         if self.console.is_terminal:
             self.progress = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # levels are data
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -55,7 +55,7 @@ class ConsoleReporter:
             self.task = self.progress.add_task("starting", total=len(todo))
 
     def trial_started(self, trial: Trial, config: Configuration, done: int) -> None:
-        text = f"{trial.id} {config.label()}"
+        text = printable(f"{trial.id} {config.label()}")
         if self.progress is not None and self.task is not None:
             self.progress.update(self.task, description=text[:60])
 

@@ -11,8 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .analysis import METRICS, Analysis, Config
+from .core import printable
 from .plan import short_names
 from .report_builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
+from .safetext import md, term
 
 
 def levels_text(a: Analysis, c: Config) -> str:
@@ -50,7 +52,7 @@ def render_terminal(a: Analysis, console: Console) -> None:
     exp = a.experiment
     title = (f"{exp['name']}: TPS per configuration, baseline {a.baseline} "
              f"(PostgreSQL {exp['postgres_version']})")  # fmt: skip
-    table = Table(title=title)
+    table = Table(title=term(title))
     ci = f"{1 - a.method['alpha']:.0%} CI"
     for col in ("config", "levels", "n", "mean", "median", ci, "CV", "p99 ms", "verdict"):
         table.add_column(col, justify="right" if col in ("n", "mean", "median", "CV") else "left")
@@ -59,25 +61,27 @@ def render_terminal(a: Analysis, console: Console) -> None:
         s = c.summary.get("tps") or {}
         p99 = c.summary.get("latency.p99_ms") or {}
         table.add_row(
-            c.id, levels_text(a, c), str(s.get("n", 0)), _num(s.get("mean")),
+            term(c.id), term(levels_text(a, c)), str(s.get("n", 0)), _num(s.get("mean")),
             _num(s.get("median")), _interval(s),
             f"{s['cv']:.1%}" if s.get("cv") is not None else "-",
             _num(p99.get("median"), 2),
-            "baseline" if c.id == a.baseline else verdicts.get(c.id, "-"),
+            term("baseline" if c.id == a.baseline else verdicts.get(c.id, "-")),
         )  # fmt: skip
     console.print(table)
     if "adaptive" in a.method:
         console.print(adaptive_line(a.method["adaptive"]), markup=False, highlight=False)
     for e in a.main_effects() + a.interactions():
         where = "averaged over the other factors" if e["kind"] == "main" else "interaction"
-        console.print(f"{effect_name(e)}, {where}: {e['verdict']}", markup=False,
+        console.print(printable(f"{effect_name(e)}, {where}: {e['verdict']}"), markup=False,
                       highlight=False)  # fmt: skip
     for w in a.warnings:
-        console.print(f"warning: {w}", markup=False, highlight=False)
+        console.print(f"warning: {printable(w)}", markup=False, highlight=False)
 
 
 def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    """A Markdown table row; every cell is text (safetext.md): a level such as
+    "<img src=...>" or "[x](http://...)" is shown as written, never rendered."""
+    return "| " + " | ".join(md(c) for c in cells) + " |"
 
 
 def _md_rounds(a: Analysis) -> list[str]:
@@ -145,13 +149,13 @@ def _md_table(a: Analysis, title: str, note: str,
 
 def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
-    out.append(f"# {exp['name']}\n")
-    out.append(f"PostgreSQL {exp['postgres_version']}, {exp['rounds']} rounds, seed "
-               f"{exp['seed']}, baseline **{a.baseline}**. TPS of each trial; rows are "
+    out.append(f"# {md(exp['name'])}\n")
+    out.append(f"PostgreSQL {md(exp['postgres_version'])}, {exp['rounds']} rounds, seed "
+               f"{exp['seed']}, baseline **{md(a.baseline)}**. TPS of each trial; rows are "
                "rounds (each ran every configuration once, in shuffled order); a round's "
                "level is the geometric mean of its trials.\n")  # fmt: skip
     if "adaptive" in a.method:
-        out.append(adaptive_line(a.method["adaptive"]) + "\n")
+        out.append(md(adaptive_line(a.method["adaptive"])) + "\n")
     out += _md_rounds(a)
     alpha = a.method["alpha"]
     out.append(f"\n## Against the baseline\n\nSimultaneous {1 - alpha:.0%} intervals over "
@@ -182,7 +186,7 @@ def render_markdown(a: Analysis) -> str:
     out += _md_table(a, "Bytes written by phase", PHASES_NOTE, phases_table) if a.phases else []
     if a.warnings:
         out.append("\n## Warnings\n")
-        out += [f"- {w}" for w in a.warnings]
+        out += [f"- {md(w)}" for w in a.warnings]
     out.append("\n## Metrics\n")
     out.append(", ".join(f"{label} ({unit}, {'higher' if hi else 'lower'} is better)"
                          for label, hi, unit in METRICS.values()) + ".")  # fmt: skip

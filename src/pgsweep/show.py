@@ -16,6 +16,7 @@ from rich.table import Table
 from .core import printable
 from .plan import Adaptive, Plan, short_names
 from .planning import replication_lines
+from .safetext import term
 from .store import Results
 from .units import human_seconds
 
@@ -71,16 +72,16 @@ def render_summary(results: Results, console: Console) -> None:
     factors = exp.factors
     levels = {c.id: c.levels for c in results.configurations()}
     title = f"{exp.name}: TPS per configuration (PostgreSQL {exp.postgres_version})"
-    table = Table(title=title)
+    table = Table(title=term(title))
     table.add_column("config")
     for header in short_names(factors).values():
-        table.add_column(header, min_width=len(header))
+        table.add_column(term(header), min_width=len(header))
     for col in ("n", "failed", "mean TPS", "median TPS", "median p99 ms"):
         table.add_column(col, justify="right")
     for s in summarize(results):
-        row = [str(levels[s.id].get(name, "")) for name in factors]
+        row = [term(levels[s.id].get(name, "")) for name in factors]
         table.add_row(
-            s.id,
+            term(s.id),
             *row,
             f"{s.n}/{s.planned}",
             str(s.failed),
@@ -93,7 +94,7 @@ def render_summary(results: Results, console: Console) -> None:
         if t.ok:
             continue
         console.print(
-            f"failed {t.id}: {printable((t.reason or ' ').splitlines()[0])}",
+            printable(f"failed {t.id}: {(t.reason or ' ').splitlines()[0]}"),
             markup=False,
             highlight=False,
         )
@@ -109,7 +110,9 @@ def render_environment(results: Results, console: Console) -> None:
     for fact in facts:
         if fact.scope != scope:
             scope = fact.scope
-            heading = {"host": "host"}.get(scope) or (
+            heading = {"host": "host", "notes": "what ran otherwise than the file says"}.get(
+                scope
+            ) or (
                 f"storage of {scope}"
                 if scope.startswith("cluster-")
                 else f"settings not at their default, configuration {scope}"
@@ -127,10 +130,10 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     table = Table(title=f"{len(plan.configurations)} configurations")
     table.add_column("config")
     for header in short_names([f.name for f in plan.factors]).values():
-        table.add_column(header, min_width=len(header))
+        table.add_column(term(header), min_width=len(header))
     table.add_column("cluster group", justify="right")
     for c in plan.configurations:
-        table.add_row(c.id, *(str(v) for v in c.levels.values()), str(c.group + 1))
+        table.add_row(c.id, *(term(v) for v in c.levels.values()), str(c.group + 1))
     console.print(table)
     at_most = "at most " if plan.adaptive else ""
     console.print(
@@ -152,16 +155,16 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
 
 def render_builds(root: Path, entries: list[Any], console: Console) -> None:
     """`pgsweep builds`: every entry of the cache (host.builds.entries)."""
-    table = Table(title=f"PostgreSQL builds in {root}")
+    table = Table(title=term(f"PostgreSQL builds in {root}"))
     for col in ("key", "version", "built from", "compile", "size", "last used"):
         table.add_column(col)
     for name, build, facts in entries:
         used = datetime.fromtimestamp(float(facts["mtime"])).strftime("%Y-%m-%d %H:%M")
         size = f"{int(facts['bytes']) / 1024**2:,.0f} MiB"
         if build is None:
-            table.add_row(printable(name), "-", "(unfinished: --prune removes it)", "-", size, used)
+            table.add_row(term(name), "-", "(unfinished: --prune removes it)", "-", size, used)
         else:
-            table.add_row(build.key, build.version, printable(build.spec.describe()),
+            table.add_row(term(build.key), term(build.version), term(build.spec.describe()),
                           human_seconds(build.seconds), size, used)  # fmt: skip
     console.print(table)
     logs = sorted(p.name for p in root.glob("*.failed.log"))
@@ -201,19 +204,21 @@ def adaptive_text(ad: Adaptive) -> str:
 
 
 def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:
-    table = Table(title=f"TPS in {b} against {a} (same factor levels)")
+    table = Table(title=term(f"TPS in {b} against {a} (same factor levels)"))
     level = f"{1 - result['alpha']:.0%}".rstrip("%")
     for col in ("levels", "n before", "n after", "ratio", f"{level}% CI (simultaneous)", "verdict"):
         table.add_column(col)
     for r in result["matched"]:
         levels = ", ".join(f"{k}={v}" for k, v in r["levels"].items()) or "(no factors)"
         ci = "-" if r["ci_low"] is None else f"{r['ci_low']:.3f} to {r['ci_high']:.3f}"
-        table.add_row(levels, str(r["n_a"]), str(r["n_b"]), f"{r['ratio']:.3f}", ci, r["verdict"])
+        table.add_row(term(levels), str(r["n_a"]), str(r["n_b"]), f"{r['ratio']:.3f}", ci,
+                      term(r["verdict"]))  # fmt: skip
     console.print(table)
     for side, rows in (("before", result["only_in_a"]), ("after", result["only_in_b"])):
         for levels in rows:
-            console.print(f"only in {side}: {levels}", markup=False, highlight=False)
+            console.print(f"only in {side}: {printable(str(levels))}", markup=False,
+                          highlight=False)  # fmt: skip
     for n in result.get("notes", []):
-        console.print(f"note: {n}", markup=False, highlight=False)
+        console.print(f"note: {printable(n)}", markup=False, highlight=False)
     for w in result["warnings"]:
-        console.print(f"warning: {w}", markup=False, highlight=False)
+        console.print(f"warning: {printable(w)}", markup=False, highlight=False)

@@ -13,7 +13,6 @@ import re
 import secrets
 import tempfile
 import tomllib
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from .layers.base import Layer, Source, ValidationContext
 from .plan import Adaptive
 from .postgres import binaries as pgbin
 from .spec_tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
+from .spec_text import check_text
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ class Experiment:
     layers: list[Layer]
     binaries: pgbin.Binaries
     user: RunAs | None
-    canonical: dict[str, dict[str, str]]  # server setting -> level text -> base-unit value
+    # server setting -> level text -> what pg_settings shows for it (startcheck.DERIVED: a
+    # value the server derives), else its base-unit value from `postgres -C`
+    canonical: dict[str, dict[str, str]]
     # levels of every factor (file order) -> every layer's typed settings
     configurations: dict[tuple[Value, ...], dict[str, Any]]
     grant: Grant = field(default_factory=Grant)  # devices --allow-device named, and --wipe
@@ -63,6 +65,7 @@ class Experiment:
     against_text: str = ""  # its frozen experiment file, as validated
     # builds made before the first trial (engine/buildprep.py): BuildSpec -> PreparedBuild
     builds: dict[Any, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what runs otherwise than written
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -227,30 +230,6 @@ MAX_CONFIGURATIONS = 10_000
 MAX_TRIALS = 100_000
 
 
-def _check_text(source: Source, doc: dict[str, Any], path: tuple[str, ...] = ()) -> None:
-    """No control or invisible formatting character in any key or string of the file: they
-    would break the configuration files pgsweep writes (a newline in a setting), reach the
-    terminal (ANSI escapes) or hide what a level says (bidi overrides). The description
-    alone may hold newlines and tabs."""
-    for key, value in doc.items():
-        here = (*path, str(key))
-        texts = [("key", str(key))]
-        if isinstance(value, str):
-            texts.append(("value", value))
-        elif isinstance(value, list):
-            texts += [("level", v) for v in value if isinstance(v, str)]
-        for kind, text in texts:
-            free = "\n\t" if here == ("experiment", "description") and kind == "value" else ""
-            bad = [c for c in text if c not in free and unicodedata.category(c) in ("Cc", "Cf")]
-            if bad:
-                raise source.error(
-                    here, f"this {kind} holds the control character U+{ord(bad[0]):04X}",
-                    expected="printable text", fix="remove it (and any escape sequence)",
-                )  # fmt: skip
-        if isinstance(value, dict):
-            _check_text(source, value, here)
-
-
 def _check_size(source: Source, factors: list[Factor], rounds: int) -> None:
     count = math.prod(len(f.levels) for f in factors)
     if count > MAX_CONFIGURATIONS or count * rounds > MAX_TRIALS:
@@ -281,13 +260,21 @@ def _same_meaning(source: Source, factors: list[Factor], layers: list[Layer]) ->
 
 def read_source(path: Path) -> tuple[Source, dict[str, Any]]:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise PgsweepError(
             f"cannot read the experiment file: {exc.strerror}",
             where=str(path),
             fix="check the path",
         ) from None
+    try:
+        text = raw.decode()  # TOML is UTF-8, whatever the locale says
+    except UnicodeDecodeError as exc:  # e.g. an encoded surrogate: no character at all
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PgsweepError(
+            f"byte {exc.start + 1} is not UTF-8 ({exc.reason})", where=f"{path}:{line}",
+            expected="a UTF-8 text file", fix="save the file as UTF-8",
+        ) from None  # fmt: skip
     source = Source(path, text)
     try:
         doc = tomllib.loads(text)
@@ -365,7 +352,7 @@ def load(path: Path) -> Experiment:
             where=str(path),
             fix='add [experiment] with name = "my-experiment"',
         )
-    _check_text(source, doc)
+    check_text(source, doc)
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
     adaptive = adaptive_rounds(source, doc, rep, math.prod(len(f.levels) for f in factors))
@@ -394,8 +381,8 @@ def load(path: Path) -> Experiment:
         for layer in layers:
             layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}
-        for (name, text), value in checker.answers().items():
-            canonical.setdefault(name, {})[text] = value
+        for (name, text), value in [*checker.answers().items(), *ctx.shown.items()]:
+            canonical.setdefault(name, {})[text] = value  # as the started server shows it
     seed = exp.seed if exp.seed is not None else secrets.randbelow(2**31)
     out = Experiment(
         source,
@@ -412,6 +399,7 @@ def load(path: Path) -> Experiment:
         canonical,
         configs,
         adaptive=adaptive,
+        notes=ctx.notes,
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
         from .engine.plans import settle_max_rounds

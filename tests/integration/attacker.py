@@ -1,7 +1,8 @@
 """The attacker of test_safety: runs as the server user (postgres) while pgsweep runs as
 root, and keeps planting symbolic links to a root-only file at every name root might
-write, read or delete in, knowing pgsweep's layout (it reads plan.json for trial ids and
-guesses the rest, as someone who read the code would). It also asks its own server to
+write, read or delete in, knowing pgsweep's layout (it finds the work area in its own
+servers' command lines, reads plan.json for trial ids where it may and guesses the rest,
+as someone who read the code would). It also asks its own server to
 listen on TCP through postgresql.auto.conf. Every attempt is logged, one per line:
 `planted PATH`, `denied PATH` (the kernel refused), `tamper PATH`.
 
@@ -75,15 +76,42 @@ def tamper(data: Path, log: list[str]) -> None:
         pass
 
 
+def work_areas(results: Path) -> set[Path]:
+    """The run's work areas: listed in the results folder where it may be listed, else
+    found as the server user finds them, in the command lines of its own servers (the
+    results folder is private: 0711 while a run's work area is inside, never listable)."""
+    found: set[Path] = set()
+    with contextlib.suppress(OSError):
+        found |= set(results.glob(".pgsweep-work-*"))
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or proc.stat().st_uid != os.getuid():
+                continue
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        for arg in argv:
+            parts = Path(arg).parts
+            for i, part in enumerate(parts):
+                if part.startswith((".pgsweep-work-", "pgsweep-work-")):
+                    found.add(Path(*parts[: i + 1]))
+    return found
+
+
+def trial_ids(results: Path) -> list[str]:
+    """From plan.json when it can be read; else guessed, as the ids are r{round}-c{NN}."""
+    try:
+        plan = json.loads((results / "plan.json").read_text())
+        return [t["id"] for t in plan["trials"]]
+    except (OSError, ValueError):
+        return [f"r{r}-c{c:02d}" for r in range(1, 4) for c in range(1, 5)]
+
+
 def work_targets(results: Path) -> list[tuple[Path, bool]]:
     """(directory, is a server-user leaf) pairs pgsweep's layout makes for a run."""
     out: list[tuple[Path, bool]] = []
-    try:
-        plan = json.loads((results / "plan.json").read_text())
-        trials = [t["id"] for t in plan["trials"]]
-    except (OSError, ValueError):
-        trials = []
-    for work in results.glob(".pgsweep-work-*"):
+    trials = trial_ids(results)
+    for work in work_areas(results):
         out += [(work, False), (work / "private", False), (work / "trials", False)]
         out += [(work / "clusters", False)]
         for n in range(1, 5):

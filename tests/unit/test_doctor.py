@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
+
+import pytest
 
 from conftest import pgsweep
 from pgsweep.collect import devices
@@ -46,3 +50,26 @@ def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
         found = shutil.which(tool)
         assert f"storage │ {fs} │ {found}" in out if found else f"no {tool}" in out
     assert _snapshot() == before
+
+
+def test_doctor_says_how_many_1gb_pages_the_kernel_gives_now(state_dir: Path) -> None:
+    """The one thing doctor asks the kernel (and gives back at once): the count matches
+    what asking the pool directly gives, and nothing is left in the pool or the registry."""
+    nr = Path("/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages")
+    if os.geteuid() != 0 or not nr.exists():
+        pytest.skip("needs root and a 1 GB huge page pool")
+    before = _snapshot()
+    res = pgsweep("doctor")
+    assert res.returncode == 0, res.stderr
+    m = re.search(r"(\d+) more can be reserved \(asked for (\d+)", " ".join(res.stdout.split()))
+    assert m, res.stdout
+    said, asked = int(m.group(1)), int(m.group(2))
+    start = int(nr.read_text())
+    try:
+        nr.write_text(str(start + asked))
+        direct = int(nr.read_text()) - start
+    finally:
+        nr.write_text(str(start))
+    assert abs(said - direct) <= 1 and said <= asked  # fragmentation may move by a page
+    assert _snapshot() == before
+    assert not list(state_dir.iterdir())  # no journal, no lock left behind

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,17 @@ def storage(cluster: Any, devices: list[str]) -> dict[str, str]:
     return env
 
 
-def settings(conn: Any) -> dict[str, str]:
-    """Every setting the server reports with a source other than `default`."""
+def settings(conn: Any, written: Collection[str] = ()) -> dict[str, str]:
+    """Every setting the server reports with a source other than `default`, and those of
+    `written` (the configuration's) whose value the server derived from the level it was
+    given (wal_buffers = -1 runs as 1/32 of shared_buffers: source `override`)."""
     rows = conn.execute(
         "SELECT name, setting, coalesce(unit, ''), source FROM pg_settings "
-        "WHERE source NOT IN ('default', 'override') ORDER BY name"
+        "WHERE source NOT IN ('default', 'override') OR name = ANY(%s) ORDER BY name",
+        (list(written),),
     ).fetchall()
     return {
-        name: f"{setting}{' ' + unit if unit else ''} ({source})"
+        name: f"{setting}{' ' + unit if unit else ''} "
+        + (f"({source})" if source not in ("default", "override") else "(derived by the server)")
         for name, setting, unit, source in rows
     }

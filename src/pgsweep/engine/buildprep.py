@@ -18,6 +18,7 @@ from ..host import builds, sources
 from ..host.builds import BuildSpec
 from ..layers.base import ValidationContext
 from ..layers.build import PreparedBuild
+from ..layers.server import start_each
 from ..postgres import binaries as pgbin
 from ..spec import Experiment
 
@@ -163,6 +164,7 @@ def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[s
         try:
             server.validate(base, mine, ctx)
             exp.layer("os").check_configurations(configs, ctx)
+            start_each(configs, ctx)
         except PgsweepError as exc:
             raise PgsweepError(
                 f"{exc.what} (the build {prepared.spec.describe()}, "
@@ -171,6 +173,6 @@ def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[s
                 fix=exc.fix or "drop the setting, or the build that lacks it",
             ) from None  # fmt: skip
         canonical: dict[str, dict[str, str]] = {}
-        for (name, text), value in checker.answers().items():
+        for (name, text), value in [*checker.answers().items(), *ctx.shown.items()]:
             canonical.setdefault(name, {})[text] = value
     return canonical

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import PgsweepError
-from ..host import safefs
+from ..host import folders, safefs
 from ..plan import Plan
 from ..spec import Experiment
 from ..store import Store
@@ -68,6 +69,8 @@ def resume_store(exp: Experiment, results: Path) -> Store:
             where=str(results),
             fix="start without --resume, or name the results folder of the run",
         )
+    for suffix in ("", "-journal"):  # SQLite rolls a journal back as root (store.db)
+        folders.check_file(Path(f"{db_path}{suffix}"), "the results folder's")
     store = Store(db_path)
     stored = store.experiment()
     if stored is None:
@@ -97,12 +100,20 @@ def resume_store(exp: Experiment, results: Path) -> Store:
 
 
 def new_store(exp: Experiment, results: Path, plan: Plan) -> Store:
-    """A new results folder: the frozen file, the plan and the store."""
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "experiment.toml").write_text(exp.source.text)
+    """A new results folder, private (0700; every file 0600): the frozen file, the plan
+    and the store. It holds every setting and the servers' logs; an empty folder the user
+    named keeps its mode, the files in it are private all the same."""
+    if not results.exists():
+        results.parent.mkdir(parents=True, exist_ok=True)
+        safefs.private_dir(results)
+    safefs.write_file(results / "experiment.toml", exp.source.text)
     if exp.against is not None:  # the file whose configurations are measured again
-        safefs.write_file(results / "against.toml", exp.against_text, 0o644)
-    (results / "plan.json").write_text(plan.to_json())
+        safefs.write_file(results / "against.toml", exp.against_text)
+    safefs.write_file(results / "plan.json", plan.to_json())
+    # made here, exclusively and 0600: SQLite would make it by the umask (0644), and its
+    # journals take the database's mode
+    os.close(os.open(results / "results.db", os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | safefs.NOFOLLOW, 0o600))  # fmt: skip
     store = Store(results / "results.db")
     store.write_experiment(
         {

@@ -78,7 +78,8 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
     if record_settings:
         with cluster.connect() as db:
-            record.environment[record.config_id] = environment.settings(db)
+            written = trial.settings["server"]  # the configuration's own settings
+            record.environment[record.config_id] = environment.settings(db, written)
     summary = pgbench.parse_summary(res.stdout)
     record.tps, record.transactions = summary.tps, summary.transactions
     record.failed_transactions = summary.failed

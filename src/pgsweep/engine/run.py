@@ -134,7 +134,9 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         if not store.has_environment("host"):
             host = environment.host(exp.binaries, area.private, exp.user)
             store.save_environment("host", host)
-        notes += [area.note] if area.note else []
+        if exp.notes and not store.has_environment("notes"):  # what runs otherwise than written
+            store.save_environment("notes", {f"{i:02d}": n for i, n in enumerate(exp.notes, 1)})
+        notes += exp.notes + ([area.note] if area.note else [])
         if not plan.keep_alive:
             notes.append(f"whole-plot groups run as batches, rebuilt each round: "
                          f"{plan.why_not_alive}")  # fmt: skip

@@ -13,6 +13,7 @@ THP_FILES = {
 }
 SYSCTL = Path("/proc/sys")
 DROP_CACHES = SYSCTL / "vm" / "drop_caches"
+COMPACT_MEMORY = SYSCTL / "vm" / "compact_memory"  # a trigger: writing 1 compacts, once
 CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
 HUGEPAGE_POOLS = Path("/sys/kernel/mm/hugepages")
 HUGEPAGE_LEVELS = {"2MB": 2048, "1GB": 1024 * 1024}  # os.huge_pages level -> page size in kB

@@ -11,6 +11,7 @@ started from inside them are stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -132,11 +133,30 @@ def traversable_by(path: Path, user: RunAs | None) -> bool:
 
 def work_base(results: Path, user: RunAs | None) -> Path:
     """Where a run's work area will be made: in the results folder when the server user
-    can reach it, else under the fallback base."""
+    can reach it (a private results folder of this user's counts: `WorkArea.create`
+    opens it to 0711 meanwhile), else under the fallback base."""
     probe = results
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return results if traversable_by(probe.resolve(), user) else fallback_base()
+    if traversable_by(probe.resolve(), user) or (
+        probe == results and _private(results) and traversable_by(results.parent, user)
+    ):
+        return results
+    return fallback_base()
+
+
+def _private(folder: Path) -> bool:
+    st = os.lstat(folder)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def _set_mode(folder: Path, mode: int) -> None:
+    """chmod through a descriptor opened without following a link."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | safefs.NOFOLLOW)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def fallback_base() -> Path:
@@ -162,6 +182,7 @@ class WorkArea:
     run: str
     server_uid: int
     note: str = ""
+    opened: bool = False  # the private results folder was opened to 0711 for the server user
 
     @property
     def private(self) -> Path:
@@ -180,10 +201,13 @@ class WorkArea:
             note = (f"the server user {user.name if user else ''} cannot reach {results}; "
                     f"its clusters live under {base} instead")  # fmt: skip
         prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-"
+        opened = base == results and not traversable_by(results, user)
+        if opened:  # others pass through to the work area; listing and reading stay closed
+            _set_mode(results, 0o711)
         workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         socket_root = Path(tempfile.mkdtemp(prefix="pgsweep-", dir="/tmp"))
         area = cls(workdir, socket_root, results.resolve(), this_run(),
-                   safefs.owner_ids(user)[0], note)  # fmt: skip
+                   safefs.owner_ids(user)[0], note, opened)  # fmt: skip
         for d in (workdir, socket_root):
             safefs.write_file(d / MARKER, area.run)
             os.chmod(d, 0o711)  # the server user passes through to its leaves, no more
@@ -205,6 +229,9 @@ class WorkArea:
             if (d / MARKER).exists():
                 _remove_marked(d)
                 done.append(f"removed {d}")
+        if self.opened:  # private again, now that nothing of the server user's is inside
+            with contextlib.suppress(FileNotFoundError):
+                _set_mode(self.results, 0o700)
         self.entry.unlink(missing_ok=True)
         return done
 
@@ -312,7 +339,7 @@ def _entry(path: Path) -> WorkArea | None:
         run = str(data.get("run", data.get("pid")))
         uid = int(data.get("server_uid", -1))
         return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
-                        run, uid)  # fmt: skip
+                        run, uid, opened=data.get("opened") == "True")  # fmt: skip
     except (OSError, ValueError, KeyError):
         return None
 

@@ -50,6 +50,11 @@ class ValidationContext:
     # every configuration runs a build: the installed catalog only parses levels, and
     # names it lacks wait for the builds' own catalogs (engine/buildprep.py)
     catalog_deferred: bool = False
+    # (setting, level as written) -> what pg_settings showed for it on a scratch server
+    # started with its configuration (postgres/startcheck.py; DERIVED: the server's own)
+    shown: dict[tuple[str, str], str] = field(default_factory=dict)
+    # what the run will do differently from what the file says, printed by plan and run
+    notes: list[str] = field(default_factory=list)
 
 
 class Layer(ABC):

@@ -170,6 +170,9 @@ class ClusterLayer(ResourceLayer):
             client = run.client(config, binaries)
             server.load = _load(cluster, client, settings.scale, target, storage.pool_devices)
             cluster.take_snapshot()
+            # the loaded directory is no copy: a writing workload's first trial starts from
+            # the snapshot too, so no trial's data state depends on its position
+            server.dirty = True
         except ServerError as exc:
             tail = cluster.log_tail()
             cluster.destroy()

@@ -9,11 +9,18 @@ server with `huge_pages = off` and gives pgsweep's pages back."""
 
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 
 from ..host.journal import UndoJournal, read_setting
-from ..host.kernelfiles import HUGEPAGE_LEVELS, hugepage_levels, hugepage_pool
+from ..host.kernelfiles import (
+    COMPACT_MEMORY,
+    DROP_CACHES,
+    HUGEPAGE_LEVELS,
+    hugepage_levels,
+    hugepage_pool,
+)
 from .context import TrialContext, TrialFailure
 
 LEVELS = HUGEPAGE_LEVELS  # level -> page size in kB
@@ -35,10 +42,21 @@ def _mem_available_kb() -> int:
 def _boot_hint(level: str, pages: int) -> str:
     size = "1G" if level == "1GB" else "2M"
     return (
-        f"free memory, or compact it (echo 1 > /proc/sys/vm/compact_memory) and retry; "
-        f"or reserve them at boot with the kernel command line "
-        f"'hugepagesz={size} hugepages={pages}'"
+        f"Free memory (stop what holds it), or reserve them at boot with the kernel "
+        f"command line 'hugepagesz={size} hugepages={pages}'"
     )
+
+
+def _make_room(drop_cache: bool, events: list[str]) -> None:
+    """What a DBA does before asking again: write back and drop the page cache (when the
+    trial does not depend on it), then compact memory. Neither changes a setting, so
+    neither needs putting back."""
+    if drop_cache:
+        os.sync()
+        DROP_CACHES.write_text("3")
+        events.append("drop-caches")
+    COMPACT_MEMORY.write_text("1")
+    events.append("compact-memory")
 
 
 class HugePages:
@@ -52,12 +70,15 @@ class HugePages:
             return {"huge_pages": "off"}
         return {"huge_pages": "on", "huge_page_size": level}
 
-    def reserve(self, level: str, pages: int, journal: UndoJournal) -> int:
+    def reserve(self, level: str, pages: int, journal: UndoJournal, events: list[str],
+                may_drop_cache: bool) -> int:  # fmt: skip
         """Size the pools for a server (stopped) about to start at `level` needing `pages`
         pages (computed when the file was validated, on a scratch cluster: never from the
         running cluster's directory, whose postgresql.auto.conf the server user writes);
-        return the pages reserved. Fails the trial, pools unchanged, when the kernel
-        cannot provide them."""
+        return the pages reserved. A reservation that comes up short is retried once after
+        compacting memory (and dropping the page cache first when `may_drop_cache`: the
+        trial warms up before its window, or starts cold anyway), as a DBA would. Fails the
+        trial, pools unchanged, when the kernel still cannot provide them."""
         wanted = LEVELS.get(level)
         for kb in list(self.original):
             if kb != wanted:
@@ -78,14 +99,20 @@ class HugePages:
                 f"nothing was reserved. Lower shared_buffers or free memory."
             )
         self._set(wanted, target, journal)
+        tries = [f"{int(read_setting(nr)) - base}"]
+        if int(read_setting(nr)) < target:
+            remedy = "dropping the page cache and compacting memory" if may_drop_cache \
+                else "compacting memory"  # fmt: skip
+            _make_room(may_drop_cache, events)
+            self._set(wanted, target, journal)
+            tries.append(f"{int(read_setting(nr)) - base} after {remedy}")
         got = int(read_setting(nr))
         if got < target:
             self._set(wanted, before, journal)  # give back the partial reservation
             raise TrialFailure(
-                f"os.huge_pages={level}: the kernel reserved only {got - base} of the "
-                f"{pages} pages of {level} the server needs (memory too fragmented, or "
-                f"{level} pages not allowed at runtime); the pages were given back. "
-                + _boot_hint(level, pages)
+                f"os.huge_pages={level}: the server needs {pages} pages of {level}; the kernel "
+                f"reserved {', then '.join(tries)} (memory too fragmented, or {level} pages "
+                f"not allowed at runtime); the pages were given back. " + _boot_hint(level, pages)
             )
         return pages
 

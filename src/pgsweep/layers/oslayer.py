@@ -319,7 +319,9 @@ class OsLayer(Layer):
         trial.server.settings = None
         initdb = tuple(trial.settings["cluster"].initdb_options())
         pages = self.needed_pages(level, trial.settings["server"], initdb, trial.server.binaries)
-        self.huge_pages = self.huge.reserve(level, pages, self.journal)
+        work = trial.settings["workload"]
+        may_drop = trial.settings["os"].drop_caches or work.warmup_s > 0 or work.prewarm
+        self.huge_pages = self.huge.reserve(level, pages, self.journal, trial.events, may_drop)
         trial.events.append(f"huge-pages-{level}")
         self.huge_key = key
 

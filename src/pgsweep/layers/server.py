@@ -7,11 +7,13 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core import Cost, Value
+from ..core import Cost, Value, printable
 from ..errors import PgsweepError
 from ..postgres.cluster import Cluster, ServerError
+from ..postgres.startcheck import DERIVED, StartChecker, StartFailure
 from .base import Layer, ValidationContext
 from .context import TrialContext, TrialFailure
 
@@ -31,6 +33,12 @@ MANAGED = {
     "external_pid_file",
     "logging_collector",
 }
+# pgsweep's servers are reached over a private Unix socket (and standbys over a private
+# link), never with SSL: a stock postgresql.conf's certificate paths stay unused.
+SSL = {"ssl", "ssl_cert_file", "ssl_key_file", "ssl_ca_file", "ssl_crl_file", "ssl_crl_dir",
+       "ssl_dh_params_file", "ssl_passphrase_command", "ssl_passphrase_command_supports_reload"}
+# postgresql.conf's directives (not settings): pgsweep reads no other configuration file
+DIRECTIVES = {"include", "include_dir", "include_if_exists"}
 # Settings that load code from a path the file names: refused. Libraries to preload must
 # be named as installed (`pg_stat_statements`), never by path.
 LOADS_CODE = {"dynamic_library_path"}
@@ -64,6 +72,7 @@ class ServerLayer(Layer):
     ) -> dict[str, Value]:
         catalog = ctx.binaries.settings
         self._contexts = {name: s.context for name, s in catalog.items()}
+        base = _drop_overridden(base, ctx)
         checks: list[tuple[tuple[str, ...], str, list[Any]]]
         checks = [(("server", k), k, [v]) for k, v in base.items()]
         checks += [(("factors", "server", k), k, levels) for k, levels in factors.items()]
@@ -102,12 +111,11 @@ class ServerLayer(Layer):
                 path, f"{name} would load code from a path the file names",
                 fix=f"remove {name}; install extensions where PostgreSQL looks for them",
             )  # fmt: skip
-        if name in MANAGED:
+        if name in MANAGED | SSL | DIRECTIVES:
             raise ctx.source.error(
-                path,
-                f"pgsweep manages {name} itself (a private Unix socket and its own log)",
-                fix=f"remove {name} from the experiment file",
-            )
+                path, f"{_overridden_why(name)}: it cannot be a factor",
+                fix=f"remove {name} from [factors]",
+            )  # fmt: skip
         if name in catalog:
             return
         if "." in name:  # an extension's setting
@@ -172,6 +180,14 @@ class ServerLayer(Layer):
                 ),
             ) from None
 
+    def check_configurations(
+        self, configs: Sequence[Mapping[str, Any]], ctx: ValidationContext
+    ) -> None:
+        """The configurations that run these binaries (not a build's), each started once."""
+        if not ctx.catalog_deferred:
+            mine = [c for c in configs if getattr(c.get("build"), "spec", None) is None]
+            start_each(mine, ctx)
+
     def cost(self, key: str) -> Cost:
         return (
             Cost.RESTART
@@ -218,26 +234,112 @@ class ServerLayer(Layer):
         self._read_back(wanted, trial)
 
     def _read_back(self, wanted: dict[str, str], trial: TrialContext) -> None:
-        """Refuse the trial unless the server runs with exactly the configuration's levels."""
+        """Refuse the trial unless the server runs with exactly the configuration's levels;
+        record what each shows (and, where the server derived it, the level too)."""
         cluster = trial.cluster
         canonical = trial.run.canonical_for(trial.server.binaries)
         with cluster.connect() as conn:
             start = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
             trial.server.started_at = start[0] if start else None
             for name, text in wanted.items():
-                row = conn.execute(
-                    "SELECT setting, pending_restart FROM pg_settings WHERE name = %s", (name,)
-                ).fetchone()
-                shown = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-                trial.effective[name] = shown[0] if shown else ""
                 expected = canonical.get(name, {}).get(text)
-                if row is None or (expected is not None and row[0] != expected) or row[1]:
-                    actual = row[0] if row else "(unknown)"
-                    raise TrialFailure(
-                        f"server.{name}: the level {text!r} means {expected!r} but the server "
-                        f"runs with {actual!r}{' (restart pending)' if row and row[1] else ''}",
-                        cluster.log_tail(),
-                    )
+                why = _check_level(conn, name, text, expected, trial.effective)
+                if why:
+                    raise TrialFailure(f"server.{name}: {why}", cluster.log_tail())
+
+
+def _check_level(conn: Any, name: str, text: str, expected: str | None,
+                 effective: dict[str, str]) -> str | None:  # fmt: skip
+    """Why `name` does not run with the level `text` (None when it does). `expected` is
+    what pg_settings showed for it at `plan` (startcheck.DERIVED: whatever the server
+    derives), or its base-unit value, or None when unknown."""
+    row = conn.execute(
+        "SELECT setting, pending_restart, source, current_setting(name) FROM pg_settings "
+        "WHERE lower(name) = %s", (name,),  # DateStyle, TimeZone: the catalog's case
+    ).fetchone()  # fmt: skip
+    if row is None:
+        return f"the server does not know the level {text!r}"
+    setting, pending, source, shown = row
+    effective[name] = shown
+    if pending:
+        return f"the level {text!r} waits for a restart (the server runs with {setting!r})"
+    if source == "client":  # pgsweep's own session set it: ask the configuration file
+        line = conn.execute(
+            "SELECT setting, applied, error FROM pg_file_settings WHERE lower(name) = %s "
+            "ORDER BY seqno DESC LIMIT 1", (name,),
+        ).fetchone()  # fmt: skip
+        effective[name] = text
+        ok = line is not None and line[0] == text and line[1] and line[2] is None
+        return None if ok else f"the configuration file's level {text!r} was not applied"
+    if expected == DERIVED:  # -1 and its kind: the value the server chose is the level's
+        effective[f"{name}.level"] = text
+        return None
+    if expected is not None and setting != expected:
+        return f"the level {text!r} means {expected!r} but the server runs with {setting!r}"
+    return None
+
+
+def start_each(configs: Sequence[Mapping[str, Any]], ctx: ValidationContext) -> None:
+    """Start a scratch server with each distinct set of server settings (with its initdb
+    options): a level, or a combination of levels, that would fail every trial it is in is
+    exit 2 now, with the server's own words; what every level shows when it runs (or that
+    the server derives it) goes into `ctx.shown` for the trials' read-back."""
+    catalog = ctx.binaries.settings
+    restart = {n for n, s in catalog.items() if s.context in RESTART_CONTEXTS}
+
+    def order(config: Mapping[str, Any]) -> tuple[object, ...]:  # one start per such group
+        fixed = sorted((k, v) for k, v in config["server"].items() if k in restart)
+        return (config["cluster"].initdb_options(), fixed)
+
+    with StartChecker(ctx.binaries, ctx.user) as starter:
+        for config in sorted(configs, key=order):
+            settings: dict[str, str] = config["server"]
+            if not settings:
+                continue  # nothing of the file's to see: a server with defaults starts
+            restart_here = {n for n in settings if n in restart or n not in catalog}
+            got = starter.shown(settings, tuple(config["cluster"].initdb_options()),
+                                restart_here)  # fmt: skip
+            if isinstance(got, StartFailure):
+                raise _start_error(got, ctx)
+            for name, value in got.items():
+                if ctx.shown.get((name, settings[name])) != DERIVED:
+                    ctx.shown[(name, settings[name])] = value
+
+
+def _start_error(failure: StartFailure, ctx: ValidationContext) -> PgsweepError:
+    named = failure.names() or list(failure.settings)
+    paths = [ctx.where[f"server.{n}"] for n in named if f"server.{n}" in ctx.where]
+    levels = ", ".join(f"{n} = {v!r}" for n, v in sorted(failure.settings.items()))
+    return ctx.source.error(
+        paths[0] if paths else ("server",),
+        f"a server with these settings does not start ({levels or 'no settings'}): "
+        + "; ".join(failure.messages),
+        fix="change the level(s) the server's message names: every configuration of the "
+        "full factorial must start",
+    )
+
+
+def _overridden_why(name: str) -> str:
+    if name in SSL:
+        return (f"pgsweep's servers are reached over a private socket without SSL, so "
+                f"{name} is not used")  # fmt: skip
+    if name in DIRECTIVES:
+        return f"{name} is a directive, and pgsweep reads no other configuration file"
+    return f"pgsweep manages {name} itself (a private Unix socket, its own hba file and log)"
+
+
+def _drop_overridden(base: dict[str, Any], ctx: ValidationContext) -> dict[str, Any]:
+    """[server] as a stock postgresql.conf has it: the settings pgsweep manages are not
+    used (never written anywhere), and `plan` and `run` say so, one note each."""
+    kept = {}
+    for key, value in base.items():
+        if key.lower() in MANAGED | SSL | DIRECTIVES:
+            where = ctx.source.where("server", key)
+            ctx.notes.append(f"{where} = {printable(repr(value))}: not used: "
+                             f"{_overridden_why(key.lower())}")  # fmt: skip
+        else:
+            kept[key] = value
+    return kept
 
 
 def _reload_and_wait(cluster: Cluster) -> None:

@@ -184,7 +184,7 @@ class WorkloadLayer(Layer):
         """Copy custom scripts next to the results (the text validated, not the file as it
         is now), so the run and the record use one text."""
         into = results / "scripts"
-        into.mkdir(exist_ok=True)
+        into.mkdir(mode=0o700, exist_ok=True)  # private, as the whole results folder
         for i, (src, text) in enumerate(self.scripts.values()):
             safefs.write_file(into / f"{i}-{src.name}", text, 0o600)
 

@@ -134,7 +134,9 @@ class Cluster:
         password is ever offered (no passfile, no PGPASSWORD, require_auth=none)."""
         return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname,
                 "passfile": "/proc/pgsweep-no-passfile", "sslmode": "disable",
-                "gssencmode": "disable", "require_auth": "none"}  # fmt: skip
+                "gssencmode": "disable", "require_auth": "none",
+                # pgsweep reads text whatever client_encoding a level gives the server
+                "client_encoding": "UTF8"}  # fmt: skip
 
     def pgbench_conn_args(self) -> list[str]:
         return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
@@ -301,6 +303,7 @@ class Cluster:
         self._copy(self.datadir, self.snapshot_dir)
         if self.waldir is not None and self.wal_snapshot is not None:
             self._copy(self.waldir, self.wal_snapshot)
+        os.sync()  # the load's and the copy's dirty pages, before any window opens
 
     def restore_snapshot(self) -> None:
         """Put the loaded data back."""

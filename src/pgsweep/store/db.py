@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,12 +151,50 @@ def newer_schema(path: Path, version: int) -> PgsweepError:
     )
 
 
+# The last 8 bytes of a rollback journal that names a super-journal (SQLite's pager:
+# writeSuperJournal). SQLite deletes that file, any path, after rolling the journal back.
+_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def check_journal(path: Path) -> None:
+    """A hot journal beside results.db is rolled back when the database opens for writing.
+    SQLite then deletes the super-journal the journal names, whatever path that is (a
+    planted journal naming /etc/shadow deletes it, as root). pgsweep never attaches a
+    second database, so its journals never name one: a journal that does was not written
+    by pgsweep, and the folder is refused before SQLite sees it."""
+    journal = Path(f"{path}-journal")
+    try:
+        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PgsweepError(
+            f"{journal} cannot be opened: {exc.strerror}",
+            where=str(journal),
+            fix="remove it if no run is writing to this folder",
+        ) from None
+    try:
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, 8, size - 8) if size >= 16 else b""
+    finally:
+        os.close(fd)
+    if tail == _JOURNAL_MAGIC:
+        raise PgsweepError(
+            f"{journal} names a super-journal, which SQLite would delete on rollback: "
+            "pgsweep never writes such a journal, so this one is not a run's",
+            where=str(journal),
+            fix="move that journal out of the folder: the database then stays as it is "
+            "(a trial that was being written may look damaged)",
+        )  # fmt: skip
+
+
 class Store:
     """The writer. `rows` and `experiment` serve the run loop (resume checks, the count of
     failed trials); everything that reports reads goes through store.results.Results."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        check_journal(path)
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA synchronous = FULL")
         self.db.execute("PRAGMA foreign_keys = ON")

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..errors import PgsweepError, internal
+from ..host import folders
 from .db import SCHEMA_VERSION, Store, newer_schema
 
 # The one metric name that does not live in the metric table: pgbench's own summary TPS of
@@ -148,11 +149,14 @@ R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond)
 
 class Results:
     """The results in `folder`, read-only. Raises PgsweepError for a folder without
-    results.db or with a schema newer than this pgsweep knows."""
+    results.db or with a schema newer than this pgsweep knows, and for one another user
+    could change (host.folders): pgsweep may be root, and writes beside it."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.path = folder / "results.db"
+        self.path = folders.results_folder(folder) / "results.db"
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            folders.check_file(Path(f"{self.path}{suffix}"), "the results folder's")
         if not self.path.is_file():
             raise PgsweepError(
                 f"{folder} holds no results.db",

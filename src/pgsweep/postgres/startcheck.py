@@ -1,0 +1,147 @@
+"""Before anything runs: start a scratch server once with each configuration's server
+settings, as a trial will, and read back what every setting shows.
+
+`postgres -C NAME -c NAME=VALUE` parses one value, but it does not start a server: a level
+that only fails at start (`wal_level = minimal` beside the default `max_wal_senders`, an
+unknown library in `shared_preload_libraries`, two settings that only clash together) and
+a value the server derives or formats when it runs (`wal_buffers = -1` runs as 1/32 of
+shared_buffers; `log_file_mode` reads back in octal; `archive_command` as "(disabled)")
+are only seen by a real start. A scratch cluster (initdb --no-sync, about half a second,
+once per set of initdb options) is started with each distinct set of settings (about a
+quarter of a second each) on a private socket and stopped again; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PgsweepError
+from ..host import safefs
+from ..host.proc import RunAs
+from .binaries import Binaries
+from .cluster import Cluster, ServerError
+
+# The value pg_settings shows when the server replaced the level it was given by one it
+# derived (source 'override' or 'default' for a name the configuration file sets): any
+# value is the level in force, and the trial records it. pg_settings never holds a NUL.
+DERIVED = "\x00derived"
+# pg_settings.source of a value the server computed itself after reading the file
+DERIVED_SOURCES = {"override", "default"}
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """A configuration's settings with which the server would not start."""
+
+    settings: Mapping[str, str]
+    messages: list[str]  # the server's FATAL/ERROR/DETAIL/HINT lines
+
+    def names(self) -> list[str]:
+        """The settings (of this configuration) the server's message names."""
+        text = " ".join(self.messages).lower()
+        return [n for n in self.settings if re.search(rf"\b{re.escape(n)}\b", text)]
+
+
+class StartChecker:
+    """Scratch clusters, one per set of initdb options, started with each set of settings
+    asked about. Sets that differ only in settings a reload applies share one start (the
+    file is rewritten and the server reloaded). Use as a context manager: everything is
+    stopped and removed on exit."""
+
+    def __init__(self, binaries: Binaries, user: RunAs | None) -> None:
+        self.binaries = binaries
+        self.user = user
+        self._dir: Path | None = None
+        self._clusters: dict[tuple[str, ...], Cluster] = {}
+        self._seen: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], dict[str, str]] = {}
+        self._running: tuple[Cluster, tuple[tuple[str, str], ...]] | None = None
+
+    def __enter__(self) -> StartChecker:
+        self._dir = Path(tempfile.mkdtemp(prefix="pgsweep-start-"))
+        self._dir.chmod(0o711)  # the server user passes through to its leaves
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cluster in self._clusters.values():
+            cluster.destroy()
+        if self._dir is not None:
+            safefs.remove_tree(self._dir)
+
+    def _cluster(self, initdb_options: tuple[str, ...]) -> Cluster:
+        assert self._dir is not None, "StartChecker outside `with`"
+        if initdb_options not in self._clusters:
+            n = len(self._clusters) + 1
+            cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}", self._dir / f"s{n}")
+            self._clusters[initdb_options] = cluster
+            try:
+                cluster.create(["--no-sync", *initdb_options])
+            except ServerError as exc:
+                raise PgsweepError(f"a scratch initdb {' '.join(initdb_options)} failed: {exc}",
+                                   fix="check the cluster.* keys") from None  # fmt: skip
+        return self._clusters[initdb_options]
+
+    def shown(
+        self,
+        settings: Mapping[str, str],
+        initdb_options: tuple[str, ...] = (),
+        restart: Collection[str] = (),
+    ) -> dict[str, str] | StartFailure:
+        """What pg_settings shows for each of `settings` on a server started with all of
+        them (DERIVED where the server replaced the level by a value it computed), or why
+        the server would not start. `restart`: the names a reload cannot change (settings
+        that differ only in others share the running server)."""
+        key = (initdb_options, tuple(sorted(settings.items())))
+        if key in self._seen:
+            return self._seen[key]
+        cluster = self._cluster(initdb_options)
+        fixed = tuple(sorted((k, v) for k, v in settings.items() if k in restart))
+        cluster.write_settings(dict(settings))
+        if self._running == (cluster, fixed):
+            _reload(cluster)
+        else:
+            self._stop()
+            try:
+                cluster.start()
+            except ServerError as exc:
+                return StartFailure(dict(settings), _server_messages(str(exc)))
+            self._running = (cluster, fixed)
+        self._seen[key] = _read_shown(cluster, list(settings))
+        return self._seen[key]
+
+    def _stop(self) -> None:
+        if self._running is not None:
+            self._running[0].stop()
+            self._running = None
+
+
+def _reload(cluster: Cluster) -> None:
+    with cluster.connect() as conn:
+        before = conn.execute("SELECT pg_conf_load_time()").fetchone()
+        cluster.reload()
+        deadline = time.monotonic() + 5
+        while conn.execute("SELECT pg_conf_load_time()").fetchone() == before:
+            if time.monotonic() > deadline:
+                raise ServerError("a scratch server did not re-read its configuration in 5 s")
+            time.sleep(0.01)
+
+
+def _read_shown(cluster: Cluster, names: list[str]) -> dict[str, str]:
+    with cluster.connect() as conn:
+        rows = conn.execute(
+            "SELECT lower(name), setting, source FROM pg_settings WHERE lower(name) = ANY(%s)",
+            (names,),
+        ).fetchall()
+    # a value our own connection set (client_encoding) says nothing of the server's
+    return {name: DERIVED if source in DERIVED_SOURCES else setting
+            for name, setting, source in rows if source != "client"}  # fmt: skip
+
+
+def _server_messages(text: str) -> list[str]:
+    found = re.findall(r"(?:FATAL|PANIC|ERROR|DETAIL|HINT):\s+(.*)", text)
+    return found or [line for line in text.splitlines() if line.strip()][-3:]
+

@@ -1,0 +1,152 @@
+"""Server levels as a DBA writes them: automatic values (-1 and their kind) and values the
+server formats when it shows them run like any other level and are recorded as the value
+in force; a stock postgresql.conf pasted into [server] runs; a level, or a combination of
+levels, the server will not start with is exit 2 at `plan`, before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, SERVER_USER, pgsweep, postmasters, requires_pg, trials, write_experiment
+from pgsweep.host.proc import RunAs
+from pgsweep.postgres import binaries as pgbin
+from pgsweep.postgres.cluster import Cluster
+
+pytestmark = [requires_pg, pytest.mark.postgres]
+WORK_ON_TMPFS = True
+MANAGED = {"config_file", "data_directory", "hba_file", "ident_file", "external_pid_file",
+           "unix_socket_permissions"}  # fmt: skip
+
+
+def _derived_settings(tmp: Path) -> dict[str, str]:
+    """Every setting whose value on a started server with no configuration differs from
+    its boot value although nothing set it (the server derived or formatted it): name ->
+    boot value (the shown one where there is none, as a DBA would write it). Asked of
+    the installed server itself, not listed by hand. `tmp` is a root-owned folder the
+    server user may pass through."""
+    user = RunAs(SERVER_USER) if os.geteuid() == 0 else None
+    (tmp / "out").mkdir(mode=0o700)
+    binaries = pgbin.inspect(pgbin.locate("auto", where="test"), tmp / "out", user)
+    cluster = Cluster(binaries, user, tmp / "c", tmp / "s")
+    cluster.create(["--no-sync"])
+    cluster.start()
+    try:
+        with cluster.connect() as conn:
+            rows = conn.execute(
+                "SELECT name, coalesce(boot_val, setting) FROM pg_settings WHERE context <> "
+                "'internal' AND source IN ('default', 'override') AND setting IS DISTINCT "
+                "FROM boot_val"
+            ).fetchall()
+    finally:
+        cluster.destroy()
+    return {name: boot for name, boot in rows if name not in MANAGED}
+
+
+def _run(folder: Path, body: str) -> tuple[Path, object]:
+    path = write_experiment(folder, body)
+    res = pgsweep("run", str(path), "--results", str(folder / "res"))
+    return folder / "res", res
+
+
+def test_automatic_and_formatted_values_are_levels_in_force(
+    tmp_path: Path, state_dir: Path, open_dir: Path
+) -> None:
+    derived = _derived_settings(open_dir)
+    # the kinds this test exists for: -1 resolved at start, a mode shown in octal
+    assert {"wal_buffers", "log_file_mode"} <= set(derived), derived
+    base = "".join(f"{n} = {json.dumps(v)}\n" for n, v in sorted(derived.items())
+                   if n != "wal_buffers")  # fmt: skip
+    results, res = _run(tmp_path, (
+        f'[experiment]\nname = "auto-values"\nseed = 3\n[server]\n{base}[factors]\n'
+        'server.wal_buffers = ["-1", "16MB"]\nserver.shared_buffers = ["128MB", "256MB"]\n'
+        '[workload]\nduration = "1s"\nwarmup = "0s"\n[repeat]\nrounds = 1\n'
+    ))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = trials(results)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
+    db = sqlite3.connect(results / "results.db")
+    levels = dict(db.execute("SELECT id, levels_json FROM configuration").fetchall())
+    for r in rows:
+        eff = json.loads(r["effective_json"])
+        lv = json.loads(levels[r["config_id"]])
+        if lv["server.wal_buffers"] == "-1":  # the level and the value the server chose
+            assert eff["wal_buffers.level"] == "-1"
+            # auto: 1/32 of shared_buffers (128MB -> 4MB, 256MB -> 8MB)
+            want = {"128MB": "4MB", "256MB": "8MB"}[lv["server.shared_buffers"]]
+            assert eff["wal_buffers"] == want, eff
+        else:
+            assert eff["wal_buffers"] == "16MB" and "wal_buffers.level" not in eff
+        assert eff["log_file_mode"] == "0600"
+    env = dict(db.execute("SELECT scope || '/' || name, value FROM environment").fetchall())
+    auto = [k for k, v in env.items() if k.endswith("/wal_buffers") and "derived" in v]
+    assert len(auto) == 2, env  # the two -1 configurations, recorded with their value
+
+
+def test_a_stock_postgresql_conf_in_server_runs(tmp_path: Path, state_dir: Path) -> None:
+    stock = {}
+    for line in (DATA / "debian" / "postgresql-15-stock.conf").read_text().splitlines():
+        m = re.match(r"^(\w+)\s*=\s*('(?:[^']|'')*'|\S+)", line)
+        if m:
+            value = m.group(2)
+            stock[m.group(1)] = value[1:-1].replace("''", "'") if value[0] == "'" else value
+    assert len(stock) >= 25 and "data_directory" in stock and "ssl" in stock
+    base = "".join(f"{n} = {json.dumps(v)}\n" for n, v in stock.items())
+    body = (f'[experiment]\nname = "stock"\nseed = 1\n[server]\n{base}[factors]\n'
+            'workload.clients = [1, 2]\n[workload]\nduration = "1s"\nwarmup = "0s"\n'
+            "[repeat]\nrounds = 1\n")
+    path = write_experiment(tmp_path, body)
+    plan = pgsweep("plan", str(path))
+    assert plan.returncode == 0, plan.stderr
+    notes = [line for line in plan.stdout.splitlines() if line.startswith("note:")]
+    # what pgsweep sets itself is said, one line each, naming the line of the file
+    for name in ("data_directory", "port", "unix_socket_directories", "ssl", "ssl_key_file",
+                 "external_pid_file", "include_dir"):  # fmt: skip
+        assert any(f"server.{name} = " in n and "not used" in n for n in notes), (name, notes)
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+    eff = json.loads(rows[0]["effective_json"])
+    assert eff["datestyle"] == "ISO, MDY" and eff["cluster_name"] == "15/main"
+    assert eff["log_line_prefix"] == "%m [%p] %q%u@%d "
+
+
+def _plan_error(tmp_path: Path, body: str) -> str:
+    before = set(os.listdir("/tmp"))
+    servers = set(postmasters())
+    path = write_experiment(tmp_path, body)
+    res = pgsweep("plan", str(path))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert set(postmasters()) <= servers  # the scratch server is gone
+    assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("pgsweep-start")]
+    return res.stderr
+
+
+def test_levels_that_only_fail_together_are_refused_at_plan(tmp_path: Path) -> None:
+    err = _plan_error(tmp_path, """
+        [experiment]
+        name = "together"
+        [factors]
+        server.max_wal_senders = [0, 10]
+        server.wal_level = ["replica", "minimal"]
+    """)  # fmt: skip
+    # wal_level = minimal starts with max_wal_senders = 0 only: named with its line
+    assert "exp.toml:4: factors.server.max_wal_senders" in err, err
+    assert "requires wal_level" in err and "'minimal'" in err and "'10'" in err
+
+
+def test_a_level_no_server_starts_with_is_refused_at_plan(tmp_path: Path) -> None:
+    err = _plan_error(tmp_path, """
+        [experiment]
+        name = "preload"
+        [server]
+        shared_preload_libraries = "pg_stat_statement"
+    """)  # fmt: skip
+    assert "exp.toml:4: server.shared_preload_libraries" in err, err
+    assert 'could not access file "pg_stat_statement"' in err
