@@ -8,7 +8,10 @@ Both files must describe the same factors and levels on the same installed Postg
 binaries (postgres.bin; a change of [build] base values is a change like any other, and
 two builds are best compared as a `build.*` factor) as the same user.
 What differs between them (base values of any layer) is the change; its cost is the
-largest cost of a key that differs, so a cluster-level change gets a cluster per side."""
+largest cost of a key that differs, so a cluster-level change gets a cluster per side.
+Every layer's checks across configurations run again on both sides' configurations
+together (one set of layer instances runs them all), and trials record what was in
+force, read back from the servers."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from typing import Any
 from .core import Cost
 from .errors import PgsweepError
 from .host import folders
+from .layers.base import ValidationContext
+from .postgres import binaries as pgbin
 from .postgres import pgbench
 from .spec import Experiment, Factor
 
@@ -70,11 +75,29 @@ def combine(before: Experiment, after: Experiment, folder: Path) -> Experiment:
     configs: dict[tuple[Any, ...], dict[str, Any]] = {}
     for side, exp in (("before", before), ("after", after)):
         configs.update({(side, *levels): s for levels, s in exp.configurations.items()})
+    _check_together(after, list(configs.values()), folder)
     canonical = {n: {**before.canonical.get(n, {}), **after.canonical.get(n, {})}
                  for n in {*before.canonical, *after.canonical}}  # fmt: skip
     return replace(after, factors=[AGAINST, *after.factors], configurations=configs,
                    canonical=canonical, pseudo_costs={AGAINST.name: cost},
                    against=folder, against_text=before.source.text)  # fmt: skip
+
+
+def _check_together(after: Experiment, configs: list[dict[str, Any]], folder: Path) -> None:
+    """Every layer's checks across configurations, on both sides' together: the run uses
+    one set of layer instances (FILE's), and what they learn from the configurations
+    (the replication layer: that some configuration has a standby, so every trial's
+    primary is set up for one or none) must hold for DIR's too."""
+    with pgbin.ValueChecker(after.binaries, after.user) as checker:
+        ctx = ValidationContext(after.source, after.binaries, checker, after.user)
+        ctx.catalog_deferred = all(getattr(c.get("build"), "spec", None) for c in configs)
+        try:
+            for layer in after.layers:
+                layer.check_configurations(configs, ctx)
+        except PgsweepError as exc:
+            raise PgsweepError(f"{exc.what} (with the configurations of {folder} beside "
+                               "this file's)", where=exc.where, expected=exc.expected,
+                               fix=exc.fix) from None  # fmt: skip
 
 
 def _supported(exp: Experiment, folder: Path) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|min|h)?\s*$")
-_FACTORS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$")
+MAX_SECONDS = 30 * 86400  # beyond a month a duration is a mistake (pgbench -T is an int)
+_FACTORS = {"us": 1e-6, "ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0,
+            "d": 86400.0, None: 1.0}  # PostgreSQL's time units (recovery_min_apply_delay)
 
 
 def parse_duration(value: object, *, default_unit: str = "s") -> float:
@@ -19,6 +22,8 @@ def parse_duration(value: object, *, default_unit: str = "s") -> float:
         if not m:
             raise ValueError('a duration such as 30, "30s", "2min" or "1h"')
         seconds = float(m.group(1)) * _FACTORS[m.group(2) or default_unit]
+    if not math.isfinite(seconds) or seconds > MAX_SECONDS:
+        raise ValueError(f"a finite duration, at most {MAX_SECONDS // 86400} days")
     if seconds < 0:
         raise ValueError("a duration that is not negative")
     return seconds

@@ -20,8 +20,13 @@ from pgsweep import cli
 
 CORPUS = sorted((DATA / "bad").glob("*.toml"))
 KERNEL_FILES = [
-    "/proc/sys/vm/swappiness",
-    "/proc/sys/vm/dirty_ratio",
+    *(f"/proc/sys/{name}" for name in (
+        "vm/swappiness", "vm/dirty_ratio", "vm/dirty_bytes", "vm/max_map_count",
+        "vm/vfs_cache_pressure", "vm/overcommit_memory", "vm/overcommit_ratio",
+        "fs/file-max", "fs/nr_open", "fs/aio-max-nr", "kernel/shmmni", "kernel/sem",
+        "net/ipv4/tcp_mem", "net/ipv4/tcp_rmem", "net/core/somaxconn",
+        "kernel/sched_deadline_period_max_us",
+    )),
     "/sys/kernel/mm/transparent_hugepage/enabled",
     "/sys/kernel/mm/transparent_hugepage/defrag",
     "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
@@ -63,11 +68,20 @@ def expectations(path: Path) -> tuple[list[str], int | None, list[str]]:
 
 
 def test_the_corpus_is_large_and_covers_every_layer() -> None:
-    assert len(CORPUS) >= 60
+    assert len(CORPUS) >= 240
     text = "".join(p.read_text() for p in CORPUS)
     for table in ("[storage", "[cluster]", "[os", "[server]", "[workload]", "[repeat]",
-                  "[report]", "[postgres]", "storage.zfs", "[factors]"):  # fmt: skip
+                  "[report]", "[postgres]", "storage.zfs", "[factors]", "[build]",
+                  "[replication]", "[replication.standby]", "[storage.wal]"):  # fmt: skip
         assert table in text, table
+    # every key added since the first safety pass, in the file or as a factor
+    for key in ("source", "ref", "blocksize", "wal_blocksize", "segsize", "optimize",
+                "configure", "cflags", "allow_cassert", "debug", "pgbench", "standbys",
+                "mode", "sync_standbys", "network", "bandwidth", "max_lag", "delay",
+                "standby_script", "standby_clients", "min_rounds", "max_rounds", "decide",
+                "precision", "alpha", "margin", "baseline", "rate", "latency_limit",
+                "max_tries"):  # fmt: skip
+        assert f"\n{key} = " in text or f".{key} = " in text, key
 
 
 @requires_pg

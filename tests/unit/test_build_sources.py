@@ -226,3 +226,147 @@ def test_a_cache_the_server_user_cannot_reach_is_refused_before_building(
     assert err.value.exit_code == 2 and "drwx------" in err.value.what
     (open_dir / "builds").mkdir(mode=0o755)
     buildprep._check_reachable(open_dir / "builds", exp)  # type: ignore[arg-type]
+
+
+def _hostile_gitdir(open_dir: Path) -> tuple[Path, Path, Path]:
+    """A root-owned work tree whose `.git` is a file naming a repository the server user
+    owns, with a clean filter that would write a canary as whoever runs it; and a HOME for
+    root whose git configuration trusts every repository (safe.directory = *, common in CI
+    images). Returns (tree, canary, home)."""
+    theirs = open_dir / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, *_uid())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    _as_server([*git, "init", "-q", "repo"], theirs)
+    repo = theirs / "repo"
+    canary = open_dir / "canary"
+    _as_server(["sh", "-c", "printf '#!/bin/sh\\necho configure\\n' > configure; "
+                "echo '* filter=evil' > .gitattributes"], repo)  # fmt: skip
+    _as_server([*git, "add", "configure", ".gitattributes"], repo)
+    _as_server([*git, "commit", "-qm", "one"], repo)
+    _as_server([*git, "config", "filter.evil.clean", f"sh -c 'id -u > {canary}; cat'"], repo)
+    tree = open_dir / "tree"  # root's, with root's copies of the files
+    tree.mkdir()
+    shutil.copy(repo / "configure", tree / "configure")
+    shutil.copy(repo / ".gitattributes", tree / ".gitattributes")
+    (tree / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    (tree / "configure").write_text("#!/bin/sh\necho changed\n")  # stat-dirty: diff cleans it
+    home = open_dir / "roothome"
+    home.mkdir(mode=0o700)
+    (home / ".gitconfig").write_text("[safe]\n\tdirectory = *\n")
+    return tree, canary, home
+
+
+def test_a_git_file_naming_another_users_repository_runs_none_of_its_config(
+    open_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree, canary, home = _hostile_gitdir(open_dir)
+    monkeypatch.setenv("HOME", str(home))  # root's git trusts every repository
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    trusting = subprocess.run(["git", "-C", str(tree), "diff", "--stat"], capture_output=True)
+    assert trusting.returncode == 0 and canary.exists()  # the attack is real with root's git
+    canary.unlink()
+    why = sources.check_path(str(tree))
+    assert why is not None and "another user could change" in why and "theirs" in why, why
+    scratch = tmp_path / "out"
+    scratch.mkdir()
+    with pytest.raises(sources.SourceError, match="another user could change"):
+        sources.resolve(str(tree), None, tmp_path, scratch)
+    with pytest.raises(sources.SourceError):
+        sources._git_run(tree, ["diff", "--stat"], scratch / "d.out", "git diff")
+    assert not canary.exists()
+
+
+def _root_repo(where: Path) -> Path:
+    tree = where / "rootrepo"
+    tree.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tree)]
+    (tree / "configure").write_text("#!/bin/sh\necho one\n")
+    (tree / "src").mkdir()
+    (tree / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    (tree / ".gitattributes").write_text("* filter=evil\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "one"]):
+        subprocess.run([*git, *args], check=True, capture_output=True,
+                       env={"PATH": os.environ["PATH"], "HOME": "/nonexistent"})  # fmt: skip
+    return tree
+
+
+def test_git_reads_no_global_or_system_configuration(
+    open_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's own tree: git runs as root, and root's global configuration (here a clean
+    filter the tree's attributes name) is not read."""
+    tree = _root_repo(open_dir)
+    canary = open_dir / "canary"
+    home = open_dir / "roothome"
+    home.mkdir(mode=0o700)
+    clean = f"sh -c 'touch {canary}; cat'"
+    (home / ".gitconfig").write_text(f'[filter "evil"]\n\tclean = "{clean}"\n')
+    monkeypatch.setenv("HOME", str(home))
+    (tree / "configure").write_text("#!/bin/sh\necho two\n")
+    subprocess.run(["git", "-C", str(tree), "diff", "--stat"], check=True, capture_output=True)
+    assert canary.exists()  # root's own git runs it
+    canary.unlink()
+    scratch = tmp_path / "out"
+    scratch.mkdir()
+    pinned = sources.resolve(str(tree), None, tmp_path, scratch)
+    assert b"echo two" in pinned.diff
+    assert not canary.exists()
+
+
+def test_tracked_files_another_user_can_write_are_refused(open_dir: Path) -> None:
+    tree = _root_repo(open_dir)
+    assert sources.check_path(str(tree)) is None
+    os.chown(tree / "src" / "main.c", *_uid())  # a tracked file of theirs
+    why = sources.check_path(str(tree))
+    assert why is not None and "tracked file" in why and "main.c" in why, why
+    os.chown(tree / "src" / "main.c", 0, 0)
+    (tree / "src").chmod(0o777)  # they could replace a tracked file
+    why = sources.check_path(str(tree))
+    assert why is not None and str(tree / "src") in why, why
+    (tree / "src").chmod(0o755)
+    (tree / "configure").chmod(0o666)
+    why = sources.check_path(str(tree))
+    assert why is not None and "configure" in why, why
+    (tree / "configure").chmod(0o755)
+    (tree / "untracked.o").write_text("")  # untracked: never compiled
+    os.chown(tree / "untracked.o", *_uid())
+    assert sources.check_path(str(tree)) is None
+    os.chown(tree / ".git" / "config", *_uid())  # their file in the git directory
+    why = sources.check_path(str(tree))
+    assert why is not None and "config" in why, why
+
+
+def test_the_major_version_is_known_before_anything_is_unpacked(open_dir: Path) -> None:
+    """plan checks setting names against the installed catalog when every build is of its
+    major version: apt's name, a tarball's top folder, a git tree's configure.ac."""
+    assert sources.major_version("apt:postgresql-15", None) == 15
+    tarball = open_dir / "renamed.tar.gz"  # the file's name says nothing; its content does
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("postgresql-16.4/configure")
+        info.size = 0
+        tar.addfile(info, __import__("io").BytesIO(b""))
+    assert sources.major_version(str(tarball), None) == 16
+    tree = _root_repo(open_dir)
+    (tree / "configure.ac").write_text("AC_INIT([PostgreSQL], [18devel], [bugs@x])\n")
+    subprocess.run(["git", "-C", str(tree), "add", "configure.ac"], check=True)
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-qm", "version"], check=True, env={"PATH": os.environ["PATH"],
+                   "HOME": "/nonexistent"})  # fmt: skip
+    assert sources.major_version(str(tree), None) == 18
+    assert sources.major_version(str(tree), "HEAD~1") is None  # no configure.ac there
+
+
+def test_a_macro_that_adds_settings_leaves_names_to_the_builds(tmp_path: Path) -> None:
+    """-DLOCK_DEBUG adds trace_locks: a build with a macro has settings the installed
+    catalog lacks, so plan leaves the name to its catalog; without one it is refused."""
+    from pgsweep import spec
+
+    body = ('[experiment]\nname = "m"\n[build]\nsource = "apt:postgresql-15"\n'
+            'cflags = "{}"\n[server]\ntrace_locks = "on"\n')  # fmt: skip
+    (tmp_path / "macro.toml").write_text(body.format("-O2 -DLOCK_DEBUG"))
+    spec.load(tmp_path / "macro.toml")  # deferred: the build's catalog decides
+    (tmp_path / "plain.toml").write_text(body.format("-O2"))
+    with pytest.raises(PgsweepError, match="no setting named 'trace_locks'") as err:
+        spec.load(tmp_path / "plain.toml")
+    assert "plain.toml:7: server.trace_locks" in str(err.value)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pgsweep.host.blockdev import Grant
-from pgsweep.units import parse_size, ram_share
+from pgsweep.units import parse_duration, parse_size, ram_share
 
 
 def test_sizes_in_postgres_and_zfs_spellings() -> None:
@@ -35,3 +35,14 @@ def test_a_grant_names_the_device_not_a_prefix(tmp_path: Path) -> None:
     assert not grant.allows(Path(f"{disk}1")) and not Grant().allows(disk)
     # only device paths under /dev, never a path that climbs out of it
     assert not Grant((Path("/etc/passwd"),)).allows(Path("/dev/../etc/passwd"))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), "40d", 1e300, -1])
+def test_durations_are_finite_and_bounded(value: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(value)
+
+
+def test_postgresqls_time_units_are_durations() -> None:
+    """recovery_min_apply_delay = "1d" passed plan and then crashed the trial's wait."""
+    assert parse_duration("1d") == 86400 and parse_duration("250us") == 0.00025

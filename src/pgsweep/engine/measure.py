@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..collect import counters, devices, environment, metrics, txlog
-from ..host import proc, safefs
+from ..host import bounded, proc, safefs
 from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
 from ..store import TrialRecord
@@ -20,6 +20,9 @@ from ..store import TrialRecord
 # transaction costs pgbench client CPU (bench/fidelity measures how much).
 AUTO_LOGGED_PER_S = 2_000
 _PGBENCH_LOG = re.compile(r"tx\.\d+(\.\d+)?")  # the names pgbench gives its per-thread logs
+OUTPUT_BUDGET = 4 * bounded.OUTPUT_LIMIT  # a trial's pgbench stdout and stderr, warm-up too
+LOG_LINE_BYTES = 128  # a transaction-log line is about 31 bytes, at most about 90
+MAX_LOG = txlog.MAX_LOG_BYTES  # however many transactions pgbench counts
 
 
 def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
@@ -31,16 +34,16 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     settings = trial.settings["workload"]
     pgb, conn = trial.client.path("pgbench"), cluster.pgbench_conn_args()
     warmup_tps = None
+    budget = bounded.Budget(OUTPUT_BUDGET, "a trial's pgbench output")
     if settings.warmup_s > 0:
         argv = w.argv(pgb, conn, seconds=settings.warmup_s, vacuum=True)
         res = _pgbench(argv, trial_dir / "warmup", trial, settings.warmup_s)
-        record.artifacts["warmup.out"] = res.stdout_path.read_bytes()
-        record.artifacts["warmup.err"] = res.stderr_path.read_bytes()
+        out, _ = _outputs(res, "warmup", budget, record)
         if not res.ok:
             raise TrialFailure(
                 f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
             )
-        warmup_tps = pgbench.parse_summary(res.stdout).tps
+        warmup_tps = pgbench.parse_summary(out).tps
     rate = sampling_rate(settings.latency_log, w.rate, warmup_tps)
     log_dir = trial_dir / "txlog"
     if rate is not None:
@@ -72,27 +75,29 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     mem = metrics.memory()
     if cgroup is not None:
         mem.update(metrics.cgroup_memory(cgroup))
-    record.artifacts["pgbench.out"] = res.stdout_path.read_bytes()
-    record.artifacts["pgbench.err"] = res.stderr_path.read_bytes()
+    out, err = _outputs(res, "pgbench", budget, record)
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
     if record_settings:
         with cluster.connect() as db:
             written = trial.settings["server"]  # the configuration's own settings
             record.environment[record.config_id] = environment.settings(db, written)
-    summary = pgbench.parse_summary(res.stdout)
+    summary = pgbench.parse_summary(out)
     record.tps, record.transactions = summary.tps, summary.transactions
     record.failed_transactions = summary.failed
     record.latency_avg_ms, record.latency_stddev_ms = (
         summary.latency_avg_ms,
         summary.latency_stddev_ms,
     )
-    progress = pgbench.parse_progress(res.stderr)
+    progress = pgbench.parse_progress(err)
     record.samples = [
         (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped) for p in progress
     ]
     uid = safefs.owner_ids(trial.run.user)[0]
-    log = _reduce_log(log_dir, w.seconds, uid) if rate is not None else None
+    log = None
+    if rate is not None:
+        lines = (summary.transactions + summary.failed + summary.skipped) * rate * 2 + 10_000
+        log = _reduce_log(log_dir, w.seconds, uid, w.jobs, int(lines) * LOG_LINE_BYTES)
     _derive(record, server, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
 
@@ -155,16 +160,44 @@ def sampling_rate(
     return round(AUTO_LOGGED_PER_S / expected, 4)
 
 
-def _reduce_log(log_dir: Path, seconds: int, uid: int) -> txlog.Reduction:
+def _outputs(res: proc.Result, name: str, budget: bounded.Budget,
+             record: TrialRecord) -> tuple[str, str]:  # fmt: skip
+    """pgbench's stdout and stderr (root's files, which pgbench and what a custom script
+    runs through it write), kept as artifacts: bounded, together with the trial's other
+    outputs; more fails the trial with the reason."""
+    try:
+        out, err = budget.read(res.stdout_path), budget.read(res.stderr_path)
+    except bounded.TooLarge as exc:
+        raise TrialFailure(f"pgbench's output was not read: {exc}") from None
+    record.artifacts[f"{name}.out"], record.artifacts[f"{name}.err"] = out, err
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _reduce_log(log_dir: Path, seconds: int, uid: int, jobs: int,
+                most: int) -> txlog.Reduction:  # fmt: skip
     """Read pgbench's log files from a directory the server user owns: listed and opened
-    without following links, each a regular file owned by that user."""
-    names = [n for n in safefs.list_owned(log_dir) if _PGBENCH_LOG.fullmatch(n)]
+    without following links, each a regular file owned by that user; no more files than
+    pgbench has threads (`jobs`: one log each) and at most `most` bytes in all (what the
+    transactions pgbench counted can fill, with room to spare), checked on the opened
+    files before a byte is read."""
+    try:
+        names = [n for n in bounded.list_names(log_dir, jobs + 64) if _PGBENCH_LOG.fullmatch(n)]
+    except bounded.TooLarge as exc:
+        raise TrialFailure(f"the transaction log was not read: {exc}") from None
     if not names:
         raise TrialFailure(f"pgbench wrote no transaction log in {log_dir}")
+    if len(names) > jobs:
+        raise TrialFailure(f"the transaction log was not read: {log_dir} holds {len(names)} "
+                           f"log files, and pgbench's {jobs} thread(s) write one each")  # fmt: skip
     files = []
     try:
         for name in names:
             files.append(os.fdopen(safefs.open_owned_in(log_dir, name, uid), "rb"))
+        size, most = sum(os.fstat(f.fileno()).st_size for f in files), min(most, MAX_LOG)
+        if size > most:
+            raise TrialFailure(f"the transaction log was not read: its {len(files)} file(s) "
+                               f"hold {size:,} bytes, more than the transactions pgbench "
+                               f"counted can fill ({most:,})")  # fmt: skip
         return txlog.reduce(txlog.parse(files), seconds)
     except safefs.UnsafePath as exc:
         raise TrialFailure(f"the transaction log was not read: {exc}") from exc

@@ -153,6 +153,8 @@ def preflight(exp: Experiment, results: Path) -> Path:
     for layer in exp.layers:
         layer.authorize(exp.grant)
         layer.check_host(where, [c[layer.name] for c in configs])
+        if isinstance(layer, ResourceLayer):  # after the devices' own checks
+            layer.check_room(configs, where)
     return where
 
 

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..host import proc, safefs
+from ..host import bounded, proc, safefs
 from ..layers.context import TrialContext, TrialFailure
 from ..postgres import pgbench
 from ..postgres.cluster import Cluster
@@ -63,7 +63,11 @@ class StandbyLoad:
             except subprocess.TimeoutExpired:
                 pass
             proc.kill_group(popen, grace=1.0 if abort else 5.0)
-            stdout, stderr = out.read_bytes(), err.read_bytes()
+            try:  # pgbench runs as the server user, and a script's \shell can print
+                stdout, stderr = bounded.read_output(out), bounded.read_output(err)
+            except bounded.TooLarge as exc:
+                broken.append(f"{name}: {exc}")
+                continue
             record.artifacts[f"standby-{name}.out"] = stdout
             record.artifacts[f"standby-{name}.err"] = stderr
             text, errors = stdout.decode(errors="replace"), stderr.decode(errors="replace")

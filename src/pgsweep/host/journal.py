@@ -55,8 +55,8 @@ def allowed(path: str) -> bool:
     if "/../" in path or path.endswith("/.."):
         return False
     if path.startswith("/proc/sys/"):
-        return SYSCTLS.match(path.removeprefix("/proc/sys/").replace("/", ".")) is not None
-    return ALLOWED.match(path) is not None
+        return SYSCTLS.fullmatch(path.removeprefix("/proc/sys/").replace("/", ".")) is not None
+    return ALLOWED.fullmatch(path) is not None
 
 
 def read_setting(path: Path) -> str:

@@ -39,7 +39,7 @@ print(min(times) * 1000)
 
 def rate_bits(text: str) -> int:
     """ "10mbit" -> 10_000_000; ValueError for anything tc would not read the same way."""
-    m = RATE.match(text)
+    m = RATE.fullmatch(text)
     if not m:
         raise ValueError('a rate such as "10mbit", "500kbit" or "1gbit"')
     bits = float(m.group(1)) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(3)]
@@ -123,7 +123,7 @@ def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
     """Delete a namespace pgsweep made (its name checked: a journal is data); the veth end
     inside it, its peer and its qdisc go with it."""
     name = entry.get("netns", "")
-    if not NETNS.match(name):
+    if not NETNS.fullmatch(name):
         raise OSError("not a namespace pgsweep makes; the journal entry is refused")
     if not exists(name):
         return None

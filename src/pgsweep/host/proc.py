@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import internal
-from . import safefs
+from . import bounded, safefs
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,16 @@ class Result:
 
     @property
     def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
+        """The whole output, up to bounded.OUTPUT_LIMIT (TooLarge beyond: a command run as
+        the server user decides how much it prints)."""
+        return bounded.read_output(self.stdout_path).decode(errors="replace")
 
     @property
     def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
+        return bounded.read_output(self.stderr_path).decode(errors="replace")
 
     def tail(self, lines: int = 15) -> str:
-        text = (self.stderr.strip() + "\n" + self.stdout.strip()).strip()
+        text = (_end(self.stderr_path) + "\n" + _end(self.stdout_path)).strip()
         return "\n".join(text.splitlines()[-lines:])
 
     @property
@@ -71,8 +73,13 @@ class Result:
 
     def last_line(self) -> str:
         """What a system tool said last (its error message), for one-line reasons."""
-        text = self.stderr.strip() or self.stdout.strip() or self.describe_failure()
+        text = _end(self.stderr_path) or _end(self.stdout_path) or self.describe_failure()
         return text.splitlines()[-1]
+
+
+def _end(path: Path) -> str:
+    """The end of an output file, however long it is, without its trailing blanks."""
+    return bounded.read_tail(path).decode(errors="replace").strip()
 
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

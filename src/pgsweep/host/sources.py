@@ -2,13 +2,17 @@
 
 Three kinds (`build.source`):
 - `apt:postgresql-15`: Debian's source package, fetched once through a private sources
-  list and lists directory (the machine's apt configuration is not touched) and kept in
-  the build cache; the orig tarball is built as it is (Debian's patches are not applied);
+  list and lists directory (the machine's apt configuration is not touched) by apt's
+  sandbox user, checked against apt's signed index and kept in the build cache
+  (host/aptsource.py); the orig tarball is built as it is (Debian's patches are not
+  applied);
 - a release tarball (`.tar.gz`, `.tar.bz2`, `.tar.xz`, `.tgz`), read once by descriptor;
 - a git work tree, with `build.ref` (commit, tag, branch) or, without it, HEAD plus the
   work tree's uncommitted changes to tracked files. git runs as the tree's owner (root
-  running git in another user's repository would run that user's hooks and config), its
-  output goes to root's files, and the tree is never written.
+  running git in another user's repository would run that user's hooks and config), with
+  no system or global configuration (host/gitsource.py), its output goes to root's
+  files, and the tree is never written; the git directories and every tracked file must
+  be ones no other user can change.
 
 `resolve` pins a source to a digest (the build key hashes it); `unpack` puts it into a
 root-owned folder as a tree holding `configure`."""
@@ -18,16 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pwd
 import re
 import stat
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import proc, safefs
+from . import aptsource, gitsource, proc, safefs
 
-DEBIAN_SOURCES = "http://deb.debian.org/debian"
-KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 APT_PACKAGE = re.compile(r"^postgresql-[0-9]{1,3}$")
 TARBALL = re.compile(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz)$")
 GIT_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}$")
@@ -55,7 +58,7 @@ class Pinned:
 def kind_of(source: str) -> str:
     """apt | tarball | git | "" (unknown), from the text alone (validation)."""
     if source.startswith("apt:"):
-        return "apt" if APT_PACKAGE.match(source[4:]) else ""
+        return "apt" if APT_PACKAGE.fullmatch(source[4:]) else ""
     if not source.startswith("/"):
         return ""
     return "tarball" if TARBALL.search(source) else "git"
@@ -69,8 +72,6 @@ def check_path(source: str) -> str | None:
     if not path.is_absolute() or ".." in path.parts:
         return "a path must be absolute, without '..'"
     why = safefs.untrusted_link(path) or safefs.untrusted_component(path)
-    if not why and kind_of(source) == "git" and (path / ".git").exists():
-        why = safefs.untrusted_component(path / ".git")
     if why:
         return f"another user could change what root would compile and run: {why}"
     try:
@@ -79,8 +80,12 @@ def check_path(source: str) -> str | None:
         return f"cannot be read: {exc.strerror}"
     if kind_of(source) == "tarball" and not stat.S_ISREG(st.st_mode):
         return "not a regular file"
-    if kind_of(source) == "git" and not (stat.S_ISDIR(st.st_mode) and (path / ".git").exists()):
-        return "not a git work tree (no .git in it)"
+    if kind_of(source) == "git":
+        if not (stat.S_ISDIR(st.st_mode) and os.path.lexists(path / ".git")):
+            return "not a git work tree (no .git in it)"
+        why = gitsource.untrusted(path)
+        if why:
+            return f"another user could change what root would compile and run: {why}"
     return None
 
 
@@ -116,8 +121,9 @@ def unpack(pinned: Pinned, into: Path, scratch: Path) -> Path:
     if pinned.diff:
         patch = scratch / "worktree.diff"
         safefs.write_file(patch, pinned.diff)
-        res = proc.run(["git", "apply", "--whitespace=nowarn", str(patch)],
-                       out=scratch / "apply.out", cwd=tops[0], timeout=120)  # fmt: skip
+        res = proc.run([*gitsource.GIT, "apply", "--whitespace=nowarn", str(patch)],
+                       out=scratch / "apply.out", cwd=tops[0], timeout=120,
+                       env=gitsource.env(tops[0]))  # fmt: skip
         if not res.ok:
             raise SourceError(f"the work tree's changes do not apply: {res.last_line()}")
     return tops[0]
@@ -161,39 +167,13 @@ def _apt(package: str, home: Path, scratch: Path, fetch: bool) -> Pinned:
         safefs.remove_tree(home)
     home.parent.mkdir(mode=0o755, exist_ok=True)
     safefs.private_dir(home, 0o755)
-    if not KEYRING.exists():
-        raise SourceError(f"no Debian archive keyring at {KEYRING} to verify {package}")
-    state = scratch / "apt"
-    for d in ("lists/partial", "cache/archives/partial"):
-        (state / d).mkdir(parents=True, exist_ok=True)
-    sources = state / "sources.list"
-    safefs.write_file(sources, f"deb-src [signed-by={KEYRING}] {DEBIAN_SOURCES} bookworm main\n",
-                      0o644)  # fmt: skip
-    # a configuration of its own (APT_CONFIG): none of the machine's apt.conf.d, so none of
-    # its hooks (Post-Invoke) run; downloads as root into root's private folders
-    conf = state / "apt.conf"
-    safefs.write_file(conf, "".join(f'{k} "{v}";\n' for k, v in (
-        ("Dir::Etc::Main", "/dev/null"), ("Dir::Etc::Parts", "/nonexistent"),
-        ("Dir::Etc::SourceList", sources), ("Dir::Etc::SourceParts", "/nonexistent"),
-        ("Dir::State::Lists", state / "lists"), ("Dir::Cache", state / "cache"),
-        ("APT::Sandbox::User", "root"),
-    )), 0o644)  # fmt: skip
-    for argv, name, cwd in ((["apt-get", "-q", "update"], "apt-update", scratch),
-                            (["apt-get", "-q", "source", "--download-only", package],
-                             "apt-source", home)):  # fmt: skip
-        res = proc.run(argv, out=scratch / f"{name}.out", timeout=900, cwd=cwd,
-                       env={"APT_CONFIG": str(conf)})  # fmt: skip
-        if not res.ok:
-            raise SourceError(f"apt-get could not fetch the source of {package}: "
-                              f"{res.last_line()}", scratch / f"{name}.out.err")  # fmt: skip
-    found = sorted(home.glob("*.orig.tar.*"))
-    if len(found) != 1:
-        raise SourceError(f"apt-get fetched no single orig tarball for {package}")
-    version = found[0].name.split("_")[1].removesuffix(".orig.tar" + found[0].suffix)
-    sha = _digest(found[0])
-    safefs.write_file(record, json.dumps({"tarball": found[0].name, "sha256": sha,
-                                          "version": version}), 0o644)  # fmt: skip
-    return Pinned(f"apt:{package}", "apt", sha, found[0], version=version)
+    try:
+        got = aptsource.fetch(package, home, scratch)
+    except aptsource.AptError as exc:
+        raise SourceError(str(exc), exc.log) from None
+    safefs.write_file(record, json.dumps({"tarball": got.tarball.name, "sha256": got.sha256,
+                                          "version": got.version}), 0o644)  # fmt: skip
+    return Pinned(f"apt:{package}", "apt", got.sha256, got.tarball, version=got.version)
 
 
 def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
@@ -212,17 +192,34 @@ def _git(tree: Path, ref: str | None, scratch: Path) -> Pinned:
 
 
 def _git_run(tree: Path, args: list[str], out: Path, what: str) -> bytes:
-    """git in `tree` as the tree's owner (never root in another user's repository); its
-    output into root's file `out`."""
-    owner = os.stat(tree).st_uid
     try:
-        user = None if owner == os.geteuid() else proc.RunAs(pwd.getpwuid(owner).pw_name)
-    except KeyError:
-        raise SourceError(f"{tree} belongs to uid {owner}, which has no account") from None
-    argv = ["git", "-c", "core.fsmonitor=false", "-C", str(tree), *args]
-    res = proc.run(argv, out=out, user=user, timeout=600, env={"GIT_NO_REPLACE_OBJECTS": "1"})
-    if not res.ok:
-        raise SourceError(
-            f"{what} failed in {tree}: {res.last_line()}", out.with_suffix(".out.err")
-        )
-    return out.read_bytes()
+        return gitsource.run(tree, args, out, what)
+    except gitsource.GitError as exc:
+        raise SourceError(str(exc), exc.log) from None
+
+
+_RELEASE = re.compile(r"postgresql-([0-9]{2,3})(?:[.][0-9]+|beta[0-9]*|rc[0-9]*|devel)?")
+_AC_INIT = re.compile(rb"AC_INIT\(\[PostgreSQL\], \[([0-9]{2,3})")
+
+
+def major_version(source: str, ref: str | None) -> int | None:
+    """The PostgreSQL major version a source builds, when it can be told without
+    unpacking it (None otherwise): apt's package name, the top folder inside a release
+    tarball, a git tree's configure.ac at the ref (read by gitsource's git). For `plan`:
+    a build of the installed major version has the installed catalog of settings."""
+    kind = kind_of(source)
+    try:
+        if kind == "apt":
+            return int(source.removeprefix("apt:postgresql-"))
+        if kind == "tarball":
+            with tarfile.open(source, "r:*") as tar:
+                first = tar.next()
+            m = _RELEASE.fullmatch(first.name.split("/")[0]) if first else None
+            return int(m.group(1)) if m else None
+        with tempfile.TemporaryDirectory(prefix="pgsweep-version-") as tmp:
+            text = gitsource.run(Path(source), ["show", f"{ref or 'HEAD'}:configure.ac"],
+                                 Path(tmp) / "show.out", "git show")  # fmt: skip
+        found = _AC_INIT.search(text)
+        return int(found.group(1)) if found else None
+    except (OSError, ValueError, EOFError, tarfile.TarError, gitsource.GitError):
+        return None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..collect import mounts
 from ..errors import PgsweepError
-from . import safefs
+from . import entries, safefs
 from .proc import RunAs, gone, reap
 
 MARKER = ".pgsweep-workarea"
@@ -159,19 +159,32 @@ def _set_mode(folder: Path, mode: int) -> None:
         os.close(fd)
 
 
+_bases: dict[str, Path] = {}  # the fallback base as written -> checked and resolved, once
+
+
 def fallback_base() -> Path:
     """/var/tmp, or $PGSWEEP_WORK_BASE (e.g. a faster disk, or a tmpfs for tests of
     mechanics): a directory only root (or you) can change, or a sticky one like /var/tmp,
-    where the work area is made fresh (mkdtemp) and nobody can move it."""
+    where the work area is made fresh (mkdtemp) and nobody can move it. Checked and
+    resolved once per process, and that resolved path is used from then on (resolving
+    again could follow a link changed meanwhile); PGSWEEP_WORK_BASE may hold no link."""
     text = os.environ.get("PGSWEEP_WORK_BASE", "/var/tmp")
+    if text in _bases:
+        return _bases[text]
     base = Path(text)
-    why = None if base.is_absolute() and base.is_dir() else "not an absolute directory path"
-    why = why or safefs.untrusted_component(base / "work-area")
+    real = Path(os.path.realpath(base))
+    if not base.is_absolute() or not real.is_dir():
+        why: str | None = "not an absolute directory path"
+    elif "PGSWEEP_WORK_BASE" in os.environ and real != Path(os.path.normpath(base)):
+        why = f"it goes through a symbolic link (to {real}); name the directory itself"
+    else:
+        why = safefs.untrusted_link(base) or safefs.untrusted_component(real / "work-area")
     if why:
         raise PgsweepError(f"PGSWEEP_WORK_BASE={text}: {why}",
                            fix="name a directory root owns (or a sticky one such as /var/tmp), "
                            "or unset PGSWEEP_WORK_BASE")  # fmt: skip
-    return base.resolve()
+    _bases[text] = real
+    return real
 
 
 @dataclass
@@ -226,7 +239,7 @@ class WorkArea:
         if mounted:
             return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]
         for d in (self.workdir, self.socket_root):
-            if (d / MARKER).exists():
+            if entries.holds_marker(d, self.run, MARKER):  # this run's, nothing else
                 _remove_marked(d)
                 done.append(f"removed {d}")
         if self.opened:  # private again, now that nothing of the server user's is inside
@@ -334,14 +347,17 @@ def alive(pid: int) -> bool:
 
 
 def _entry(path: Path) -> WorkArea | None:
-    try:
-        data = json.loads(path.read_text())
-        run = str(data.get("run", data.get("pid")))
-        uid = int(data.get("server_uid", -1))
-        return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
-                        run, uid, opened=data.get("opened") == "True")  # fmt: skip
-    except (OSError, ValueError, KeyError):
-        return None
+    """The work area a registry entry names, once it passed the journal's rules
+    (host/entries.py); None when there is none, or it is refused (`refused` says why)."""
+    return _checked(path)[0]
+
+
+def _checked(path: Path) -> tuple[WorkArea | None, str]:
+    data, why = entries.read(path, MARKER)
+    if data is None:
+        return None, why
+    return WorkArea(Path(data["workdir"]), Path(data["socket_root"]), Path(data["results"]),
+                    data["run"], int(data["server_uid"]), opened=data.get("opened") == "True"), ""
 
 
 def stale_runs() -> list[str]:
@@ -350,7 +366,7 @@ def stale_runs() -> list[str]:
         return []
     directory = registry()
     runs = {p.name.split(".", 1)[0] for p in directory.iterdir() if not p.name.startswith(".")}
-    return sorted(r for r in runs if r not in _held)
+    return sorted(r for r in runs if r not in _held and entries.run_ok(r))
 
 
 def stop_stale_servers(run: str) -> list[str]:
@@ -370,6 +386,8 @@ def work_root(run: str) -> Path | None:
 
 
 def cleanup_stale(run: str) -> list[str]:
-    """Remove the work area of a dead run."""
-    area = _entry(registry_dir() / f"{run}.json")
+    """Remove the work area of a dead run; an entry refused is kept and said so."""
+    area, why = _checked(registry_dir() / f"{run}.json")
+    if why:
+        return [f"kept the registry entry of run {run}: it is refused ({why})"]
     return area.remove() if area else []

@@ -172,6 +172,10 @@ class ResourceLayer(Layer):
         """What the trial record says when this layer built a resource for it."""
         return f"new-{self.name}"
 
+    def check_room(self, configs: Sequence[Mapping[str, Any]], where: Path) -> None:
+        """Before anything runs (`plan` too): refuse (PgsweepError, exit 2, with the
+        figures) a configuration whose resources cannot fit even alone. Read-only."""
+
     def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
         """Why the resources of all these configurations (every layer's settings) cannot be
         alive at once (one real device holds one filesystem at a time, the disk is too

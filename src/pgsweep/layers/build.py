@@ -6,6 +6,7 @@ with `source = "installed"` (the default) runs the installed PostgreSQL (postgre
 
 from __future__ import annotations
 
+import difflib
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -79,7 +80,7 @@ class BuildTable(BaseModel):
     @field_validator("ref")
     @classmethod
     def _ref(cls, v: str | None) -> str | None:
-        if v is not None and not sources.GIT_REF.match(v):
+        if v is not None and not sources.GIT_REF.fullmatch(v):
             raise ValueError("a commit, tag or branch name (letters, digits, ._/-)")
         return v
 
@@ -103,7 +104,7 @@ class BuildTable(BaseModel):
     @classmethod
     def _cflags(cls, v: str) -> str:
         for flag in v.split():
-            if not CFLAG.match(flag) or flag.startswith(BAD_CFLAGS):
+            if not CFLAG.fullmatch(flag) or flag.startswith(BAD_CFLAGS):
                 raise ValueError(f"{flag!r} is not a compiler flag pgsweep passes (optimisation, "
                                  "-g, -D/-U macros, -W, -f and -m options; nothing that names "
                                  "a path or loads a plugin)")  # fmt: skip
@@ -113,7 +114,7 @@ class BuildTable(BaseModel):
     @classmethod
     def _configure(cls, v: str) -> str:
         for opt in v.split():
-            m = CONFIGURE.match(opt)
+            m = CONFIGURE.fullmatch(opt)
             if not m:
                 raise ValueError(f"{opt!r}: configure options are --enable-X, --disable-X, "
                                  "--with-X[=VALUE], --without-X; no --prefix")  # fmt: skip
@@ -212,6 +213,38 @@ class BuildLayer(ResourceLayer):
                 fix="set [build] allow_cassert = true to build it anyway (every report marks it)",
             )  # fmt: skip
         return dict(table.model_dump())
+
+    def check_configurations(
+        self, configs: Sequence[Mapping[str, Any]], ctx: ValidationContext
+    ) -> None:
+        """When every configuration runs a build, the server layer leaves names the
+        installed catalog lacks to the builds' catalogs, which exist only once compiled.
+        Builds of the installed major version (apt's package, a tarball's top folder, a git
+        tree's configure.ac) share its catalog of names: a name it lacks is refused now,
+        at `plan`, before anything is fetched or compiled."""
+        if not ctx.catalog_deferred:
+            return
+        specs = {c[self.name].spec for c in configs if c[self.name].spec is not None}
+        if any("-D" in s.cflags for s in specs):
+            return  # a macro can add settings (-DLOCK_DEBUG: trace_locks): the builds decide
+        majors = {sources.major_version(s.source, s.ref) for s in specs}
+        if majors != {ctx.binaries.major}:
+            return  # another version, or one not known before unpacking: the builds decide
+        catalog = ctx.binaries.settings
+        names = sorted({n for c in configs for n in c.get("server", {}) if n not in catalog})
+        for name in names:
+            if "." in name or ctx.checker.hidden(name) is not None:
+                continue  # an extension's setting, or one settable though not described
+            close = difflib.get_close_matches(name, list(catalog), n=3)
+            raise ctx.source.error(
+                ctx.where.get(f"server.{name}", ("server", name)),
+                f"PostgreSQL {ctx.binaries.major} has no setting named {name!r} (every build "
+                f"here is version {ctx.binaries.major}, as the installed binaries, without "
+                f"macros that add settings: {'; '.join(sorted(s.describe() for s in specs))})",
+                expected="a setting from the server's own catalog",
+                fix=f"did you mean {' or '.join(close)}?" if close else "see `postgres "
+                "--describe-config`",
+            )  # fmt: skip
 
     def settings(self, values: dict[str, Value]) -> BuildSettings:
         if values.get("source", INSTALLED) == INSTALLED:  # the other keys describe builds

@@ -4,7 +4,6 @@ initdb, load with `pgbench -i`, snapshot of the loaded data directory."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -15,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..collect import counters, devices, metrics
 from ..core import Cost, Value
+from ..errors import PgsweepError
 from ..host import proc
 from ..postgres.binaries import Binaries
 from ..postgres.cluster import Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
+from . import room
 from .base import ResourceLayer, ValidationContext, check_table
 from .context import RunContext, Server, Storage, TrialContext, TrialFailure
 
@@ -34,7 +35,10 @@ class ClusterTable(BaseModel):
     @field_validator("size")
     @classmethod
     def _size(cls, v: str | None) -> str | None:
-        if v is not None and ram_share(v) is None:
+        share = ram_share(v) if v is not None else None
+        if share is not None and not 0 < share <= 10:
+            raise ValueError('a share of RAM above 0% and at most 1000%, e.g. "50% of RAM"')
+        if v is not None and share is None:
             try:
                 if parse_size(v) < 20 * 1024**2:
                     raise ValueError("at least 20MB (an empty pgbench database is ~8MB)")
@@ -88,11 +92,15 @@ class ClusterLayer(ResourceLayer):
 
     def __init__(self) -> None:
         self.made = 0
+        self.size_where = "[cluster] scale"  # the key that sets the data size, for errors
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
         table = check_table(ClusterTable, self.name, base, factors, ctx.source)
+        key = "size" if "size" in base or "size" in factors else "scale"
+        self.size_where = ctx.source.where(*(("factors", "cluster", key) if key in factors
+                                             else ("cluster", key)))  # fmt: skip
         if ("size" in base or "size" in factors) and ("scale" in base or "scale" in factors):
             raise ctx.source.error(
                 ("factors", "cluster", "size") if "size" in factors else ("cluster", "size"),
@@ -126,32 +134,40 @@ class ClusterLayer(ResourceLayer):
         return json.dumps({**asdict(settings), "target": target}, sort_keys=True)
 
     def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
-        """Can every cluster stay alive at once? Each needs its data twice (the snapshot)
-        and room for WAL; they share their storage (a loop image, or the work area's
-        filesystem). An estimate: about 16 MiB per scale unit, and as much WAL as
-        max_wal_size lets each keep (1GB by default): three builds' clusters on a 2 GiB
-        device filled it while their snapshots were made."""
-        need: dict[str, dict[str, int]] = {}
-        room: dict[str, int] = {}
+        """Can every cluster stay alive at once? Each needs its data twice (the snapshot),
+        room for WAL (as much as max_wal_size lets it keep: three builds' clusters on a
+        2 GiB device filled it while their snapshots were made) and its standbys' copies
+        in the work area; clusters on one storage share it (layers/room.py)."""
+        total: dict[str, room.Place] = {}
+        held: dict[str, int] = {}  # place -> how many clusters put something there
+        seen: set[str] = set()
         for config in configs:
-            storage = config.get("storage")
-            data = getattr(storage, "data", None)
-            skey = json.dumps(asdict(data) if data is not None else None, default=str)
-            target = config[self.name].target_bytes(_memory_limit(config))
-            size = target or config[self.name].scale * 16 * 1024**2 + 24 * 1024**2
-            build = str(getattr(config.get("build"), "spec", None))  # each build: its own
-            need.setdefault(skey, {})[build + self.resource_key(config[self.name], config)] = (
-                2 * size + _wal_room(config)
-            )
-            room[skey] = data.loop_bytes if data is not None and data.loop_bytes else (
-                shutil.disk_usage(where).free - 1024**3)  # fmt: skip
-        for skey, clusters in need.items():
-            total = sum(clusters.values())
-            if len(clusters) > 1 and total > room[skey]:
-                return (f"{len(clusters)} clusters need about {total / 1024**3:.1f} GiB together "
-                        f"(data, snapshot, WAL) and their storage has {room[skey] / 1024**3:.1f} "
-                        "GiB")  # fmt: skip
+            key = str(getattr(config.get("build"), "spec", None))  # each build: its own
+            key += self.resource_key(config[self.name], config) + repr(config.get("storage"))
+            if key in seen:
+                continue
+            seen.add(key)
+            for name, place in room.places(config, where, most_wal=True).items():
+                into = total.setdefault(name, room.Place(place.name, place.room))
+                into.parts += [(f"{what} of cluster {len(seen)}", n) for what, n in place.parts]
+                held[name] = held.get(name, 0) + 1
+        for name, place in total.items():  # one cluster alone is check_room's question
+            if held[name] > 1 and place.need > place.room:
+                return f"{held[name]} clusters need {place.describe()}"
         return None
+
+    def check_room(self, configs: Sequence[Mapping[str, Any]], where: Path) -> None:
+        """Every configuration's data must fit where it will live, alone at least:
+        otherwise exit 2 with the figures, before anything is made."""
+        for config in configs:
+            why = room.too_big(config, where)
+            if why:
+                raise PgsweepError(
+                    f"a configuration's data cannot fit: it needs {why}",
+                    where=self.size_where,
+                    fix="a smaller cluster.size or scale, fewer standbys, a larger device, or "
+                    "--results on a filesystem with more room",
+                )  # fmt: skip
 
     def build(self, settings: ClusterSettings, config: Mapping[str, Any],
               below: Mapping[str, Any], run: RunContext) -> Server:  # fmt: skip
@@ -198,15 +214,6 @@ class ClusterLayer(ResourceLayer):
             row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
         trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
-
-
-def _wal_room(config: Mapping[str, Any]) -> int:
-    """Bytes of WAL a cluster may keep between checkpoints: its max_wal_size."""
-    text = str((config.get("server") or {}).get("max_wal_size", "1GB"))
-    try:
-        return int(text) * 1024**2 if text.isdigit() else parse_size(text)
-    except ValueError:
-        return 1024**3
 
 
 def _database_bytes(cluster: Cluster) -> int:

@@ -7,7 +7,6 @@ and after kill -9 by the next run or `pgsweep restore`. Huge pages are in hugepa
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +18,15 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
 from ..host import journal, safefs, workarea
-from ..host.journal import SYSCTLS, UndoJournal, read_setting
-from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, SYSCTL, THP_FILES
+from ..host.journal import UndoJournal, read_setting
+from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
 from ..postgres.binaries import Binaries
 from ..units import parse_size
-from . import hugepages
+from . import hugepages, sysctls
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+from .sysctls import refusal as sysctl_refusal  # noqa: F401 - the layer's names
+from .sysctls import sysctl_file
 
 
 class OsTable(BaseModel):
@@ -47,32 +48,6 @@ class OsTable(BaseModel):
         if v is not None and parse_size(v) < 64 * 1024**2:
             raise ValueError('a memory limit of at least 64MiB, e.g. "4GiB"')
         return v
-
-
-_SYSCTL_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
-
-
-def sysctl_file(name: str) -> Path:
-    """/proc/sys/NAME with dots as slashes; ValueError when the name is not a sysctl's, or
-    the file it names is not under /proc/sys."""
-    if not _SYSCTL_NAME.match(name):
-        raise ValueError("letters, digits, _ and -, joined by dots (e.g. vm.swappiness)")
-    path = SYSCTL / name.replace(".", "/")
-    if not str(path.resolve()).startswith(f"{SYSCTL}/"):
-        raise ValueError(f"{path} resolves outside {SYSCTL}")
-    return path
-
-
-def sysctl_refusal(name: str) -> str | None:
-    """Why an experiment may not set this sysctl, or None: pgsweep sets only those that
-    shape performance (journal.SYSCTLS), never one that runs a program as root, weakens a
-    protection, opens the network or can halt the machine."""
-    if SYSCTLS.match(name):
-        return None
-    return ("pgsweep sets only sysctls that shape performance (vm.swappiness, vm.dirty_*, "
-            "kernel.sched_*, kernel.shm*, fs.aio-max-nr, net.core.somaxconn, "
-            "net.ipv4.tcp_*mem, ...), none that run programs, weaken a protection or can "
-            "halt the machine")  # fmt: skip
 
 
 def menu(path: Path) -> list[str]:
@@ -151,30 +126,11 @@ class OsLayer(Layer):
                         f"{path} offers no {level!r}",
                         expected=f"one of {', '.join(menu(path))}",
                     )
-        for key in [k for k in values if k.startswith("sysctl.")] + [
-            k for k in factors if k.startswith("sysctl.")
-        ]:
-            self._check_sysctl(key, ctx, in_factors=key in factors)
+        for key in [k for k in values if k.startswith("sysctl.")]:
+            sysctls.check_levels(key, [values[key]], ctx, in_factors=False)
+        for key in [k for k in factors if k.startswith("sysctl.")]:
+            sysctls.check_levels(key, factors[key], ctx, in_factors=True)
         return values
-
-    def _check_sysctl(self, key: str, ctx: ValidationContext, in_factors: bool) -> None:
-        name = key.split(".", 1)[1]
-        where = ("factors", "os", "sysctl", name) if in_factors else ("os", "sysctl", name)
-        try:
-            path = sysctl_file(name)
-        except ValueError as exc:
-            raise ctx.source.error(where, f"{name!r} is not a sysctl name: {exc}",
-                                   expected="a name such as vm.swappiness") from None  # fmt: skip
-        if not path.is_file():
-            raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
-                                   fix="check the name with `sysctl -a`")  # fmt: skip
-        refusal = sysctl_refusal(name)
-        if refusal:
-            raise ctx.source.error(where, f"sysctl {name} cannot be set here: {refusal}",
-                                   fix="remove it from the experiment file")  # fmt: skip
-        if not path.stat().st_mode & 0o200:
-            raise ctx.source.error(where, f"sysctl {name} is read-only",
-                                   fix="remove it from the experiment file")  # fmt: skip
 
     def settings(self, values: dict[str, Value]) -> OsSettings:
         limit = values.get("memory_limit")
@@ -198,6 +154,15 @@ class OsLayer(Layer):
         cgroup unless it is in huge pages) must fit under os.memory_limit."""
         for config in configs:
             mine: OsSettings = config[self.name]
+            why = sysctls.check_overcommit(mine.sysctl)
+            if why:
+                name = "vm.overcommit_memory"
+                raise ctx.source.error(
+                    ("factors", "os", "sysctl", name) if f"sysctl.{name}" in self.factor_keys
+                    else ("os", "sysctl", name), why,
+                    fix="raise vm.overcommit_ratio (or _kbytes) with it, or leave "
+                    "overcommit_memory alone",
+                )  # fmt: skip
             server: dict[str, str] = config["server"]
             initdb = tuple(config["cluster"].initdb_options())
             if mine.huge_pages is not None:
@@ -272,6 +237,9 @@ class OsLayer(Layer):
         targets: list[tuple[str, Path, str | int]] = [
             (k, THP_FILES[k], v) for k, v in settings.thp.items()
         ]
+        why = sysctls.recheck(settings.sysctl)  # floors move with what the machine uses
+        if why:
+            raise TrialFailure(why)
         targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
         for dev, queue in _queues(trial.cluster).items():
             for key, file, value in (

@@ -139,6 +139,10 @@ class ReplicationLayer(Layer):
                 "a network namespace needs root",
                 fix="run pgsweep as root, or remove replication.network",
             )
+        for key in base:  # where a combination refused later names the key (with its line)
+            ctx.where[f"replication.{key}"] = ("replication", key)
+        for key in own:
+            ctx.where[f"replication.{key}"] = ("factors", "replication", key)
         out: dict[str, Value] = dict(table.model_dump())
         for key, levels in [(k, [v]) for k, v in standby.items()] + [
             (k.removeprefix("standby."), v) for k, v in factors.items() if k.startswith("standby.")
@@ -182,7 +186,7 @@ class ReplicationLayer(Layer):
         workload = [c.get("workload") for c in configs]
         if not self.active and any(getattr(w, "standby_script", None) for w in workload):
             raise ctx.source.error(
-                ("workload", "standby_script"),
+                ctx.where.get("workload.standby_script", ("workload", "standby_script")),
                 "a standby read load, but no configuration has a standby",
                 fix="set replication.standbys, or remove standby_script",
             )
@@ -313,19 +317,34 @@ class ReplicationLayer(Layer):
         trial.effective["replication.clone_seconds"] = f"{replicas.clone_seconds:.2f}"
 
     def verify(self, settings: ReplicationSettings, trial: TrialContext) -> None:
-        replicas: ReplicaSet | None = trial.server.replicas
-        trial.effective["replication.standbys"] = str(settings.standbys)
-        if not settings.standbys or replicas is None:
-            return
+        """What streams from the primary and what its commits wait for, read back from it
+        (never the file's request: `run --against` once recorded a standby that did not
+        run); a trial whose standbys are not the ones asked for fails."""
         with trial.cluster.connect() as conn:
             rows = conn.execute("SELECT application_name, state, sync_state "
                                 "FROM pg_stat_replication ORDER BY 1").fetchall()  # fmt: skip
-        trial.effective["replication.state"] = ", ".join(f"{r[0]}: {r[1]} {r[2]}" for r in rows)
+            row = conn.execute("SELECT current_setting('synchronous_standby_names')").fetchone()
+        waits_for = str(row[0]) if row else ""
+        streaming = [r for r in rows if r[1] == "streaming"]
+        trial.effective["replication.standbys"] = str(len(streaming))
+        trial.effective["replication.synchronous_standby_names"] = waits_for
+        if rows:
+            trial.effective["replication.state"] = ", ".join(f"{r[0]}: {r[1]} {r[2]}" for r in rows)
+        if self.active and (len(streaming) != settings.standbys
+                            or waits_for != settings.synchronous_standby_names()):  # fmt: skip
+            raise TrialFailure(
+                f"replication.standbys = {settings.standbys} (synchronous_standby_names "
+                f"{settings.synchronous_standby_names()!r}), but {len(streaming)} standby(s) "
+                f"stream from the primary and it waits for {waits_for!r}"
+            )  # fmt: skip
+        replicas: ReplicaSet | None = trial.server.replicas
+        if not settings.standbys or replicas is None:
+            return
         for standby in replicas.standbys:
             with standby.connect() as conn:
                 for name in settings.standby:
-                    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
-                    trial.effective[f"replication.standby.{name}"] = str(row[0]) if row else ""
+                    got = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+                    trial.effective[f"replication.standby.{name}"] = str(got[0]) if got else ""
         if replicas.network is not None:
             trial.effective["replication.rtt_ms"] = f"{replicas.network.rtt_ms():.3f}"
 

@@ -39,7 +39,8 @@ MKFS_OPTIONS: dict[str, dict[str, Any]] = {
     },
     "xfs": {
         "-b": _SUB({"size"}),
-        "-m": _SUB({"crc", "finobt", "uuid", "rmapbt", "reflink", "bigtime", "inobtcount"}),
+        # no uuid= (a UUID another filesystem uses can be mounted in its place by UUID)
+        "-m": _SUB({"crc", "finobt", "rmapbt", "reflink", "bigtime", "inobtcount"}),
         "-d": _SUB({"agcount", "agsize", "su", "sunit", "sw", "swidth", "size", "noalign",
                     "cowextsize", "extszinherit"}),  # not file, name=
         "-i": _SUB({"size", "maxpct", "align", "attr", "projid32bit", "sparse", "nrext64",
@@ -109,10 +110,11 @@ def _check_value(fs: str, name: str, kind: Any, value: str) -> None:
             key = item.partition("=")[0]
             if key not in kind:
                 raise ValueError(
-                    f"mkfs.{fs} {name} {key}: not allowed here, it can name another device or "
-                    f"file or is not known (allowed: {', '.join(sorted(kind))})"
+                    f"mkfs.{fs} {name} {key}: not allowed here: it can name another device, file "
+                    f"or identity (a UUID, a label) or is not known (allowed: "
+                    f"{', '.join(sorted(kind))})"
                 )
-    if not _PLAIN.match(value):
+    if not _PLAIN.fullmatch(value):
         raise ValueError(f"{name} {value!r}: values may not hold paths, spaces or quotes")
 
 
@@ -126,7 +128,7 @@ def check_mount_options(text: str) -> str:
                              "does or lifts nosuid/nodev; it cannot be used here")  # fmt: skip
         if value.lower() == "panic":
             raise ValueError(f"mount option {item!r} would halt the machine on an error")
-    if not _PLAIN.match(text):
+    if not _PLAIN.fullmatch(text):
         raise ValueError("comma-separated options without paths, spaces or quotes")
     return text
 

@@ -3,7 +3,7 @@ costs nothing; it decides the pgbench command line of the trial."""
 
 from __future__ import annotations
 
-import stat
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -11,14 +11,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import Cost, Value
-from ..host import safefs
-from ..host.proc import RunAs
-from ..host.workarea import traversable_by
+from ..host import safefs, userfile
+from ..host.userfile import UserFileError
 from ..postgres import pgbench
 from ..postgres.pgbench import Workload
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+
+MAX_TRIAL_S = 24 * 3600  # one trial's window (or warm-up): a day is already a plan to split
+MAX_RATE = 10_000_000  # pgbench -R, transactions/s: far beyond any server
 
 PGBENCH_TABLES = (
     "pgbench_accounts",
@@ -57,24 +59,26 @@ class WorkloadTable(BaseModel):
             raise ValueError('"auto", "off", or a sampling rate above 0 and at most 1')
         return v
 
-    @field_validator("duration")
+    @field_validator("duration", "warmup")
     @classmethod
-    def _duration(cls, v: Any) -> Any:
-        if parse_duration(v) < 1:
-            raise ValueError("a duration of at least 1 s")
+    def _duration(cls, v: Any, info: Any) -> Any:
+        least = 1 if info.field_name == "duration" else 0
+        if not least <= parse_duration(v) <= MAX_TRIAL_S:
+            raise ValueError(f"a duration from {least} s to {MAX_TRIAL_S // 3600} h")
         return v
 
-    @field_validator("warmup")
+    @field_validator("rate")
     @classmethod
-    def _warmup(cls, v: Any) -> Any:
-        parse_duration(v)
+    def _rate(cls, v: Any) -> Any:
+        if v is not None and not (math.isfinite(v) and v <= MAX_RATE):
+            raise ValueError(f"a finite rate above 0, at most {MAX_RATE:,} transactions/s")
         return v
 
     @field_validator("latency_limit")
     @classmethod
     def _latency(cls, v: Any) -> Any:
-        if v is not None and parse_duration(v, default_unit="ms") <= 0:
-            raise ValueError('a latency limit above 0, e.g. "50ms"')
+        if v is not None and not 0 < parse_duration(v, default_unit="ms") <= 3600:
+            raise ValueError('a latency limit above 0 and at most 1 h, e.g. "50ms"')
         return v
 
 
@@ -128,6 +132,8 @@ class WorkloadLayer(Layer):
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
         table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
+        for key in factors:  # other layers refusing a combination name the factor's line
+            ctx.where[f"workload.{key}"] = ("factors", "workload", key)
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
         standby: list[tuple[tuple[str, ...], str | None]]
@@ -215,47 +221,37 @@ MAX_SCRIPT_BYTES = 1 << 20
 
 
 def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> tuple[Path, str]:
-    """A custom pgbench script: a regular `.sql` file of UTF-8 text next to (or under) a
-    path relative to the experiment file; read once, here."""
-    resolved = (ctx.source.path.parent / script).resolve()
+    """A custom pgbench script: a regular `.sql` file of UTF-8 text at a path relative to
+    the experiment file; opened once without following a link, every check made on what
+    was opened (host/userfile.py), and read there, here, once."""
+    named = ctx.source.path.parent / script
     expected = (f"one of {', '.join(pgbench.BUILTIN_SCRIPTS)} or a path to a .sql file, "
                 "relative to the experiment file")  # fmt: skip
-    if not resolved.is_file():
-        raise ctx.source.error(path, f"the custom script {script!r} does not exist (looked at "
-                               f"{resolved})", expected=expected,
-                               fix="fix the path or use a builtin script")  # fmt: skip
-    if resolved.suffix != ".sql":
-        raise ctx.source.error(path, f"the custom script {script!r} is not a .sql file",
+    if named.suffix != ".sql":  # refused by its name alone: nothing else is opened
+        what = "is not a .sql file" if named.is_file() else f"does not exist (at {named})"
+        raise ctx.source.error(path, f"the custom script {script!r} {what}",
                                expected=expected, fix="name pgbench scripts NAME.sql")  # fmt: skip
-    if ctx.user is not None and not _readable_by(resolved, ctx.user):
-        raise ctx.source.error(path, f"the custom script {script!r} is not readable by the "
-                               f"server user {ctx.user.name}, who runs pgbench",
-                               expected=expected, fix="make it readable by that user (it "
-                               "gets the script's text), or use another script")  # fmt: skip
-    raw = resolved.read_bytes()
     try:
-        text = raw.decode()
+        opened = userfile.read(named, ctx.user, MAX_SCRIPT_BYTES)
+    except UserFileError as exc:
+        what = str(exc)
+        if "No such file" in what or "not a regular file" in what:
+            what = f"does not exist as a file ({what})"
+        elif "server user" in what:
+            what = f"is not readable by the server user, who runs pgbench: {what}"
+        raise ctx.source.error(path, f"the custom script {script!r} {what}", expected=expected,
+                               fix="point it at a pgbench .sql script the server user may "
+                               "read (it gets the script's text)") from None  # fmt: skip
+    try:
+        text = opened.data.decode()
     except UnicodeDecodeError:
         text = ""
-    if len(raw) > MAX_SCRIPT_BYTES or not text or "\0" in text:
-        what = f"UTF-8 text up to {MAX_SCRIPT_BYTES >> 20} MiB"
+    if not text or "\0" in text:
         raise ctx.source.error(path, f"the custom script {script!r} is not a pgbench script "
-                               f"({what})", expected=expected,
+                               f"(UTF-8 text up to {MAX_SCRIPT_BYTES >> 20} MiB)",
+                               expected=expected,
                                fix="point it at a pgbench .sql script")  # fmt: skip
-    return resolved, text
-
-
-def _readable_by(path: Path, user: RunAs) -> bool:
-    """Could `user` read `path` itself? pgbench, run as that user, gets the script's text:
-    a file only root may read must not reach it through pgsweep's copy."""
-    st = path.stat()
-    if st.st_uid == user.uid:
-        ok = st.st_mode & stat.S_IRUSR
-    elif st.st_gid == user.gid:
-        ok = st.st_mode & stat.S_IRGRP
-    else:
-        ok = st.st_mode & stat.S_IROTH
-    return bool(ok) and traversable_by(path.parent, user)
+    return opened.path, text
 
 
 def _prewarm(trial: TrialContext) -> None:
