@@ -152,11 +152,29 @@ def test_restart_for_postmaster_settings_reload_for_others(tmp_path: Path, state
     assert seen["restart"] and seen["reload"], seen
 
 
-def test_setting_rejected_at_start_fails_that_trial_only(tmp_path: Path, state_dir: Path) -> None:
-    # wal_level=minimal is a valid value, but the server refuses it with max_wal_senders > 0
+def test_setting_the_server_refuses_at_start_is_refused_at_plan(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    # wal_level=minimal is a valid value, but the server refuses it with max_wal_senders > 0:
+    # the start check finds it before anything is made (it would fail every trial it is in)
     before = set(os.listdir("/tmp"))
     path = _experiment(tmp_path, 'server.wal_level = ["replica", "minimal"]', duration="1s")
     results = tmp_path / "res"
+    res = pgsweep("run", str(path), "--results", str(results))
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "factors.server.wal_level: a server with these settings does not start" in res.stderr
+    assert "max_wal_senders" in res.stderr and not results.exists()
+    assert leftovers(before, results) == []
+
+
+def test_a_failing_trial_fails_that_trial_only(open_dir: Path, state_dir: Path) -> None:
+    # every statement outlives a 1 ms statement_timeout: pgbench aborts in that
+    # configuration's trials only, and the run goes on with the others
+    before = set(os.listdir("/tmp"))
+    (open_dir / "sleep.sql").write_text("SELECT pg_sleep(0.005);\n")
+    path = _experiment(open_dir, 'server.statement_timeout = ["0", "1ms"]', script="sleep.sql",
+                       duration="1s")  # fmt: skip
+    results = open_dir / "res"
     res = pgsweep("run", str(path), "--results", str(results))
     assert res.returncode == 3, res.stderr + res.stdout
     rows = trials(results)
@@ -164,8 +182,7 @@ def test_setting_rejected_at_start_fails_that_trial_only(tmp_path: Path, state_d
     ok = [r for r in rows if r["status"] == "ok"]
     assert {r["config_id"] for r in failed} == {"c02"} and len(failed) == 2
     for r in failed:
-        assert "did not start" in r["reason"]
-        assert "wal_level" in r["log_tail"] and "max_wal_senders" in r["log_tail"]
+        assert "pgbench failed" in r["reason"] and "statement timeout" in r["reason"]
     assert len(ok) == 2 and all(r["tps"] > 0 for r in ok)
     assert max(r["ord"] for r in ok) > min(r["ord"] for r in failed)  # the run went on
     assert "2 of 4 trials failed" in res.stdout

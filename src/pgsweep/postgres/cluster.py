@@ -40,6 +40,8 @@ from .binaries import Binaries
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
 HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
+OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0"
+               " -c idle_session_timeout=0 -c default_transaction_read_only=off")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,10 @@ class Cluster:
         return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname,
                 "passfile": "/proc/pgsweep-no-passfile", "sslmode": "disable",
                 "gssencmode": "disable", "require_auth": "none",
-                # pgsweep reads text whatever client_encoding a level gives the server
-                "client_encoding": "UTF8"}  # fmt: skip
+                # pgsweep reads text whatever client_encoding a level gives the server, and
+                # its own queries are not the experiment's: no timeout or read-only level
+                # of the configuration applies to them
+                "client_encoding": "UTF8", "options": OWN_SESSION}  # fmt: skip
 
     def pgbench_conn_args(self) -> list[str]:
         return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
