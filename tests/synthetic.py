@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pgsweep.core import Cost
 from pgsweep.plan import Adaptive, PlanFactor, make_plan
 from pgsweep.store import Store, TrialRecord
@@ -27,9 +29,11 @@ def make_results(
     last_round: int | None = None,
     per_second: dict[tuple[int, int], list[float]] | None = None,
     skip: set[tuple[int, int]] | None = None,
+    order_values: Any = None,
 ) -> Path:
     """A results folder whose trial (configuration index, round) has TPS tps[(c, r)];
-    configurations in factorial order, as `pgsweep run` numbers them."""
+    configurations in factorial order, as `pgsweep run` numbers them. With
+    `order_values`, the n-th trial in run order has TPS 1000 exp(order_values[n - 1])."""
     folder.mkdir(parents=True, exist_ok=True)
     plan = make_plan([PlanFactor(n, tuple(v), cost) for n, v in factors.items()], rounds, 1,
                      adaptive=adaptive)  # fmt: skip
@@ -50,7 +54,9 @@ def make_results(
         if skip and key in skip:  # never run: the run was cut short there
             continue
         at = f"2026-11-22T00:{next(clock) // 60:02d}:{next(clock) % 60:02d}+00:00"
-        record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=tps[key])
+        value = 1000 * float(np.exp(order_values[t.order - 1])) if order_values is not None else (
+            tps[key])  # fmt: skip
+        record = TrialRecord(t.id, t.order, t.round, t.config, "ok", at, at, tps=value)
         record.metrics = dict((metrics or {}).get(key, {}))
         if per_second:  # pgbench's progress lines, one a second
             series = per_second[key]

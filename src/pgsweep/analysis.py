@@ -1,9 +1,10 @@
 """From a results folder to what a report says. One model per metric (pgsweep.verdict: log value
 ~ round + configuration, pooled error, split-plot error for whole-plot factors), two
-families of claims each held at the report's alpha: every configuration against the
-baseline, and the factor effects (main effects first, then every two-factor interaction).
-Intervals are simultaneous, so an interval and its verdict never disagree. The result is
-plain data: the JSON report is this, serialised; the other formats render it."""
+families of claims judged together at the report's alpha (one budget per metric): every
+configuration against the baseline, and the factor effects (main effects first, then every
+two-factor interaction). Intervals are simultaneous, so an interval and its verdict never
+disagree. The result is plain data: the JSON report is this, serialised; the other formats
+render it."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def analyse(
     plan = exp.plan
     factors = exp.factors
     whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
-    replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
+    every = rebuild_every(plan)
     configs = _load(results)
     base = _baseline(configs, baseline)
     rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
@@ -102,11 +103,11 @@ def analyse(
         if any(r > done for c in configs for r in c.values.get(TPS, {})):
             notes.append(f"round {done + 1} was cut short: its trials are not in the verdicts")
         rounds = rounds[:done]
-        seq = sequential(configs, base, whole, replicated, adaptive, alpha, done)
+        seq = sequential(configs, base, whole, every, adaptive, alpha, done)
         ran = seq  # the looks as the run made them: the file's own baseline and alpha
         run_base, run_alpha = _stored_options(exp.file_text)
         if (run_base, run_alpha) != (baseline or None, alpha):
-            ran = sequential(configs, _baseline(configs, run_base), whole, replicated, adaptive,
+            ran = sequential(configs, _baseline(configs, run_base), whole, every, adaptive,
                              run_alpha, done)  # fmt: skip
             notes.append("the run's looks used the file's [report] baseline and alpha; the "
                          "verdicts here use the ones given to the report")  # fmt: skip
@@ -114,20 +115,19 @@ def analyse(
     effects: list[dict[str, Any]] = []
     tps_model = None
     for metric, (label, higher, _) in METRICS.items():
-        obs = _observations(configs, metric, rounds, base, higher, whole, replicated)
+        obs = _observations(configs, metric, rounds, base, higher, whole, every)
         if obs is None:
             continue
         model = sm.fit(obs)
         tps_model = model if metric == TPS else tps_model
         _summaries(configs, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
-        for kind, family, into in (
-            ("baseline", sm.baseline_family(model, level, margin), comparisons),
-            ("effects", _effects(model, level, margin), effects),
-        ):
-            if family is None:
-                continue
+        both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))
+        for kind, family, into in (("baseline", both[0], comparisons),
+                                   ("effects", both[1], effects)):  # fmt: skip
             contrasts = family.contrasts
+            if kind == "effects" and not contrasts:
+                continue
             if seq is not None and seq.look is not None and metric == TPS and kind == seq.decide:
                 family, contrasts = seq.look.family, seq.look.contrasts()
             notes += [f"{label}: {n}" for n in family.notes]
@@ -140,8 +140,10 @@ def analyse(
         for k in ("name", "seed", "created_at", "postgres_version", "pgsweep_version")
     }
     info |= {"rounds": plan.get("rounds"), "rebuild": plan.get("rebuild"),
-             "replicated": replicated, "keep_alive": plan.get("keep_alive", True)}  # fmt: skip
-    method = {"alpha": alpha, "families": "baseline and effects, each at alpha per metric",
+             "rebuild_every": every, "replicated": replicated(plan, every),
+             "keep_alive": plan.get("keep_alive", True)}  # fmt: skip
+    method = {"alpha": alpha, "families": "baseline and effects judged together: alpha for "
+              "all of a metric's verdicts",
               "critical": "single-step max-|t| (simultaneous intervals)",
               "notes": notes}  # fmt: skip
     if seq is not None:
@@ -196,9 +198,22 @@ def _baseline(configs: list[Config], wanted: dict[str, Any] | None) -> Config:
     )
 
 
+def rebuild_every(plan: dict[str, Any]) -> int:
+    """Rounds one instance of each whole plot served (plan.json); plans from before it:
+    batches and per_round rebuilt every round, once never."""
+    if "rebuild_every" in plan and plan.get("keep_alive", True):
+        return int(plan["rebuild_every"])
+    return 1 if plan.get("rebuild") == "per_round" or not plan.get("keep_alive", True) else 0
+
+
+def replicated(plan: dict[str, Any], every: int) -> bool:
+    """Whole plots on at least two instances per level."""
+    return every > 0 and (int(plan.get("rounds", 1)) - 1) // every >= 1
+
+
 def _observations(
     configs: list[Config], metric: str, rounds: list[int], base: Config, higher: bool,
-    whole: list[str], replicated: bool,
+    whole: list[str], every: int,
 ) -> sm.Observations | None:  # fmt: skip
     values = np.full((len(configs), len(rounds)), np.nan)
     for i, c in enumerate(configs):
@@ -209,11 +224,7 @@ def _observations(
     if np.count_nonzero(~np.isnan(values)) < 2:
         return None
     return sm.Observations(values, [c.levels for c in configs], configs.index(base), higher,
-                           tuple(whole), replicated)  # fmt: skip
-
-
-def _effects(model: sm.Model, alpha: sm.Level, margin: float | None) -> sm.Family | None:
-    return sm.effects_family(model, alpha, margin) if model.obs.levels[0] else None
+                           tuple(whole), every)  # fmt: skip
 
 
 def complete_rounds(results: Results, n_configs: int) -> int:
@@ -242,15 +253,16 @@ class Sequential:
     plan: sq.SequentialPlan
     decide: str
     precision: float
+    interest: float
     rounds: int
     look: sq.Look | None
     stopped_at: int | None  # the first look that said stop
     decided_at: dict[str, int]  # contrast label -> the round of the look that decided it
 
-    def level(self, corr: np.ndarray) -> float:
+    def level(self, corr: np.ndarray, df: float) -> float:
         """Every family's level at the last look: the boundaries hold for any stopping
         time, so families the stop did not look at stay valid too."""
-        return sq.look_level(self.plan, self.look.index if self.look else 0)(corr)
+        return sq.look_level(self.plan, self.look.index if self.look else 0)(corr, df)
 
     def summary(self) -> dict[str, Any]:
         look = self.look
@@ -260,7 +272,8 @@ class Sequential:
             reason = look.reason if look.stop else f"a look said stop at round {self.stopped_at}"
         else:
             reason = f"interrupted after round {self.rounds}: {look.reason}"
-        return {"decide": self.decide, "precision": self.precision, "rounds": self.rounds,
+        return {"decide": self.decide, "precision": self.precision, "interest": self.interest,
+                "rounds": self.rounds,
                 "min_rounds": self.plan.looks[0], "max_rounds": self.plan.max_rounds,
                 "stopped_at": self.stopped_at, "reason": reason, "decided_at": self.decided_at,
                 "looks": list(self.plan.looks),
@@ -268,15 +281,16 @@ class Sequential:
 
 
 def sequential(
-    configs: list[Config], base: Config, whole: list[str], replicated: bool,
+    configs: list[Config], base: Config, whole: list[str], every: int,
     adaptive: dict[str, Any], alpha: float, done: int,
 ) -> Sequential:  # fmt: skip
     """Replay the looks a `rounds = "auto"` run makes after each of its `done` complete
-    rounds, on TPS."""
+    rounds, on TPS. Runs from before `interest` judged futility by the precision."""
     plan = _seq_plan(int(adaptive["max_rounds"]), int(adaptive["min_rounds"]), alpha)
     decide, precision = str(adaptive["decide"]), float(adaptive["precision"])
+    interest = float(adaptive.get("interest", precision))
     rounds = list(range(1, done + 1))
-    obs = _observations(configs, TPS, rounds, base, True, whole, replicated)
+    obs = _observations(configs, TPS, rounds, base, True, whole, every)
     look: sq.Look | None = None
     stopped: int | None = None
     decided: dict[str, sm.Contrast] = {}
@@ -284,12 +298,13 @@ def sequential(
     for r in (r for r in plan.looks if r <= done):
         if obs is None:
             break
-        look = sq.decide_at_look(plan, obs.first_rounds(r), decide, precision, decided=decided)
+        look = sq.decide_at_look(plan, obs.first_rounds(r), decide, precision, interest,
+                                 decided)  # fmt: skip
         decided = look.decided
         first |= {label: r for label in decided if label not in first}
         if look.stop and stopped is None:
             stopped = r
-    return Sequential(plan, decide, precision, done, look, stopped, first)
+    return Sequential(plan, decide, precision, interest, done, look, stopped, first)
 
 
 @functools.lru_cache(maxsize=16)
@@ -308,8 +323,7 @@ def stop_reason(results: Results, rounds: int) -> str | None:
     for c in configs:
         c.values = {m: {r: v for r, v in by.items() if r <= rounds} for m, by in c.values.items()}
     whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
-    replicated = bool(plan.get("replicated", plan.get("rebuild") == "per_round"))
-    seq = sequential(configs, _baseline(configs, baseline), whole, replicated,
+    seq = sequential(configs, _baseline(configs, baseline), whole, rebuild_every(plan),
                      plan["adaptive"], alpha, rounds)  # fmt: skip
     if seq.look is None or not seq.look.stop or seq.look.rounds != seq.rounds:
         return None
@@ -343,7 +357,7 @@ def _row(c: sm.Contrast, metric: str, label: str, higher: bool, family: sm.Famil
         "metric": metric, "label": label, "kind": c.kind, "contrast": c.label,
         "ratio": c.ratio, "ci_low": c.low, "ci_high": c.high, "p_adjusted": c.p_adjusted,
         "decision": c.decision, "error": c.error, "replicates": c.replicates, "df": c.df,
-        "detectable": c.detectable, "verdict": sm.verdict(c, higher),
+        "se": c.se, "detectable": c.detectable, "verdict": sm.verdict(c, higher),
         "caveats": sm.caveats(c), "method": family.method,
     }  # fmt: skip
     if c.kind == "baseline" and c.config is not None:

@@ -48,8 +48,10 @@ def warnings(a: Analysis, results: Results) -> list[str]:
     out += _stalls(results)
     if a.whole_plot_factors and not a.experiment.get("replicated"):
         out.append(f"{', '.join(a.whole_plot_factors)}: each level ran on one cluster built "
-                   "once, so their intervals cover run-to-run noise only, not build-to-build "
-                   "variation (rebuild = \"per_round\" replicates them)")  # fmt: skip
+                   "once, so no comparison across their levels is a verdict: the report says "
+                   "what those builds differ by in this run (run-to-run noise only, not "
+                   "build-to-build variation); rebuild = \"per_round\" or \"auto\" "
+                   "replicates them")  # fmt: skip
     out += [f"method: {n}" for n in a.method.get("notes", [])]
     return out
 

@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true", help="print the comparison as JSON")
     _gate_options(sc, "configuration is significantly more than PCT slower in AFTER")
     sc.add_argument("--alpha", type=float, help="family-wise false 'different' rate (0.05)")
+    for flag, what in (("--more-before", "another session of the BEFORE side"),
+                       ("--more-after", "another session of the AFTER side"),
+                       ("--calibration", "an A/A session: a run of one unchanged file (give "
+                        "two or more)")):  # fmt: skip
+        sc.add_argument(flag, action="append", type=Path, default=[], metavar="DIR", help=what)
     sb = sub.add_parser("builds", help="list the PostgreSQL build cache, or prune it")
     sb.add_argument("--remove", nargs="+", default=[], metavar="KEY", help="remove builds")
     sb.add_argument("--prune", action="store_true",
@@ -157,8 +162,10 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     )
     notes += exp.notes + show.build_notes(buildprep.planned(exp))
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
-    if args.noise_from:
-        show.render_rounds_needed(args.noise_from, len(plan.configurations), exp.rounds, console)
+    from . import planning
+
+    for line in planning.lines(exp, plan, args.noise_from):
+        console.print(line, markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -322,12 +329,14 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
     threshold = _gate_threshold(args)
     alpha = compare.ALPHA if args.alpha is None else _alpha(args.alpha)
-    a, b = show.open_store(args.before), show.open_store(args.after)
+    stores = {side: [show.open_store(p) for p in paths] for side, paths in (
+        ("a", [args.before, *args.more_before]), ("b", [args.after, *args.more_after]),
+        ("c", args.calibration))}  # fmt: skip
     try:
-        result = compare.compare(a, b, alpha, threshold)
+        result = compare.compare(stores["a"], stores["b"], alpha, threshold, stores["c"])
     finally:
-        a.close()
-        b.close()
+        for store in (s for side in stores.values() for s in side):
+            store.close()
     if args.json:
         print(json.dumps(result, indent=1, allow_nan=False))
     else:

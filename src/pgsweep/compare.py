@@ -1,14 +1,17 @@
-"""`pgsweep compare BEFORE AFTER`: the same configurations measured in two result folders
-(before and after an upgrade, a patch, two machines), and the regression gate for CI.
+"""`pgsweep compare BEFORE AFTER`: the same configurations measured in separate result
+folders (before and after an upgrade, a patch, two machines), and the regression gate.
 
-Configurations are matched by their factor levels. The folders share no rounds, so each
-comparison is Welch's t on log TPS (after against before), with Bonferroni-adjusted
-intervals over the matched configurations: the intervals hold simultaneously, and a
-verdict and its interval never disagree. Two sessions also differ in whatever the machine
-did between them (measured here: A/A folders run back to back are called "different" 16%
-of the time at 5 rounds, 66% at 10, at a nominal 5%), so every cross-session comparison
-says so; `--fail-if-slower X` fails only when the whole interval lies below -X, which a
-drift smaller than X cannot produce."""
+Configurations are matched by their factor levels. Folders share no rounds, so a verdict
+between them rests on sessions (verdict.sessions): each folder is one session, and the
+spread of session means must be measured, from more sessions of a side (`--more-before`,
+`--more-after`) or from an A/A calibration the user ran (`--calibration DIR DIR ...`: two
+or more runs of one unchanged file, back to back). Without it, compare prints each
+difference, says session drift cannot be told apart from it, and points to
+`run --against`, which measures both sides in every round; and `--fail-if-slower` is an
+input error (exit 2): a gate must decide from interleaved evidence (`run --against`, then
+`report --fail-if-slower`) or a calibrated compare. Where it decides, it fails when the
+one-sided upper bound of a configuration's ratio lies below 1 - X, and prints what slowdown
+it catches with 80% power."""
 
 from __future__ import annotations
 
@@ -22,96 +25,159 @@ import numpy as np
 from scipy import stats as sps
 
 from .analysis import Analysis
+from .errors import PgsweepError
 from .safetext import xml
 from .store import TPS, Results
+from .verdict import sessions as ss
+from .verdict.dist import ALPHA as ALPHA  # the gate's default, for the CLI
 
-ALPHA = 0.05
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
 SESSION_WARNING = (
-    "the folders ran in different sessions: each difference includes whatever the machine "
-    "did between them (drift), not only the change; for a verdict on the change alone, "
-    "measure both in one run: pgsweep run AFTER_FILE --against BEFORE_DIR (interleaved in "
-    "every round)"
+    "the folders ran in different sessions and the drift between sessions was not measured "
+    "(one session per side, or each side's sessions run as one block in time, and no "
+    "--calibration): each difference may be the machine's drift as much as the change, so "
+    "no verdict is given; for a verdict on the change, measure both in one run: pgsweep run "
+    "AFTER_FILE --against BEFORE_DIR (interleaved in every round), alternate before and "
+    "after runs (--more-before, --more-after), or name an A/A calibration: --calibration AA1 "
+    "AA2 (two runs of one unchanged file, back to back)"
 )
+CALIBRATED = ("session-to-session spread measured from {what}: each folder is one session, "
+              "its mean one value ({df} degrees of freedom)")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Row:
     levels: dict[str, Any]
-    n_a: int
+    n_a: int  # trials before (every session of the side)
     n_b: int
-    ratio: float  # geometric mean of after / before
+    ratio: float  # after / before
     ci_low: float | None  # simultaneous (Bonferroni over the matched configurations)
     ci_high: float | None
     p_adjusted: float | None
-    decision: str  # "faster", "slower", "no significant difference", "too few trials"
+    decision: str  # "faster", "slower", "no significant difference", "drift not measured"
     slower_beyond_threshold: bool
     verdict: str
+    bound: float | None = None  # one-sided upper bound (the gate's)
+    catches: float | None = None  # the slowdown the gate catches with 80% power
+    df: int = 0
 
 
 def compare(
-    a: Results, b: Results, alpha: float = ALPHA, fail_if_slower: float | None = None
-) -> dict[str, Any]:
-    tps_a, tps_b = _tps_by_levels(a), _tps_by_levels(b)
-    matched = [k for k in tps_a if k in tps_b]
+    a: Results | list[Results], b: Results | list[Results], alpha: float = ALPHA,
+    fail_if_slower: float | None = None, calibration: list[Results] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`a` the before session(s), `b` the after session(s), `calibration` A/A sessions."""
+    before, after = (x if isinstance(x, list) else [x] for x in (a, b))
+    calib = list(calibration or [])
+    tps_a, tps_b = [_tps_by_levels(r) for r in before], [_tps_by_levels(r) for r in after]
+    tps_c = [_tps_by_levels(r) for r in calib]
+    matched = [k for k in tps_a[0] if all(k in t for t in tps_a + tps_b)]
+    measured = len(calib) >= 2 or (len(before) + len(after) > 2 and not _blocked(before, after))
+    if fail_if_slower is not None and not measured:
+        raise PgsweepError(
+            "the gate cannot decide between two sessions: their drift was not measured",
+            expected="interleaved evidence, or sessions enough to measure the drift",
+            fix="measure both in one run: pgsweep run AFTER_FILE --against BEFORE_DIR, then "
+            "pgsweep report NEW_DIR --fail-if-slower X; or name an A/A calibration "
+            "(--calibration AA1 AA2: two runs of one unchanged file) or more sessions "
+            "(--more-before DIR, --more-after DIR)",
+        )  # fmt: skip
     family = max(1, len(matched))
-    rows = [_row(json.loads(k), tps_a[k], tps_b[k], alpha, family, fail_if_slower)
+    blocked = _blocked(before, after)
+    rows = [_row(json.loads(k), [t[k] for t in tps_a], [t[k] for t in tps_b],
+                 [t[k] for t in tps_c if k in t], alpha, family, fail_if_slower, blocked)
             for k in matched]  # fmt: skip
+    notes = []
+    if measured:
+        what = ", ".join(f"{n} {side} sessions" for n, side in
+                         ((len(before), "before"), (len(after), "after"),
+                          (len(calib), "calibration")) if n)  # fmt: skip
+        notes.append(CALIBRATED.format(what=what, df=max((r.df for r in rows), default=0)))
     return {
         "alpha": alpha,
         "fail_if_slower": fail_if_slower,
+        "sessions": {"before": len(before), "after": len(after), "calibration": len(calib)},
         "matched": [asdict(r) for r in rows],
         "regressions": [asdict(r) for r in rows if r.slower_beyond_threshold],
-        "only_in_a": [json.loads(k) for k in tps_a if k not in tps_b],
-        "only_in_b": [json.loads(k) for k in tps_b if k not in tps_a],
-        "warnings": [SESSION_WARNING, *environment_differences(a, b)],
+        "only_in_a": [json.loads(k) for k in tps_a[0] if k not in matched],
+        "only_in_b": [json.loads(k) for k in tps_b[0] if k not in tps_a[0]],
+        "notes": notes,
+        "warnings": ([] if measured else [SESSION_WARNING])
+        + environment_differences(before[0], after[0]),
     }
 
 
-def _row(levels: dict[str, Any], before: list[float], after: list[float], alpha: float,
-         family: int, threshold: float | None) -> Row:  # fmt: skip
-    a, b = np.log([v for v in before if v > 0]), np.log([v for v in after if v > 0])
-    ratio = math.exp(float(b.mean() - a.mean())) if len(a) and len(b) else float("nan")
-    if len(a) < 2 or len(b) < 2:
-        return Row(levels, len(a), len(b), ratio, None, None, None, "too few trials", False,
-                   "too few trials for an interval (2 per folder at least)")  # fmt: skip
-    test = sps.ttest_ind(b, a, equal_var=False)
-    low, high = test.confidence_interval(1 - alpha / family)
-    lo, hi = math.exp(float(low)), math.exp(float(high))
-    if not (math.isfinite(lo) and math.isfinite(hi)):  # identical values: no spread at all
-        lo = hi = ratio
-    p = min(1.0, float(test.pvalue) * family)
-    decision = "faster" if lo > 1 else "slower" if hi < 1 else "no significant difference"
-    beyond = threshold is not None and hi < 1 - threshold
-    text = f"{_pct(ratio)} [{_pct(lo)}, {_pct(hi)}]"
-    verdict = f"{decision}: {text}" if decision != "no significant difference" else (
+def _blocked(before: list[Results], after: list[Results]) -> bool:
+    """Did every session of one side start before every session of the other?"""
+    starts = [[r.experiment().created_at for r in side] for side in (before, after)]
+    return max(starts[0]) < min(starts[1]) or max(starts[1]) < min(starts[0])
+
+
+def _within(sessions: list[list[float]]) -> float:
+    """Mean within-session variance of log TPS (sessions of two trials or more)."""
+    found = [float(np.var(np.log(v), ddof=1)) for v in sessions if len(v) > 1]
+    return float(np.mean(found)) if found else math.nan
+
+
+def _row(levels: dict[str, Any], before: list[list[float]], after: list[list[float]],
+         calibration: list[list[float]], alpha: float, family: int,
+         threshold: float | None, blocked: bool = False) -> Row:  # fmt: skip
+    means = [[float(np.mean(np.log(v))) for v in side if v] for side in (before, after)]
+    calib = [[float(np.mean(np.log(v))) for v in calibration if v]]
+    n_a, n_b = (sum(len(v) for v in side) for side in (before, after))
+    if not means[0] or not means[1]:
+        return Row(levels, n_a, n_b, math.nan, None, None, None, "too few trials", False,
+                   "no trials on one side")  # fmt: skip
+    noisier = _within(before + after) / _within(calibration) if calibration else 1.0
+    v = ss.judge(means[0], means[1], calib, family, alpha, threshold,
+                 noisier if math.isfinite(noisier) else 1.0, blocked)  # fmt: skip
+    text = _pct(v.ratio)
+    if v.low is None or v.high is None:
+        why = ("the sides ran as blocks in time" if blocked and len(means[0]) + len(means[1]) > 2
+               else "drift between the sessions not measured")  # fmt: skip
+        return Row(levels, n_a, n_b, v.ratio, None, None, None, v.decision, False,
+                   f"{text}, {why}: no verdict")  # fmt: skip
+    text += f" [{_pct(v.low)}, {_pct(v.high)}]"
+    verdict = f"{v.decision}: {text}" if v.decision != "no significant difference" else (
         f"no significant difference ({text})")  # fmt: skip
+    beyond = threshold is not None and v.bound is not None and v.bound < 1 - threshold
     if beyond and threshold is not None:
         verdict += f"; slower than the {threshold * 100:g}% allowed"
-    return Row(levels, len(a), len(b), ratio, lo, hi, p, decision, beyond, verdict)
+    return Row(levels, n_a, n_b, v.ratio, v.low, v.high, v.p_adjusted, v.decision, beyond,
+               verdict, v.bound, v.catches, v.df)  # fmt: skip
 
 
 def within_run_gate(a: Analysis, threshold: float) -> dict[str, Any]:
     """The gate inside one run (`report --fail-if-slower`): each configuration's TPS against
     the baseline, measured side by side in every round, so no session drift is in it; for
     a `run --against` run, the change (after against before, averaged over the other
-    factors). The same shape as `compare`'s result, for gate_line and junit_xml."""
+    factors). One-sided: a row fails when its upper bound (1 - alpha, Bonferroni over the
+    rows) is below 1 - threshold; after adaptive rounds the bound is the repeated
+    interval's, which holds over the looks. A comparison across levels built once is no
+    verdict and is not gated. The same shape as `compare`'s result."""
     if "run.against" in a.factors:  # `run --against`: the change is that factor's effect
-        rows = [
-            {"levels": {"run.against": "after"}, "verdict": e["verdict"],
-             "ci_high": e["ci_high"], "slower_beyond_threshold": e["ci_high"] < 1 - threshold}
-            for e in a.main_effects() if e["factor"] == "run.against"
-        ]  # fmt: skip
-        return {"fail_if_slower": threshold, "matched": rows,
-                "regressions": [r for r in rows if r["slower_beyond_threshold"]]}  # fmt: skip
-    levels = {c.id: c.levels for c in a.configurations}
-    rows = [
-        {"levels": levels[r["config"]], "verdict": r["verdict"], "ci_high": r["ci_high"],
-         "slower_beyond_threshold": r["ci_high"] < 1 - threshold}
-        for r in a.comparisons if r["metric"] == TPS and r["kind"] == "baseline"
-    ]  # fmt: skip
+        found = [(e, {"run.against": "after"}) for e in a.main_effects()
+                 if e["factor"] == "run.against"]  # fmt: skip
+    else:
+        levels = {c.id: c.levels for c in a.configurations}
+        found = [(r, levels[r["config"]]) for r in a.comparisons
+                 if r["metric"] == TPS and r["kind"] == "baseline"]  # fmt: skip
+    gated = [(r, lv) for r, lv in found if r["decision"] != "unreplicated"]
+    k, alpha = max(1, len(gated)), float(a.method["alpha"])
+    rows = []
+    for r, lv in gated:
+        if "adaptive" in a.method or not r.get("se"):
+            bound, catches = r["ci_high"], None
+        else:
+            bound = ss.one_sided_bound(r["ratio"], r["se"], r["df"], alpha, k)
+            crit = float(sps.t.isf(alpha / k, r["df"]))
+            catches = ss.gate_catches(r["se"], r["df"], crit, threshold)
+        rows.append({"levels": lv, "verdict": r["verdict"], "ci_high": r["ci_high"],
+                     "bound": bound, "catches": catches,
+                     "slower_beyond_threshold": bound < 1 - threshold})  # fmt: skip
     return {"fail_if_slower": threshold, "matched": rows,
-            "regressions": [r for r in rows if r["slower_beyond_threshold"]]}  # fmt: skip
+            "regressions": [r for r in rows if r["slower_beyond_threshold"]],
+            "not_gated": len(found) - len(gated)}  # fmt: skip
 
 
 def _pct(ratio: float) -> str:
@@ -137,16 +203,26 @@ def junit_xml(result: dict[str, Any], before: str, after: str) -> str:
 
 
 def gate_line(result: dict[str, Any]) -> str:
-    """The one line a CI log shows."""
+    """The one line a CI log shows: the decision, and what slowdown the gate catches with
+    80% power (the largest over the rows), so a PASS that could not have failed says so."""
     threshold = result["fail_if_slower"]
     bad = result["regressions"]
+    catches = [r["catches"] for r in result["matched"] if r.get("catches") is not None]
+    power = (f"; it catches a slowdown of {max(catches):.0%} or more with 80% power"
+             if catches else "")  # fmt: skip
+    skipped = result.get("not_gated", 0)
+    if skipped:
+        power += (f"; {skipped} comparison(s) across levels built once not gated (no "
+                  "verdict: replicate them)")  # fmt: skip
     if not bad:
         return (f"pgsweep gate: PASS: no configuration is significantly more than "
-                f"{threshold * 100:g}% slower ({len(result['matched'])} compared)")  # fmt: skip
-    worst = min(bad, key=lambda r: r["ci_high"])
+                f"{threshold * 100:g}% slower ({len(result['matched'])} compared)"
+                + power)  # fmt: skip
+    worst = min(bad, key=lambda r: r.get("bound") or r["ci_high"])
     name = ", ".join(f"{k}={v}" for k, v in worst["levels"].items()) or "(no factors)"
     return (f"pgsweep gate: FAIL: {len(bad)} of {len(result['matched'])} configuration(s) "
-            f"slower than {threshold * 100:g}%; worst {name}: {worst['verdict']}")  # fmt: skip
+            f"slower than {threshold * 100:g}%; worst {name}: {worst['verdict']}"
+            + power)  # fmt: skip
 
 
 def _tps_by_levels(results: Results) -> dict[str, list[float]]:

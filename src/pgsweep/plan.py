@@ -1,5 +1,5 @@
-"""The plan: a pure function of the factors, their costs, the rounds, a seed, and whether
-the resources of every configuration can be alive at once.
+"""The plan: a pure function of the factors, their costs, the rounds, a seed, the rebuild
+schedule, and whether the resources of every configuration can be alive at once.
 
 Full factorial, repeated in rounds; every round holds every configuration. Configurations
 that share the levels of every expensive factor (a new cluster: a "whole plot") form a
@@ -7,10 +7,20 @@ group. When every group's cluster can be kept alive (the usual case), each round
 plain shuffle of all configurations: the engine switches between live clusters, so
 expensive factors are compared side by side like cheap ones. When they cannot (one real
 device, not enough disk), each round visits every group once, as a batch, in an order
-counterbalanced across rounds (a Latin square: every group takes every position equally
-often), with the configurations inside the batch shuffled; the group's cluster is rebuilt
-for each visit. `rebuild = "per_round"` rebuilds every cluster at each round's start, so
-whole-plot factors rest on independent builds, analysed with the between-build error.
+drawn afresh for every round (a rotation of one fixed order puts the same neighbours
+side by side every time: measured on this machine's noise, 5.4-7.3% false "different"
+instead of 4.0-5.2%), with the configurations inside the batch shuffled; the group's
+cluster is rebuilt for each visit.
+
+Replication: a whole plot's level is an *instance* (a cluster, a filesystem), and two
+instances of one level differ (data layout, free-space state, where the page cache sits);
+a verdict about the level, not about one instance, needs several instances per level and
+an error that includes their spread (split-plot). `rebuild_every = N` takes every group
+down at the start of every N-th round, so the run holds ceil(rounds / N) instances per
+level (a *period* is the rounds one instance serves); 0 keeps one instance per level for
+the whole run, and then no cross-level contrast is a verdict. A compiled build is not an
+instance: compiling the same source with the same options gives the same binary, so the
+cache serves it again; the clusters made with it are rebuilt.
 
 Never sequential blocks (all rounds of one cluster, then the next): measured on this
 machine's noise through pgsweep's own analysis, that order called a cluster factor with no
@@ -47,13 +57,17 @@ class Configuration:
 @dataclass(frozen=True)
 class Adaptive:
     """`[repeat] rounds = "auto"`: look after every round from `min_rounds`, stop once
-    what `decide` names is decided or precise to `precision` (a fraction), at most
-    `max_rounds` (see verdict.sequential)."""
+    what `decide` names is decided or precise to `precision` (a fraction), or once a
+    change of `interest` could no longer be found (futility), at most `max_rounds` (see
+    verdict.sequential)."""
 
     min_rounds: int
     max_rounds: int
     decide: str  # "baseline" or "effects"
     precision: float
+    interest: float = 0.10  # the smallest change worth finding: what futility asks about
+    budget_s: float = 0.0  # max_rounds not given: the machine time it may take
+    why_max: str = ""  # how max_rounds was settled when it was not given
 
 
 @dataclass(frozen=True)
@@ -68,29 +82,43 @@ class Trial:
 class Plan:
     seed: int
     rounds: int
-    rebuild: str
+    rebuild: str  # "once" | "per_round" | "every N rounds": rebuild_every in words
     factors: tuple[PlanFactor, ...]
     configurations: tuple[Configuration, ...]
     trials: tuple[Trial, ...]
     keep_alive: bool = True  # every group's resources alive at once (else batches per round)
     why_not_alive: str = ""  # the reason when they cannot be
     adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is the maximum
+    rebuild_every: int = 0  # rounds one instance of each group serves; 0: the whole run
 
     @property
     def replicated(self) -> bool:
-        """Whole plots rest on independent builds (one per round per group)."""
-        return self.rebuild == "per_round" or not self.keep_alive
+        """Whole plots rest on at least two instances per level."""
+        return self.instances() >= 2
+
+    def period(self, round_: int) -> int:
+        """The instance period (from 0) a round belongs to: batches rebuild every visit."""
+        return period_of(round_, self.rebuild_every if self.keep_alive else 1)
+
+    def instances(self) -> int:
+        """Instances of each whole-plot group the run makes."""
+        return self.period(self.rounds) + 1
+
+    def renews_at(self, round_: int) -> bool:
+        """Does the engine take every group down before this round (a new period)? Batches:
+        every round, even when a round ends and the next starts with the same group."""
+        return round_ > 1 and self.period(round_) != self.period(round_ - 1)
 
     def builds(self) -> int:
-        """Cluster builds the run makes (every group once, or once per round)."""
+        """Cluster builds the run makes (every group once per instance)."""
         groups = len({c.group for c in self.configurations})
-        return groups * (self.rounds if self.replicated else 1)
+        return groups * self.instances()
 
     def replicates(self, factor: str) -> int:
-        """Independent replicates a factor's verdict rests on: rounds for a cheap factor
-        or a replicated whole-plot factor; one build per level otherwise."""
+        """Independent replicates a factor's verdict rests on: rounds for a cheap factor,
+        instances per level for a whole-plot factor."""
         f = next(f for f in self.factors if f.name == factor)
-        return 1 if f.cost >= Cost.CLUSTER and not self.replicated else self.rounds
+        return self.instances() if f.cost >= Cost.CLUSTER else self.rounds
 
     def config(self, config_id: str) -> Configuration:
         return self._by_id()[config_id]
@@ -110,8 +138,19 @@ class Plan:
         data: dict[str, Any] = asdict(self)
         for f in data["factors"]:
             f["cost"] = Cost(f["cost"]).name.lower()
-        data["replicated"] = self.replicated  # whole plots on independent builds
+        data["replicated"] = self.replicated  # whole plots on two or more instances per level
+        data["instances"] = self.instances()
         return json.dumps(data, indent=1, sort_keys=True)
+
+
+def period_of(round_: int, rebuild_every: int) -> int:
+    """The instance period of a round (from 1) when every group is rebuilt every
+    `rebuild_every` rounds (0: never)."""
+    return (round_ - 1) // rebuild_every if rebuild_every > 0 else 0
+
+
+def rebuild_words(rebuild_every: int) -> str:
+    return {0: "once", 1: "per_round"}.get(rebuild_every, f"every {rebuild_every} rounds")
 
 
 def short_names(names: list[str]) -> dict[str, str]:
@@ -137,11 +176,14 @@ def expand(factors: list[PlanFactor]) -> list[Configuration]:
 
 
 def make_plan(
-    factors: list[PlanFactor], rounds: int, seed: int, rebuild: str = "once",
+    factors: list[PlanFactor], rounds: int, seed: int, rebuild: str | int = "once",
     keep_alive: bool = True, why_not_alive: str = "", adaptive: Adaptive | None = None,
 ) -> Plan:  # fmt: skip
-    if rebuild not in ("once", "per_round"):
-        raise ValueError(f"rebuild must be 'once' or 'per_round', not {rebuild!r}")
+    """`rebuild`: "once" (one instance per level), "per_round", or every N rounds (N >= 1)."""
+    every = {"once": 0, "per_round": 1}.get(rebuild) if isinstance(rebuild, str) else rebuild
+    if every is None or every < 0:
+        raise ValueError(f"rebuild must be 'once', 'per_round' or a number of rounds, "
+                         f"not {rebuild!r}")  # fmt: skip
     configs = expand(factors)
     rng = random.Random(seed)
 
@@ -158,16 +200,14 @@ def make_plan(
         groups: dict[int, list[Configuration]] = {}
         for c in configs:
             groups.setdefault(c.group, []).append(c)
-        base = shuffled(sorted(groups))
         for r in range(1, rounds + 1):
-            shift = (r - 1) % len(base)
-            for g in base[shift:] + base[:shift]:  # every group in every position in turn
+            for g in shuffled(sorted(groups)):  # a fresh group order every round
                 sequence += [(r, c) for c in shuffled(groups[g])]
     trials = tuple(
         Trial(f"r{r}-{c.id}", order, r, c.id) for order, (r, c) in enumerate(sequence, start=1)
     )
-    return Plan(seed, rounds, rebuild, tuple(factors), tuple(configs), trials, keep_alive,
-                why_not_alive, adaptive)  # fmt: skip
+    return Plan(seed, rounds, rebuild_words(every), tuple(factors), tuple(configs), trials,
+                keep_alive, why_not_alive, adaptive, every)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -180,12 +220,12 @@ class TrialCost:
 
 def estimate_parts(plan: Plan, costs: dict[str, TrialCost]) -> tuple[float, float]:
     """Rough wall time: (trials, cluster builds). Every trial's measurement; one build per
-    group (kept alive), or per group and round (replicated or batched)."""
+    group and instance."""
     trials = sum(costs[t.config].measure for t in plan.trials)
     first: dict[int, float] = {}
     for c in plan.configurations:
         first.setdefault(c.group, costs[c.id].build)
-    builds = sum(first.values()) * (plan.rounds if plan.replicated else 1)
+    builds = sum(first.values()) * plan.instances()
     return trials, builds
 
 

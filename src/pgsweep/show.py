@@ -4,7 +4,6 @@ The p99 column is the median over trials of each trial's 99th percentile latency
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,8 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .core import printable
-from .errors import PgsweepError
 from .plan import Adaptive, Plan, short_names
+from .planning import replication_lines
 from .safetext import term
 from .store import Results
 from .units import human_seconds
@@ -139,26 +138,12 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     at_most = "at most " if plan.adaptive else ""
     console.print(
         f"{at_most}{len(plan.trials)} trials: {len(plan.configurations)} configurations x "
-        f"{at_most}{plan.rounds} rounds, seed {plan.seed}, clusters rebuilt "
-        f"{plan.rebuild.replace('_', ' ')}"
+        f"{at_most}{plan.rounds} rounds, seed {plan.seed}"
     )
     if plan.adaptive:
         console.print(adaptive_text(plan.adaptive), markup=False)
-    grouped = plan.grouped_factors()
-    if grouped:
-        how = ("every round visits every configuration, shuffled; the clusters stay alive and "
-               "the run switches between them" if plan.keep_alive else
-               f"they cannot all stay alive ({plan.why_not_alive}): every round visits each "
-               "group as one batch, in an order rotated across rounds, rebuilding its "
-               "cluster")  # fmt: skip
-        console.print(f"{', '.join(grouped)} need a new cluster: {how}", markup=False)
-        console.print(f"{plan.builds()} cluster builds", markup=False)
-    for f in plan.factors:
-        n = plan.replicates(f.name)
-        what = (f"{n} independent replicates (rounds)" if n > 1 else
-                "1 build per level: its interval covers run-to-run noise only, not "
-                "build-to-build variation (rebuild = \"per_round\" replicates it)")  # fmt: skip
-        console.print(f"  {f.name}: {what}", markup=False, highlight=False)
+    for line in replication_lines(plan, estimate):
+        console.print(line, markup=False, highlight=False)
     order = " ".join(t.id for t in plan.trials)
     console.print(f"run order: {order}", markup=False, highlight=False, soft_wrap=False)
     trials, builds = estimate
@@ -212,9 +197,10 @@ def adaptive_text(ad: Adaptive) -> str:
     return (f"adaptive rounds: looks after every round from round {ad.min_rounds} and stops "
             f"once {asked} is decided (different, or equivalent within "
             f"{format_percent(ad.precision)}), every interval is narrower than "
-            f"±{format_percent(ad.precision)}, or futility says no difference of that size "
-            "can be found any more; O'Brien-Fleming boundaries hold the false 'different' "
-            "rate at alpha over all looks; the estimate is for the maximum")  # fmt: skip
+            f"±{format_percent(ad.precision)}, or futility says a change of "
+            f"{format_percent(ad.interest)} can no longer be found; O'Brien-Fleming "
+            "boundaries for t hold the false 'different' rate at alpha over all looks; the "
+            "estimate is for the maximum")  # fmt: skip
 
 
 def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -> None:
@@ -232,49 +218,7 @@ def render_compare(result: dict[str, Any], a: Path, b: Path, console: Console) -
         for levels in rows:
             console.print(f"only in {side}: {printable(str(levels))}", markup=False,
                           highlight=False)  # fmt: skip
+    for n in result.get("notes", []):
+        console.print(f"note: {printable(n)}", markup=False, highlight=False)
     for w in result["warnings"]:
         console.print(f"warning: {printable(w)}", markup=False, highlight=False)
-
-
-def render_rounds_needed(folder: Path, n_configs: int, rounds: int, console: Console) -> None:
-    """`plan --noise-from`: the rounds a pilot's noise says each difference needs, and the
-    same machine time spent on other trial lengths."""
-    from . import analysis
-    from .trial_length import length_noise, trade_off
-    from .verdict import sequential as sq
-
-    store = open_store(folder)
-    try:
-        noise = analysis.tps_noise(store)
-        split = length_noise(store, *noise) if noise else None
-    finally:
-        store.close()
-    if noise is None:
-        raise PgsweepError(
-            f"{folder} has too few complete rounds to measure the noise",
-            where=str(folder), fix="use a results folder with at least 2 complete rounds",
-        )  # fmt: skip
-    sigma, df = noise
-    now = sq.sensitivity_for(sigma, max(rounds, 2), n_configs, sigma_df=df)
-    console.print(
-        f"noise from {folder}: {sigma:.1%} per trial (log TPS around its round and "
-        f"configuration, {df} df); with {rounds} rounds this plan detects differences of "
-        f"{now:.1%} or more against the baseline (80% power, alpha 0.05)",
-        markup=False, highlight=False,
-    )  # fmt: skip
-    for target in (0.02, 0.03, 0.05, 0.10):
-        need = sq.rounds_needed(sigma, target, n_configs, sigma_df=df, max_rounds=200)
-        text = f"{need} rounds" if need else "more than 200 rounds"
-        console.print(f"  to detect {target:.0%}: {text}", markup=False, highlight=False)
-    if split is None:
-        return
-    console.print(
-        f"the machine time of {rounds} rounds of the pilot's {split.trial_s:g} s trials "
-        f"({split.overhead_s:.0f} s of overhead each) spent on other trial lengths; of its "
-        f"{split.residual:.1%} noise per trial, {math.sqrt(split.between):.1%} does not "
-        "shrink with the window (a rough split from one pilot):", markup=False,
-        highlight=False,
-    )  # fmt: skip
-    for seconds, fit, detect in trade_off(split, n_configs, rounds):
-        console.print(f"  {seconds:>4d} s trials x {fit:>3d} rounds: detects {detect:.1%}",
-                      markup=False, highlight=False)  # fmt: skip

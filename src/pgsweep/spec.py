@@ -25,7 +25,7 @@ from .layers import all_layers
 from .layers.base import Layer, Source, ValidationContext
 from .plan import Adaptive
 from .postgres import binaries as pgbin
-from .spec_tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table
+from .spec_tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
 from .spec_text import check_text
 
 
@@ -355,8 +355,8 @@ def load(path: Path) -> Experiment:
     check_text(source, doc)
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     factors = _factors(source, doc, names)
-    adaptive = adaptive_rounds(source, doc, rep)
-    rounds = adaptive.max_rounds if adaptive else int(rep.rounds)
+    adaptive = adaptive_rounds(source, doc, rep, math.prod(len(f.levels) for f in factors))
+    rounds = (adaptive.max_rounds or adaptive.min_rounds) if adaptive else int(rep.rounds or 3)
     _check_size(source, factors, rounds)
     _check_baseline(source, report, factors)
     _check_root(source, doc, factors, layers)
@@ -384,13 +384,13 @@ def load(path: Path) -> Experiment:
         for (name, text), value in [*checker.answers().items(), *ctx.shown.items()]:
             canonical.setdefault(name, {})[text] = value  # as the started server shows it
     seed = exp.seed if exp.seed is not None else secrets.randbelow(2**31)
-    return Experiment(
+    out = Experiment(
         source,
         exp.name,
         seed,
         exp.seed is not None,
         rounds,
-        rep.rebuild,
+        rebuild_policy(rep),
         base,
         factors,
         layers,
@@ -401,3 +401,9 @@ def load(path: Path) -> Experiment:
         adaptive=adaptive,
         notes=ctx.notes,
     )
+    if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
+        from .engine.plans import settle_max_rounds
+
+        settle_max_rounds(out)
+        _check_size(source, factors, out.rounds)
+    return out

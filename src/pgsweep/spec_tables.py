@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .layers.base import Source
 from .plan import Adaptive
+from .units import parse_duration
 
 
 class ExperimentTable(BaseModel):
@@ -27,34 +28,55 @@ class PostgresTable(BaseModel):
 
 class RepeatTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    rounds: int | str = Field(
-        3, description='a number, or "auto": look after each round and stop once decided'
-    )
+    rounds: int | str | None = Field(
+        None, description='a number, or "auto" (the default with two configurations or more): '
+        "look after each round and stop once decided",
+    )  # fmt: skip
     min_rounds: int = Field(3, ge=2, le=50, description="rounds before the first look")
     # each look's boundary is computed numerically: 50 rounds take seconds, 200 minutes
-    max_rounds: int = Field(10, ge=2, le=50, description="rounds at most")
+    max_rounds: int | None = Field(
+        None, ge=2, le=50, description="rounds at most (default: what `interest` needs on "
+        "this machine's recorded noise, within `budget`)",
+    )  # fmt: skip
     decide: Literal["baseline", "effects"] = Field(
         "baseline", description="what must be decided: each configuration against the baseline, "
         "or the factor effects",
     )  # fmt: skip
     precision: str = Field("2%", description="equivalence margin and interval precision")
-    rebuild: Literal["once", "per_round"] = Field(
-        "once", description="build each cluster once, or again in every round"
-    )
+    interest: str = Field("10%", description="the smallest change worth finding (futility)")
+    budget: str = Field("2h", description="machine time the default max_rounds may take")
+    rebuild: int | str = Field(
+        "auto", description='"auto", "per_round", "once", or every N rounds: new instances of '
+        "every cluster-level level",
+    )  # fmt: skip
 
     @field_validator("rounds")
     @classmethod
-    def _rounds(cls, v: int | str) -> int | str:
-        if v != "auto" and not (isinstance(v, int) and 1 <= v <= 10_000):
+    def _rounds(cls, v: int | str | None) -> int | str | None:
+        if v is not None and v != "auto" and not (isinstance(v, int) and 1 <= v <= 10_000):
             raise ValueError('a whole number of rounds from 1 to 10000, or "auto"')
         return v
 
-    @field_validator("precision")
+    @field_validator("precision", "interest")
     @classmethod
-    def _precision(cls, v: str) -> str:
+    def _percent(cls, v: str) -> str:
         if not re.fullmatch(r"\d+(\.\d+)?%", v) or not 0 < float(v[:-1]) < 100:
             raise ValueError('a percentage above 0% and below 100%, e.g. "2%"')
         return v
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: str) -> str:
+        if parse_duration(v) < 60:
+            raise ValueError('a duration of at least a minute, such as "2h" or "90min"')
+        return v
+
+    @field_validator("rebuild")
+    @classmethod
+    def _rebuild(cls, v: int | str) -> int | str:
+        if v in ("auto", "once", "per_round") or (isinstance(v, int) and 1 <= v <= 10_000):
+            return v
+        raise ValueError('"auto", "per_round", "once", or a number of rounds (every N rounds)')
 
 
 class ReportTable(BaseModel):
@@ -109,23 +131,36 @@ def fixed_table(source: Source, doc: dict[str, Any], table: str) -> Any:
         ) from None
 
 
-def adaptive_rounds(source: Source, doc: dict[str, Any], rep: RepeatTable) -> Adaptive | None:
+def adaptive_rounds(source: Source, doc: dict[str, Any], rep: RepeatTable,
+                    n_configs: int) -> Adaptive | None:  # fmt: skip
     """The adaptive-rounds settings, or None for a fixed number of rounds; the keys that
-    only mean something with rounds = "auto" are refused without it."""
+    only mean something with rounds = "auto" are refused without it. Without `rounds`,
+    two configurations or more are adaptive, one is 3 fixed rounds. An Adaptive whose
+    max_rounds is 0 is to be settled from the noise and the budget (engine.plans)."""
     given = doc.get("repeat", {})
+    if rep.rounds is None:
+        rep.rounds = "auto" if n_configs >= 2 else 3
     if rep.rounds != "auto":
         extra = [k for k in ADAPTIVE_KEYS if k in given]
         if extra:
             raise source.error(("repeat", extra[0]), f"{extra[0]} only applies to adaptive rounds",
                                fix='set rounds = "auto", or remove the key')  # fmt: skip
         return None
+    top = rep.max_rounds or 50
     if "min_rounds" not in given:  # the default of 3 yields to a smaller maximum
-        rep.min_rounds = min(rep.min_rounds, rep.max_rounds)
-    if rep.min_rounds > rep.max_rounds:
+        rep.min_rounds = min(rep.min_rounds, top)
+    if rep.min_rounds > top:
         raise source.error(("repeat", "min_rounds"),
-                           f"min_rounds ({rep.min_rounds}) exceeds max_rounds ({rep.max_rounds})",
+                           f"min_rounds ({rep.min_rounds}) exceeds max_rounds ({top})",
                            fix="make min_rounds at most max_rounds")  # fmt: skip
-    return Adaptive(rep.min_rounds, rep.max_rounds, rep.decide, float(rep.precision[:-1]) / 100)
+    return Adaptive(rep.min_rounds, rep.max_rounds or 0, rep.decide,
+                    float(rep.precision[:-1]) / 100, float(rep.interest[:-1]) / 100,
+                    0.0 if rep.max_rounds else parse_duration(rep.budget))  # fmt: skip
 
 
-ADAPTIVE_KEYS = ("min_rounds", "max_rounds", "decide", "precision")
+def rebuild_policy(rep: RepeatTable) -> str:
+    """`rebuild` as the plan takes it: "auto", "once", "per_round" or "every N"."""
+    return str(rep.rebuild) if isinstance(rep.rebuild, str) else f"every {rep.rebuild}"
+
+
+ADAPTIVE_KEYS = ("min_rounds", "max_rounds", "decide", "precision", "interest", "budget")

@@ -1,8 +1,9 @@
 """Adaptive rounds on a real run: `rounds = "auto"` looks after each round and stops long
 before its maximum of 6: a real tenfold effect is decided at the first or second look and
-a real A/A comparison can no longer find a 2% difference (futility) by round 3 or 4,
-depending on the noise (9.5-21% CV here); the report calls the one and not the other, and
-says where the run stopped; `--resume` of a stopped run runs nothing.
+a real A/A comparison can no longer find a change of 10% (futility about `[repeat]
+interest`, its default) by round 3 or 4, depending on the noise (9.5-21% CV here); the
+report calls the one and not the other, and says where the run stopped; `--resume` of a
+stopped run runs nothing.
 
 The factor is commit_siblings with commit_delay = 10 ms and synchronous_commit = on at two
 clients: with 0 siblings every commit sleeps 10 ms before its flush (the known effect);

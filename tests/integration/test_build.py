@@ -96,7 +96,8 @@ def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_besid
 ) -> None:
     """A patch's workflow: an earlier folder ran the installed PostgreSQL, today's file names
     a build. `run --against` measures both in every round of one run; the change is a
-    build, so run.against is a whole-plot factor with one cluster per side."""
+    build, so run.against is a whole-plot factor: a new cluster per side in every round
+    (rebuild = "auto"), the build itself compiled once."""
     (key,) = _finished(cache)
     before = tmp_path / "before"
     res = pgsweep("run", str(write_experiment(tmp_path, _head(), "before.toml")),
@@ -114,9 +115,11 @@ def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_besid
     assert sorted(ran) == [(1, "c01"), (1, "c02"), (2, "c01"), (2, "c02")]  # both, each round
     assert {r[:2] for (_, c), r in ran.items() if c == "c01"} == {("installed", "8192")}
     assert {r[:2] for (_, c), r in ran.items() if c == "c02"} == {(key, "4096")}
-    assert len({r[2] for r in ran.values()}) == 2  # one cluster per side, kept across rounds
+    assert len({r[2] for r in ran.values()}) == 4  # a cluster per side and round
     data = json.loads(pgsweep("report", str(tmp_path / "res"), "--format", "json").stdout)
     assert data["whole_plot_factors"] == ["run.against"]  # a build costs more than a cluster
+    (change,) = [e for e in data["effects"] if e["metric"] == "tps" and e["kind"] == "main"]
+    assert (change["error"], change["replicates"]) == ("whole-plot", 2), change
     assert {(b["config"], b["build"]) for b in data["builds"]} == {("c01", "installed"),
                                                                   ("c02", key)}  # fmt: skip
 

@@ -195,27 +195,39 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
 @requires_pg
 def test_compare_two_folders_warns_when_environments_differ(results: Path, tmp_path: Path) -> None:
     """A copy of the real results, as if measured after a kernel upgrade that tripled the
-    TPS of c02: compare finds that, leaves the others alone, and warns about the kernel."""
-    after = tmp_path / "after"
-    shutil.copytree(results, after, ignore=shutil.ignore_patterns(".pgsweep-work-*"))
-    db = sqlite3.connect(after / "results.db")
-    with db:
-        db.execute("UPDATE trial SET tps = tps * 3 WHERE config_id = 'c02'")
-        db.execute(
-            "UPDATE environment SET value = '9.9.9' WHERE scope = 'host' AND name = 'kernel'"
-        )
-    db.close()
+    TPS of c02: between two sessions compare shows that but gives no verdict (their drift
+    is not measured); with an A/A calibration (the results and a copy 1% faster) it calls
+    c02 faster and leaves the others alone; it warns about the kernel either way."""
+    after, calib = tmp_path / "after", tmp_path / "calib"
+    for folder, sql in ((after, "UPDATE trial SET tps = tps * 3 WHERE config_id = 'c02'"),
+                        (calib, "UPDATE trial SET tps = tps * 1.01")):  # fmt: skip
+        shutil.copytree(results, folder, ignore=shutil.ignore_patterns(".pgsweep-work-*"))
+        db = sqlite3.connect(folder / "results.db")
+        with db:
+            db.execute(sql)
+            db.execute(
+                "UPDATE environment SET value = '9.9.9' WHERE scope = 'host' AND name = 'kernel'"
+            )
+        db.close()
     res = pgsweep("compare", str(results), str(after), "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     by = {(r["levels"]["server.application_name"], r["levels"]["server.synchronous_commit"]): r
           for r in data["matched"]}  # fmt: skip
     assert len(by) == 4 and not data["only_in_a"] and not data["only_in_b"]
+    assert by[("plain", "off")]["verdict"].startswith("+200.0%, drift between the sessions")
+    assert all(r["decision"] == "drift not measured" and r["ci_low"] is None for r in by.values())
+    assert any("differ in kernel" in w and "'9.9.9'" in w for w in data["warnings"])
+    assert data["warnings"][0].startswith("the folders ran in different sessions")
+    res = pgsweep("compare", str(results), str(after), "--json", "--calibration", str(results),
+                  "--calibration", str(calib))  # fmt: skip
+    data = json.loads(res.stdout)
+    by = {(r["levels"]["server.application_name"], r["levels"]["server.synchronous_commit"]): r
+          for r in data["matched"]}  # fmt: skip
     assert by[("plain", "off")]["verdict"].startswith("faster: +200.0%")
     others = [r for k, r in by.items() if k != ("plain", "off")]
     assert all(r["verdict"].startswith("no significant difference (+0.0%") for r in others)
-    assert any("differ in kernel" in w and "'9.9.9'" in w for w in data["warnings"])
-    assert data["warnings"][0].startswith("the folders ran in different sessions")
+    assert "calibration" in data["notes"][0]
     for r in data["matched"]:  # simultaneous intervals: verdict and interval agree
         assert (r["decision"] == "no significant difference") == (r["ci_low"] <= 1 <= r["ci_high"])
     text = pgsweep("compare", str(results), str(after))

@@ -75,7 +75,8 @@ def test_an_a_a_stops_early_for_futility_and_calls_nothing(tmp_path: Path) -> No
         with Results(folder) as res:
             first = next(r for r in range(3, 11) if analysis.stop_reason(res, r))
             reason = analysis.stop_reason(res, first)
-        assert reason is not None and reason.startswith("futility"), reason
+        stopped = ("futility", "every interval inside")  # nothing worth finding, either way
+        assert reason is not None and reason.startswith(stopped), reason
         cut = make_results(tmp_path / f"cut{seed}", FACTORS, data, 10, adaptive=AUTO,
                            last_round=first)  # fmt: skip
         with Results(cut) as res:

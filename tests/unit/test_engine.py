@@ -81,7 +81,7 @@ def drive(plan: Plan, fail: set[str] | None = None) -> tuple[list[str], Resource
     resources = Resources(layers, run, not plan.keep_alive)  # type: ignore[arg-type]
     current = None
     for t in plan.trials:
-        if plan.rebuild == "per_round" and current not in (None, t.round):
+        if plan.renews_at(t.round) and current not in (None, t.round):
             resources.release_all()
         current = t.round
         got: dict[str, Any] = {}
@@ -128,14 +128,19 @@ def test_per_round_rebuilds_every_group_each_round() -> None:
     assert max(len(group_runs(plan, r)) for r in (1, 2, 3)) > 4  # still interleaved
 
 
-def test_one_at_a_time_batches_are_counterbalanced_and_never_sequential_blocks() -> None:
+def test_one_at_a_time_batches_in_a_fresh_order_and_never_sequential_blocks() -> None:
+    """Batches in a fresh random order every round: a rotation of one order (ABCD, BCDA,
+    ...) keeps the same neighbours side by side (5.4-7.3% false "different" on recorded
+    noise, against 4.0-5.2% with fresh orders)."""
     plan = make_plan(FACTORS, 8, seed=4, rebuild="once", keep_alive=False,
                      why_not_alive="a real device holds one filesystem at a time")  # fmt: skip
     assert plan.replicated and plan.replicates("cluster.scale") == 8
     orders = [group_runs(plan, r) for r in range(1, 9)]
     assert all(sorted(o) == [0, 1, 2, 3] for o in orders)  # one batch per group per round
-    positions = Counter((g, o.index(g)) for o in orders for g in o)
-    assert set(positions.values()) == {2}  # every group in every position, equally often
+    rotations = {tuple(orders[0][i:] + orders[0][:i]) for i in range(4)}
+    assert any(tuple(o) not in rotations for o in orders[1:])  # not one order rotated
+    pairs = Counter((o[i], o[i + 1]) for o in orders for i in range(3))
+    assert len(pairs) > 4  # neighbours change from round to round
     log, _ = drive(plan)
     assert sum(line.startswith("build cluster") for line in log) == 4 * 8  # one per visit
     alive = 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from pgsweep.layers.base import Cost
 from pgsweep.plan import (
     Plan,
@@ -124,3 +126,23 @@ def test_a_build_factor_is_a_whole_plot_factor_built_once_and_interleaved() -> N
     stored = {f["name"]: f["cost"] for f in json.loads(plan.to_json())["factors"]}
     assert stored["build.wal_blocksize"] in WHOLE_PLOT_COSTS
     assert stored["server.synchronous_commit"] not in WHOLE_PLOT_COSTS
+
+
+def test_instances_follow_the_rebuild_period() -> None:
+    """rebuild_every = N: a new instance of every group every N rounds (the engine takes
+    them down at each period's first round); 0 keeps one for the whole run; batches are
+    rebuilt at every round whatever the period."""
+    every2 = make_plan(FACTORS, 5, 1, rebuild=2)
+    assert [every2.period(r) for r in range(1, 6)] == [0, 0, 1, 1, 2]
+    assert every2.instances() == 3 and every2.replicated and every2.builds() == 2 * 3
+    assert [r for r in range(1, 6) if every2.renews_at(r)] == [3, 5]
+    assert every2.replicates("cluster.scale") == 3 and every2.replicates("workload.clients") == 5
+    once = make_plan(FACTORS, 5, 1, rebuild="once")
+    assert once.instances() == 1 and not once.replicated and not any(
+        once.renews_at(r) for r in range(1, 6))  # fmt: skip
+    batches = make_plan(FACTORS, 3, 1, rebuild="once", keep_alive=False)
+    assert batches.instances() == 3 and [batches.renews_at(r) for r in (1, 2, 3)] == [
+        False, True, True]  # fmt: skip
+    assert '"rebuild_every": 2' in every2.to_json() and '"instances": 3' in every2.to_json()
+    with pytest.raises(ValueError, match="rebuild"):
+        make_plan(FACTORS, 3, 1, rebuild="sometimes")

@@ -70,7 +70,7 @@ def test_junit_file_parses_whatever_the_levels_and_paths(tmp_path: Path) -> None
     tps = {(c, r): 100.0 + 10 * c + r for c in range(4) for r in (1, 2, 3)}
     folder = make_results(tmp_path / "res", {"server.application_name": levels}, tps, 3)
     with Results(folder) as r:
-        result = compare.compare(r, r, fail_if_slower=0.5)
+        result = compare.compare(r, r)  # no gate between two sessions: the XML alone
     text = compare.junit_xml(result, "/tmp/before\x1b\udcff", "after\x02")
     suite = ET.fromstring(text.encode())
     names = [case.get("name") for case in suite.iter("testcase")]

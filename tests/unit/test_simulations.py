@@ -37,8 +37,8 @@ def slack(n: int, p: float = sm.ALPHA) -> float:
 def test_no_false_differences_with_fixed_rounds(design: object, rounds: int, reps: int) -> None:
     for name, noise in (("boot", TPCB["boot"]), ("synth", TPCB["synth"])):
         rates = V.fixed(design, rounds, noise, reps, seed=11)
-        for family in ("baseline", "effects"):
-            assert rates[family] <= sm.ALPHA + slack(reps), (name, family, rates)
+        # the report's verdicts on TPS, both families on one budget (two at 5% each: 5.7-8.7%)
+        assert rates["report"] <= sm.ALPHA + slack(reps), (name, rates)
 
 
 def test_no_false_differences_on_select_only_noise() -> None:
@@ -59,20 +59,29 @@ def test_no_false_differences_with_repeated_looks(design: object, decide: str, r
     assert out["different"] <= sm.ALPHA + slack(reps), out["different"]
 
 
-def test_family_boundaries_spend_exactly_alpha_over_looks() -> None:
-    """Gaussian check of the family's group-sequential boundaries: 3 correlated contrasts
-    looked at after every round from 3 to 10, known variance: P(any crossing) = 5%."""
+@pytest.mark.parametrize("configs", [2, 4])
+def test_boundaries_for_t_spend_exactly_alpha_over_looks(configs: int) -> None:
+    """Normal noise, the report's statistic: every configuration against the baseline by
+    the pooled t of the two-way model ((r - 1) (C - 1) df after r rounds), looked at after
+    every round from 3 to 10 with the boundaries each look is judged at. Any crossing
+    counts: 5%, where normal boundaries carried to t spent 5.7% with two configurations."""
     plan = sq.make_plan(10, 3)
-    corr = np.array([[1, 0.5, 0.5], [0.5, 1, 0.5], [0.5, 0.5, 1]])
-    crit = [sm.max_t_quantile(corr, 1e7, sq.look_level(plan, k)(corr)) for k in range(8)]
-    rng = np.random.default_rng(5)
-    n = 100_000
-    root = np.linalg.cholesky(corr)
-    s, ever, prev = np.zeros((n, 3)), np.zeros(n, bool), 0
-    for k, r in enumerate(plan.looks):
-        s += rng.standard_normal((n, r - prev, 3)).sum(axis=1) @ root.T
-        prev = r
-        ever |= np.abs(s / math.sqrt(r)).max(axis=1) > crit[k]
+    k = configs - 1
+    corr = np.full((k, k), 0.5) + 0.5 * np.eye(k)
+    rng = np.random.default_rng(configs)
+    n = 40_000
+    y = rng.standard_normal((n, configs, 10))
+    ever = np.zeros(n, bool)
+    for look, r in enumerate(plan.looks):
+        x = y[:, :, :r]
+        e = x - x.mean(axis=2, keepdims=True) - x.mean(axis=1, keepdims=True) + x.mean(
+            axis=(1, 2), keepdims=True)  # fmt: skip
+        df = (r - 1) * (configs - 1)
+        sigma = np.sqrt((e**2).sum(axis=(1, 2)) / df)
+        d = x[:, 1:, :].mean(axis=2) - x[:, :1, :].mean(axis=2)
+        t = np.abs(d).max(axis=1) / (sigma * math.sqrt(2 / r))
+        level = sq.look_level(plan, look)(corr, df)
+        ever |= t > sm.max_t_quantile(corr, df, level)
     assert ever.mean() == pytest.approx(0.05, abs=3 * math.sqrt(0.05 * 0.95 / n))
 
 
@@ -87,16 +96,19 @@ def test_printed_sensitivity_is_found_with_80_percent_power(
     assert out["same"] >= 0.80 - slack(reps, 0.80), out
 
 
-def test_adaptive_rounds_save_rounds_at_equal_power() -> None:
-    """A true +15% on tpcb noise: adaptive (max 10, a look after every round from 3) finds
-    it as often as a fixed design of R rounds, using fewer rounds than R on average."""
-    effect, reps = {1: 1.15}, 200
+def test_adaptive_power_is_at_least_a_fixed_designs_of_the_same_mean_rounds() -> None:
+    """A true +15% on tpcb noise: adaptive (at most 10 rounds, a look after every round
+    from 3, futility about 10%) finds it at least as often as a fixed design of as many
+    rounds as it ran on average (interpolated between whole rounds)."""
+    effect, reps = {1: 1.15}, 300
     plan = sq.make_plan(10, 3)
     out = V.adaptive(V.TWO, plan, TPCB["boot"], reps, seed=15, effect=effect, interest=0.10)
-    power = {r: V.fixed(V.TWO, r, TPCB["boot"], reps, 15, effect)["baseline"]
-             for r in range(6, 11)}  # fmt: skip
-    equal = min(r for r, p in power.items() if p >= out["detected"] - 0.03)
-    assert out["rounds"] < equal - 0.5, (out["rounds"], out["detected"], power)
+    mean = out["rounds"]
+    lo = math.floor(mean)
+    power = {r: V.fixed(V.TWO, r, TPCB["boot"], reps, 15, effect)["baseline"] for r in (lo, lo + 1)}
+    fixed = power[lo] + (mean - lo) * (power[lo + 1] - power[lo])
+    assert out["detected"] >= fixed - slack(reps, 0.8), (mean, out["detected"], power)
+    assert mean < plan.max_rounds - 2  # and it stops early
 
 
 def test_whole_plot_factor_with_replicated_builds_keeps_five_percent() -> None:
@@ -114,13 +126,57 @@ def test_whole_plot_factor_with_replicated_builds_keeps_five_percent() -> None:
     assert once["scale=50 vs 10"][1:] == ("within-run only", 1)
 
 
-@pytest.mark.parametrize("rounds", [5, 10])
-def test_cluster_factor_built_once_keeps_five_percent_on_recorded_noise(rounds: int) -> None:
-    """The issue's figure: the former sequential plan called a cluster factor with no
-    effect "different" in 20-61% of A/A runs. Interleaved in every round and judged on the
-    group-by-round error, the recorded noise (drift included, no build-to-build variance:
-    it holds none) keeps 5% with each level's cluster built once (rebuilt every round, with
-    build-to-build variance on top: test_whole_plot_factor_with_replicated_builds...)."""
-    aa = dataclasses.replace(V.CLUSTERS_ONCE, build_sd=0.0)
-    rate, _, _ = V.whole_plot(aa, rounds, TPCB["rec"], 1000, seed=40 + rounds)["scale=50 vs 10"]
+def test_a_cluster_factor_built_once_is_never_a_verdict() -> None:
+    """One build per level: at a 10% spread between builds (the old code called a 3%
+    spread "different" in 10-27% of A/A runs) nothing is called different, and the
+    contrast says what it is."""
+    once = dataclasses.replace(V.CLUSTERS_ONCE, build_sd=0.10)
+    rate, error, replicates = V.whole_plot(once, 6, TPCB["boot"], 300, seed=41)["scale=50 vs 10"]
+    assert (rate, error, replicates) == (0.0, "within-run only", 1)
+
+
+@pytest.mark.parametrize(
+    ("rebuild", "keep_alive"), [(2, True), (1, False)], ids=["every 2 rounds", "batches"]
+)
+def test_replicated_whole_plots_keep_five_percent(rebuild: int, keep_alive: bool) -> None:
+    """Instances serving two rounds each (3 per level over 6 rounds), and batches in a
+    fresh order every round (a rotated order gave 5.4-7.3%), builds differing by 3%."""
+    d = dataclasses.replace(V.CLUSTERS, rebuild=rebuild, keep_alive=keep_alive)
+    rate, error, replicates = V.whole_plot(d, 6, TPCB["boot"], 1000, seed=42)["scale=50 vs 10"]
+    assert error == "whole-plot" and replicates == (3 if keep_alive else 6)
     assert rate <= sm.ALPHA + slack(1000), rate
+
+
+def test_the_sensitivity_line_is_optimistic_in_at_most_a_fifth_of_experiments() -> None:
+    """2 configurations, 5 rounds of tpcb noise: the change found in 80% of experiments
+    (bisection on simulated power), against the "differences above X%" each A/A
+    experiment prints. The bound on the noise from the residual df alone was optimistic
+    in 20-36% of experiments (its noise level wanders between stretches of rounds)."""
+    reps = 300
+
+    def power(change: float) -> float:
+        return V.fixed(V.TWO, 5, TPCB["boot"], reps, 19, {1: 1 + change})["baseline"]
+
+    lo, hi = 0.05, 0.60
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if power(mid) < 0.8 else (lo, mid)
+    d80 = (lo + hi) / 2
+    printed = [sm.report_families(sm.fit(V.experiment(V.TWO, 5, TPCB["boot"], rng)))[0]
+               .contrasts[0].detectable for rng in V.seeds(20, 600)]  # fmt: skip
+    assert np.mean(np.array(printed) < d80) <= 0.20 + slack(600, 0.2), (d80, np.median(printed))
+
+
+def test_a_calibrated_compare_keeps_five_percent_on_recorded_noise() -> None:
+    """Back-to-back sessions of 5 trials, A/A: two calibration sessions then one each
+    side, judged on session means (one session per side without calibration gives no
+    verdict at all: 10-66% were "different")."""
+    from pgsweep import compare
+
+    reps, different = 1500, 0
+    for rng in V.seeds(21, reps):
+        x = TPCB["boot"](20, rng).reshape(4, 5)
+        row = compare._row({}, [list(x[2])], [list(x[3])], [list(x[0]), list(x[1])], 0.05, 1,
+                           None)  # fmt: skip
+        different += row.decision in ("faster", "slower")
+    assert different / reps <= sm.ALPHA + slack(reps)

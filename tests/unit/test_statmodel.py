@@ -175,8 +175,7 @@ def test_split_plot_error_terms_against_statsmodels() -> None:
     """Replicated whole plots: the cluster factor `a` against the build means (group +
     round OLS, (G-1)(R-1) df); `b` and the interaction within builds."""
     v = _data(4, 5, seed=8)
-    obs = sm.Observations(v, LEVELS_2X2, 0, whole_plot_factors=("a",),
-                          replicated_whole_plots=True)  # fmt: skip
+    obs = sm.Observations(v, LEVELS_2X2, 0, whole_plot_factors=("a",), rebuild_every=1)
     eff = {c.label: c for c in sm.effects_family(sm.fit(obs)).contrasts}
     main_a = eff["a=y vs x"]
     assert (main_a.error, main_a.df, main_a.replicates) == ("whole-plot", 4, 5)
@@ -187,11 +186,53 @@ def test_split_plot_error_terms_against_statsmodels() -> None:
     builds = np.array([[0, 1, 2, 3, 4]] * 2 + [[5, 6, 7, 8, 9]] * 2)
     _, within = _ols(v, builds)
     assert eff["b=2 vs 1"].error == "pooled" and eff["b=2 vs 1"].df == within.df_resid
-    # one build per level for the whole run: same interval, but marked
-    once = sm.Observations(v, LEVELS_2X2, 0, whole_plot_factors=("a",))
+    # one build per level for the whole run: the same interval, but no verdict, whatever
+    # the interval says
+    once = sm.Observations(v * np.array([[1.3], [1.3], [1], [1]]), LEVELS_2X2, 0,
+                           whole_plot_factors=("a",), rebuild_every=0)  # fmt: skip
     c = sm.effects_family(sm.fit(once)).contrasts[0]
-    assert (c.error, c.replicates) == ("within-run only", 1)
+    assert (c.error, c.replicates, c.decision) == ("within-run only", 1, "unreplicated")
+    assert c.high < 1  # its interval excludes no change, and still no "slower"
     assert "run-to-run noise only" in sm.caveats(c)[0]
+    words = sm.verdict(c, True)
+    assert words.startswith(f"not a verdict: these builds differ by {sm.interval_text(c)}")
+    assert "replicate" in words
+    assert "slower" not in words and "faster" not in words
+
+
+@pytest.mark.filterwarnings("ignore::statsmodels.tools.sm_exceptions.SingularMatrixWarning")
+def test_instances_that_serve_several_rounds_are_judged_on_their_means() -> None:
+    """rebuild_every = 2 over 6 rounds: three instances per level; the cluster factor is
+    judged on the instance means (group + period OLS, (G-1)(P-1) = 2 df)."""
+    v = _data(4, 6, seed=9)
+    obs = sm.Observations(v, LEVELS_2X2, 0, whole_plot_factors=("a",), rebuild_every=2)
+    assert obs.periods() == [0, 0, 1, 1, 2, 2]
+    eff = {c.label: c for c in sm.effects_family(sm.fit(obs)).contrasts}
+    main_a = eff["a=y vs x"]
+    assert (main_a.error, main_a.df, main_a.replicates) == ("whole-plot", 2, 3)
+    means = np.log(v).reshape(2, 2, 3, 2).mean(axis=(1, 3))  # instance means: group x period
+    _, ols = _ols(np.exp(means), np.tile(np.arange(3), (2, 1)))
+    assert math.log(main_a.ratio) == pytest.approx(ols.params[1], rel=1e-9)
+    assert main_a.t == pytest.approx(ols.tvalues[1], rel=1e-9)
+    # within groups, blocked by round: 24 trials less 2 x (2 configurations + 6 rounds - 1)
+    assert eff["b=2 vs 1"].error == "pooled" and eff["b=2 vs 1"].df == 24 - 2 * 7
+
+
+def test_one_budget_for_both_families_of_a_report() -> None:
+    """A 2x2's baseline comparisons and effects judged together: one critical value over
+    the six contrasts, above either family's alone; a contrast printed in both (the one
+    factor's effect, with two configurations) costs nothing."""
+    v = _data(4, 6, seed=4)
+    model = sm.fit(sm.Observations(v, LEVELS_2X2, 0))
+    both = sm.report_families(model)
+    alone = sm.baseline_family(model), sm.effects_family(model)
+    q = {c.critical for f in both for c in f.contrasts}
+    assert len(q) == 1 and q.pop() > max(alone[0].contrasts[0].critical,
+                                         alone[1].contrasts[0].critical)  # fmt: skip
+    two = sm.fit(sm.Observations(_data(2, 6, seed=5), [{"a": 0}, {"a": 1}], 0))
+    pair = sm.report_families(two)
+    assert pair[0].contrasts[0].critical == pytest.approx(float(sps.t.isf(0.025, 5)), rel=1e-4)
+    assert pair[1].contrasts[0].critical == pair[0].contrasts[0].critical
 
 
 def test_config_means_respect_rounds() -> None:

@@ -18,12 +18,12 @@ from ..collect import environment
 from ..host import journal, proc, safefs, workarea
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext
-from ..plan import Configuration, Plan, Trial, make_plan
+from ..plan import Configuration, Plan, Trial
 from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
 from . import buildprep
 from .folder import check_results_folder, new_store, resume_store
-from .plans import claim_host, plan_for, preflight
+from .plans import claim_host, plan_for, preflight, resumed_plan
 from .resources import Resources
 from .trial import run_trial
 
@@ -89,12 +89,7 @@ def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Pl
         return plan, new_store(exp, results, plan)
     store = resume_store(exp, results)
     stored = json.loads(store.experiment()["plan_json"])  # type: ignore[index]
-    # the run keeps the policy it started with (what fitted then), not what fits now
-    plan = plan_for(exp)
-    plan = make_plan(list(plan.factors), plan.rounds, plan.seed, plan.rebuild,
-                     stored.get("keep_alive", True), stored.get("why_not_alive", ""),
-                     exp.adaptive)  # fmt: skip
-    return plan, store
+    return resumed_plan(exp, stored), store
 
 
 def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Outcome:
@@ -178,8 +173,8 @@ def _trials(
     recorded = store.environment_scopes()  # configurations whose settings are recorded
     current_round = None
     for n, trial in enumerate(todo):
-        if plan.rebuild == "per_round" and current_round not in (None, trial.round):
-            resources.release_all()  # whole plots replicated: new builds every round
+        if plan.renews_at(trial.round) and current_round not in (None, trial.round):
+            resources.release_all()  # a new instance of every whole plot (plan.py)
         current_round = trial.round
         config = plan.config(trial.config)
         reporter.trial_started(trial, config, n)

@@ -7,34 +7,39 @@ configuration: many more degrees of freedom than a paired t on two configuration
 tighter intervals at the same error rate. Contrasts are differences of logs, reported as
 ratios.
 
-Multiplicity: a report makes two kinds of claims per metric, each one family whose
-family-wise error is held at `alpha` by a single-step max-|t| critical value computed from
-the contrasts' correlation (Dunnett's method, generalised): "baseline" (every configuration
-against the baseline) and "effects" (main effects first, then every two-factor interaction
-contrast). A contrast is "different" exactly when its simultaneous interval excludes 1, so
+Multiplicity: a report makes two kinds of claims per metric, "baseline" (every
+configuration against the baseline) and "effects" (main effects first, then every
+two-factor interaction contrast), judged together: one single-step max-|t| critical value
+over all of them, computed from the contrasts' correlation (Dunnett's method,
+generalised), holds the chance of any false "different" among the metric's verdicts at
+`alpha`. A contrast is "different" exactly when its simultaneous interval excludes 1, so
 the interval and the verdict cannot disagree.
 
 Split-plot: factors whose levels need their own cluster ("whole-plot" factors) are compared
-through the builds. The model then has two strata: builds (round x whole-plot level) and
-trials within a build. A contrast's whole-plot part is estimated from the build means and
-their round x level interaction (between-build error); its within-build part from the
-trials. With one build per level for the whole run, that interaction is round-to-round
-noise inside one build, so such contrasts are marked "within-run only".
+through the instances (clusters, filesystems) of each level. The model then has two
+strata: instances (group x period) and trials within a group's round. A contrast's
+whole-plot part is estimated from the instance means and their group x period
+interaction (between-instance error); its within part from the trials. With one instance
+per level for the whole run that interaction is round-to-round noise inside one build,
+so such contrasts are no verdict ("unreplicated": the builds differ by so much, in this
+run).
 
 Sensitivity ("differences above 8% would have been detected with 80% power"): if the true
-ratio moved by 8% or more, up or down, a repeat of this design (same rounds, same family
-critical value) calls it different with probability >= 80%, provided the noise SD is no
-larger than its 80% upper confidence bound (chi-square on the residual df); rounded up.
-Pooling is refused for clearly unequal noise (see model._heterogeneity): each contrast
-then uses its own paired t. Values coarser than the noise (latencies in whole microseconds)
-have their noise SD floored at the resolution's rounding error, so no interval has zero
-width.
+ratio moved by 8% or more, up or down, a repeat of this design (same rounds, same critical
+value) calls it different with probability >= 80%, provided the noise SD is no larger
+than its 80% upper confidence bound, from a chi-square on the noise estimate's effective
+degrees of freedom (model.effective_df: the noise level of this machine wanders between
+stretches of rounds); rounded up. Pooling is refused for clearly unequal noise (see
+model._heterogeneity): each contrast then uses its own paired t. Values coarser than the
+noise (latencies in whole microseconds) have their noise SD floored at the resolution's
+rounding error, so no interval has zero width.
 
 Modules: `model` (the fit and the contrast specifications), `dist` (the max-|t|
-distribution, power and rounding), `families` (the two families of claims), `words`
-(verdicts and caveats), `levels` (per-configuration means); sequential looks, spending
-and planning live in `sequential`, simulated experiments over recorded noise in
-`simulate`. The names callers use are re-exported here."""
+distribution, power and rounding), `families` (the families of claims), `words` (verdicts
+and caveats), `levels` (per-configuration means), `noise` (the noise a plan is sized with),
+`power` (sensitivity of a planned design); sequential looks and spending live in
+`sequential`, sessions compared across runs in `sessions`, simulated experiments over
+recorded noise in `simulate`. The names callers use are re-exported here."""
 
 from .dist import (
     ALPHA,
@@ -52,7 +57,7 @@ from .dist import (
     round_up,
     sd_upper,
 )
-from .families import Contrast, Family, Level, baseline_family, effects_family
+from .families import Contrast, Family, Level, baseline_family, effects_family, report_families
 from .levels import ConfigMean, config_means
 from .model import (
     HETERO_P,
@@ -101,6 +106,7 @@ __all__ = [
     "max_t_quantile",
     "max_t_sf",
     "noncentrality",
+    "report_families",
     "round_up",
     "sd_upper",
     "verdict",

@@ -181,7 +181,7 @@ def criticals(t_obs: Array, corr: Array, parts: tuple[Array, int, Array, int],
     no difference, falls below a* with probability `level`; each contrast is then judged
     at t_df(1 - a*/2). Using the smallest df for all would throw most of the power away."""
     var_s, df_s, var_w, df_w = parts
-    dfs = np.array([_satterthwaite([(a, df_s), (b, df_w)])
+    dfs = np.array([satterthwaite([(a, df_s), (b, df_w)])
                     for a, b in zip(var_s, var_w, strict=True)])  # fmt: skip
     if np.ptp(dfs) < 1e-9:
         q = np.full(len(dfs), max_t_quantile(corr, float(dfs[0]), level))
@@ -200,7 +200,7 @@ def criticals(t_obs: Array, corr: Array, parts: tuple[Array, int, Array, int],
     return sps.t.isf(star / 2, dfs), dfs, p_adj
 
 
-def _satterthwaite(parts: list[tuple[float, int]]) -> float:
+def satterthwaite(parts: list[tuple[float, int]]) -> float:
     used = [(v, d) for v, d in parts if v > 1e-300 and d > 0]
     if len(used) < 2:
         return float(used[0][1]) if used else 1.0

@@ -1,11 +1,15 @@
 """The model of one metric: log(value) ~ round + configuration, fitted by least squares
 with dummy coding (a failed trial is a missing row). With whole-plot (cluster) factors it
-has two strata: trials within a build (configuration + build dummies) and build means
-(whole-plot level + round). Also here: the measurement-resolution floor, the test that
-refuses pooling when one configuration is clearly noisier (heterogeneity), which
-contrasts a stratum can estimate, and the contrast specifications the families are built
-from (every configuration against the baseline; main effects and two-factor
-interactions)."""
+has two strata: trials within a group's round (configuration + group-by-round dummies) and
+instance means (whole-plot level + period: an instance serves the rounds of one period,
+see pgsweep.plan). With one instance per level for the whole run the instance stratum has
+nothing to say about instances: it falls back to the group-by-round cells, whose error is
+run-to-run noise only, and the model is marked `unreplicated`. Also here: the effective
+degrees of freedom of each stratum's noise estimate (for the sensitivity line), the
+measurement-resolution floor, the test that refuses pooling when one configuration is
+clearly noisier (heterogeneity), which contrasts a stratum can estimate, and the contrast
+specifications the families are built from (every configuration against the baseline;
+main effects and two-factor interactions)."""
 
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class Observations:
     baseline: int
     higher_is_better: bool = True
     whole_plot_factors: tuple[str, ...] = ()
-    replicated_whole_plots: bool = False
+    rebuild_every: int = 1  # rounds one instance of each whole plot serves; 0: the whole run
 
     def __post_init__(self) -> None:
         v = np.array(self.values, dtype=float)
@@ -54,6 +58,11 @@ class Observations:
     @property
     def n_rounds(self) -> int:
         return int(self.values.shape[1])
+
+    def periods(self) -> list[int]:
+        """The instance period of each round (pgsweep.plan.period_of)."""
+        n = self.rebuild_every
+        return [r // n if n > 0 else 0 for r in range(self.n_rounds)]
 
     def first_rounds(self, rounds: int) -> Observations:
         """The experiment as it stood after `rounds` rounds (for sequential looks)."""
@@ -94,6 +103,9 @@ class Model:
     resolution: float
     heterogeneity_p: float | None
     pooled: bool
+    unreplicated: bool = False  # whole plots on one instance per level (so far)
+    sub_nu: float = math.inf  # effective df of each stratum's noise estimate (sensitivity)
+    whole_nu: float = math.inf
 
 
 def default_resolution(values: Array) -> float:
@@ -128,26 +140,64 @@ def fit(obs: Observations, resolution: float | None = None) -> Model:
     sub = _least_squares(x, np.array([y[i, r] for i, r in rows]))
     res = resolution if resolution is not None else default_resolution(obs.values)
     floor = res / (float(np.nanmedian(obs.values)) * math.sqrt(12))  # uniform rounding error
-    whole = _whole_plot_fit(y, groups, sub, len(uniq)) if len(uniq) > 1 else None
+    seen = [p for r, p in enumerate(obs.periods()) if np.any(~np.isnan(y[:, r]))]
+    once = len(set(seen)) < 2
+    periods = list(range(obs.n_rounds)) if once else obs.periods()  # once: rounds as cells
+    whole, cells = _whole_plot_fit(y, groups, sub, len(uniq), periods) if len(uniq) > 1 else (
+        None, [])  # fmt: skip
     owner = np.array([i for i, _ in rows])
     het_p, pooled = _heterogeneity(x, owner, sub)
-    return Model(obs, y, groups, sub, blocks, whole, floor, res, het_p, pooled)
+    sub_nu = effective_df(sub.resid, np.array([r for _, r in rows]), sub.df)
+    whole_nu = (effective_df(whole.resid, np.array([p for _, p in cells]), whole.df)
+                if whole is not None else math.inf)  # fmt: skip
+    return Model(obs, y, groups, sub, blocks, whole, floor, res, het_p, pooled,
+                 once and len(uniq) > 1, sub_nu, whole_nu)  # fmt: skip
 
 
-def _whole_plot_fit(y: Array, groups: npt.NDArray[np.int_], sub: _LS, n_groups: int) -> _LS:
-    """Two-way fit (group + round) of each build's mean, after removing the estimated
-    within-group configuration effects so that a missing trial does not bias a build mean."""
+# A noise estimate from one experiment is worth at most this many degrees of freedom about
+# the next: the noise level of this machine differs from one stretch of minutes to the next
+# (the recording has calm stretches and a wild one), whatever the experiment's own df
+MACHINE_DF = 20.0
+
+
+def effective_df(resid: Array, block: npt.NDArray[np.int_], df: float) -> float:
+    """Degrees of freedom the noise estimate is worth for an upper bound on the noise of a
+    repeat of the design: the residual sum of squares is a sum over rounds (or periods), and
+    on this machine the noise level wanders from one stretch of rounds to the next, so
+    those sums vary more than a chi-square on `df` says. Their spread across rounds gives a
+    Satterthwaite df, nu = 2 SS^2 / (R var(SS_r)); it rests on R values only, so it counts
+    half; and no estimate is worth more than MACHINE_DF: 1 / (1/df + 2/nu + 1/MACHINE_DF).
+    Calibrated on the recorded noise (bench/guarantees: optimistic sensitivity lines in at
+    most 16% of experiments of every design, where the chi-square on df alone gave 20-36%
+    and a 3x4 reached 25% without the cap)."""
+    if df <= 0 or len(resid) == 0:
+        return float(df)
+    per = np.bincount(block, weights=resid * resid)
+    per = per[np.bincount(block) > 0]
+    spread = len(per) * float(np.var(per, ddof=1)) if len(per) > 1 else 0.0
+    nu = 2 * float(per.sum()) ** 2 / spread if spread > 0 else math.inf
+    return 1 / (1 / df + 2 / nu + 1 / MACHINE_DF)
+
+
+def _whole_plot_fit(y: Array, groups: npt.NDArray[np.int_], sub: _LS, n_groups: int,
+                    periods: list[int]) -> tuple[_LS, list[tuple[int, int]]]:  # fmt: skip
+    """Two-way fit (group + period) of each instance's mean, after removing the estimated
+    within-group configuration effects so that a missing trial does not bias a mean; and
+    the (group, period) cells it was fitted on."""
     c = y.shape[0]
     beta = sub.coef[:c]
     centred = beta - np.array([beta[groups == groups[i]].mean() for i in range(c)])
-    cells = [(g, r) for g in range(n_groups) for r in range(y.shape[1])
-             if np.any(~np.isnan(y[groups == g, r]))]  # fmt: skip
-    x = np.zeros((len(cells), n_groups + y.shape[1]))
+    per = np.array(periods)
+    uniq = sorted(set(periods))
+    cells = [(g, p) for g in range(n_groups) for p in uniq
+             if np.any(~np.isnan(y[groups == g][:, per == p]))]  # fmt: skip
+    x = np.zeros((len(cells), n_groups + len(uniq)))
     means = np.zeros(len(cells))
-    for n, (g, r) in enumerate(cells):
-        x[n, g] = x[n, n_groups + r] = 1.0
-        means[n] = np.nanmean(y[groups == g, r] - centred[groups == g])
-    return _least_squares(x, means)
+    for n, (g, p) in enumerate(cells):
+        x[n, g] = x[n, n_groups + uniq.index(p)] = 1.0
+        block = y[groups == g][:, per == p] - centred[groups == g][:, None]
+        means[n] = np.nanmean(block)
+    return _least_squares(x, means), cells
 
 
 def _heterogeneity(x: Array, owner: npt.NDArray[np.int_], sub: _LS) -> tuple[float | None, bool]:

@@ -3,17 +3,19 @@ between them.
 
 Adaptive rounds (`[repeat] rounds = "auto"`) look at the results after planned rounds and
 stop as soon as every comparison asked for is decided, or every interval is narrower than
-the precision, or futility says a difference of interest can no longer be found. Looking
-repeatedly at a fixed 5% test would find false differences far more often than 5%, so the
-looks use group-sequential boundaries: O'Brien-Fleming-type alpha spending (Lan-DeMets),
-which spends almost nothing early and keeps nearly the whole 5% for the last look. For a
-family of contrasts the boundaries are placed on the family's max |Z| (simulated paths with
-the family's correlation), so the family, not each contrast, spends 5% over all looks.
-Boundaries are for z statistics; with few degrees of freedom they are carried over to t by
-keeping each look's nominal significance level (Jennison & Turnbull's "significance level
-approach"): a look whose family boundary has single-look tail 0.27% judges the family at its
-max-|t| quantile at 0.27% with that look's df. The intervals shown at a look are repeated
-confidence intervals, consistent with the decisions, and a decision once made stays made.
+the precision, or futility says a change worth finding (`interest`, 10% by default) can
+no longer be found by the last look. Looking repeatedly at a fixed 5% test would find
+false differences far more often than 5%, so the looks use group-sequential boundaries:
+O'Brien-Fleming-type alpha spending (Lan-DeMets), which spends almost nothing early and
+keeps nearly the whole 5% for the last look. The boundaries are placed for the statistic
+the report computes, a t (the noise SD is estimated at every look, from (r - 1) (C - 1)
+degrees of freedom after r rounds of C configurations), and for the family's maximum
+|t|: simulated paths of the family's contrasts (correlated as the family) and of the
+nested residual sums of squares (chi-square increments), and at each look the boundary
+that the surviving paths cross with the alpha due by then. (Normal-theory boundaries
+carried to t by keeping each look's nominal level spent 5.7% instead of 5% with 2-9
+degrees of freedom.) The intervals shown at a look are repeated confidence intervals,
+consistent with the decisions, and a decision once made stays made.
 
 The maximum number of rounds fixes the information scale, so the plan is fixed at the first
 look. Resuming with more rounds after looking is refused unless the plan is extended with
@@ -32,12 +34,15 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from .dist import ALPHA, MC_SEED, POWER, corr_key, max_t_quantile, max_t_sf, noncentrality, sd_upper
-from .families import Contrast, Family, baseline_family, effects_family
+from .dist import ALPHA, MC_SEED, corr_key, max_t_quantile, max_t_sf
+from .families import Contrast, Family, report_families
 from .model import Model, Observations, fit
+from .power import rounds_needed as rounds_needed  # moved to .power; still found here
+from .power import sensitivity_for as sensitivity_for
 from .words import format_percent
 
 FUTILITY_POWER = 0.20  # stop for futility when conditional power falls below this
+STOP_INSIDE = True  # stop once every open interval lies inside +-interest
 GRID = 801  # points of the numerical integration of the boundary crossing probabilities
 MC_PATHS = 1 << 16  # simulated paths for a family's boundaries
 MIN_HITS = 64  # fewer crossing paths than this cannot place a boundary
@@ -175,49 +180,64 @@ def extend_plan(plan: SequentialPlan, looks_made: int, max_rounds: int,
                  plan.z[:looks_made], note)  # fmt: skip
 
 
-@functools.lru_cache(maxsize=128)
-def _family_z(times: tuple[float, ...], spent: tuple[float, ...], corr_key: tuple[float, ...],
-              m: int) -> tuple[float, ...]:  # fmt: skip
-    """z boundaries for the family's max |Z| with the plan's spending: simulated paths of
-    the m contrasts (seeded, correlated as the family), and at each look the boundary that
-    the surviving paths cross with the alpha due by then. The plan's own boundaries are for
-    one contrast; used on the maximum of several they would spend a little more (5.3%
-    instead of 5% for 11 contrasts looked at 8 times). Where too few paths would cross to
-    place a boundary (the first looks spend 1e-4), Bonferroni on that look alone is used
-    and the unspent alpha carried to the later looks."""
+@functools.lru_cache(maxsize=256)
+def _family_t(looks: tuple[int, ...], spent: tuple[float, ...], corr_key: tuple[float, ...],
+              m: int, per_round: int) -> tuple[float, ...]:  # fmt: skip
+    """Boundaries on the family's max |t| at each look, for a complete two-way layout
+    whose rounds each add `per_round` residual degrees of freedom (C - 1): simulated
+    experiments (seeded), round by round. Each round's within-round noise is a standard
+    normal vector in per_round dimensions; the family's contrasts read the running mean
+    through a root of their correlation (their rank's dimensions; the other dimensions only
+    add to the residual sum of squares, a chi-square independent of the rest), and t is the
+    contrast over its standard error from the pooled residual SD at that look, as the
+    report computes it. (Taking the residual sums of squares independent of the earlier
+    looks' estimates is wrong: a recursive residual is correlated with the means before
+    it.) At each look the boundary is the one the surviving experiments cross with the
+    alpha due by then; where too few would cross to place it (the first looks spend
+    1e-4), Bonferroni on that look alone is used and the unspent alpha carried on."""
     corr = np.array(corr_key).reshape(m, m)
     w, v = np.linalg.eigh(corr)
-    root = v * np.sqrt(np.clip(w, 0.0, None))
+    keep = w > 1e-9 * max(float(w.max()), 1e-300)
+    root = v[:, keep] * np.sqrt(w[keep])  # m x rank
+    rank = root.shape[1]
+    extra = max(per_round - rank, 0)
     rng = np.random.default_rng(MC_SEED)
-    s, alive, prev, crossed, due = np.zeros((MC_PATHS, m)), np.ones(MC_PATHS, bool), 0.0, 0, 0.0
-    out = []
-    for t, a in zip(times, spent, strict=True):
-        s += math.sqrt(t - prev) * rng.standard_normal((MC_PATHS, m)) @ root.T
-        z = np.abs(s).max(axis=1) / math.sqrt(t)
+    total, squares, other = np.zeros((MC_PATHS, rank)), np.zeros(MC_PATHS), np.zeros(MC_PATHS)
+    alive, crossed, due, out, prev = np.ones(MC_PATHS, bool), 0, 0.0, [], 0
+    for look, a in zip(looks, spent, strict=True):
+        for _ in range(prev, look):
+            z = rng.standard_normal((MC_PATHS, rank))
+            total += z
+            squares += np.einsum("ij,ij->i", z, z)
+        if extra and look > max(prev, 1):
+            other += rng.chisquare(extra * (look - max(prev, 1)), MC_PATHS)
+        df = (look - 1) * (rank + extra)
+        ss = squares - np.einsum("ij,ij->i", total, total) / look + other
+        t = np.abs(total @ root.T).max(axis=1) / look / np.sqrt(ss / df / look)
         due += a
         hits = round(due * MC_PATHS) - crossed
         if hits < MIN_HITS:
-            c = float(sps.norm.isf(a / (2 * m))) if a > 0 else math.inf
+            c = float(sps.t.isf(a / (2 * m), df)) if a > 0 else math.inf
         else:
-            c = float(np.sort(z[alive])[-hits])
-        crossed += int(np.sum(alive & (z >= c)))
-        alive &= z < c
+            c = float(np.sort(t[alive])[-hits])
+        crossed += int(np.sum(alive & (t >= c)))
+        alive &= t < c
         out.append(c)
-        prev = t
+        prev = look
     return tuple(out)
 
 
-def look_level(plan: SequentialPlan, look: int) -> Callable[[np.ndarray], float]:
-    """The level a family is judged at on this look, as a function of its correlation: the
-    single-look tail of max |Z| at the family's z boundary (significance level approach)."""
+def look_level(plan: SequentialPlan, look: int) -> Callable[[np.ndarray, float], float]:
+    """The level a family is judged at on this look, as a function of its correlation and
+    its degrees of freedom now: the single-look tail of max |t| at the family's t
+    boundary, for a complete layout whose rounds add df / (rounds - 1) each."""
 
-    def level(corr: np.ndarray) -> float:
+    def level(corr: np.ndarray, df: float) -> float:
         m = corr.shape[0]
-        if m == 1:
-            return plan.nominal[look]
-        times = tuple(r / plan.max_rounds for r in plan.looks)
-        c = _family_z(times, plan.spent, corr_key(corr), m)[look]
-        return float(max_t_sf(c, corr, 1e7)[0]) if math.isfinite(c) else 0.0
+        rounds = plan.looks[look]
+        per_round = max(1, round(df / max(rounds - 1, 1)))
+        c = _family_t(plan.looks, plan.spent, corr_key(corr), m, per_round)[look]
+        return float(max_t_sf(c, corr, df)[0]) if math.isfinite(c) else 0.0
 
     return level
 
@@ -238,50 +258,61 @@ class Look:
 
 
 def decide_at_look(plan: SequentialPlan, obs: Observations, decide: str = "baseline",
-                   precision: float = 0.02, interest: float | None = None,
+                   precision: float = 0.02, interest: float = 0.10,
                    decided: dict[str, Contrast] | None = None,
                    resolution: float | None = None) -> Look:  # fmt: skip
     """Look at the experiment cut to the rounds so far. `precision` is the equivalence
-    margin and the interval half-width that is precise enough; `interest` the difference
-    futility asks about (default: the precision); `decided` the previous look's, so a
-    decision once made stays made. Raises ValueError when the rounds are not a planned
-    look."""
+    margin and the interval half-width that is precise enough; `interest` the smallest
+    change worth finding, which futility asks about; `decided` the previous look's, so a
+    decision once made stays made. Both families the report prints are judged together
+    (one error budget); `decide` names the one the stop rule looks at. Raises ValueError
+    when the rounds are not a planned look."""
     if obs.n_rounds > plan.max_rounds:
         raise ValueError(f"{obs.n_rounds} rounds but the plan stops at {plan.max_rounds}: "
                          "extend_plan first (check_resume says if that is allowed)")  # fmt: skip
     if obs.n_rounds not in plan.looks:
         raise ValueError(f"round {obs.n_rounds} is not a planned look {plan.looks}")
     k = plan.looks.index(obs.n_rounds)
-    family_of = baseline_family if decide == "baseline" else effects_family
     model = fit(obs, resolution)
-    seen: list[np.ndarray] = []  # the family's correlation, for the futility rule
+    seen: list[tuple[np.ndarray, float]] = []  # the families' correlation and df
 
-    def level(corr: np.ndarray) -> float:
-        seen.append(corr)
-        return look_level(plan, k)(corr)
+    def level(corr: np.ndarray, df: float) -> float:
+        seen.append((corr, df))
+        return look_level(plan, k)(corr, df)
 
-    fam = family_of(model, level, precision)
-    now = {c.label: c for c in fam.contrasts if c.decision != "undecided"}
+    both = report_families(model, level, precision, effects=bool(obs.levels[0]))
+    fam = both[0] if decide == "baseline" else both[1]
+    now = {c.label: c for c in fam.contrasts if c.decision in ("different", "equivalent")}
     done = {**now, **(decided or {})}
 
     def look(stop: bool, reason: str) -> Look:
         return Look(obs.n_rounds, k, stop, reason, fam, done)
 
     last = k == len(plan.looks) - 1
+    # built once for the whole run: never decided, so not waited for
+    forever = obs.rebuild_every == 0
+    open_ = [c for c in fam.contrasts if c.label not in done
+             and not (forever and c.decision == "unreplicated")]  # fmt: skip
     if not fam.contrasts:
         return look(last, "nothing to judge yet")
-    open_ = [c for c in fam.contrasts if c.label not in done]
     if not open_:
         return look(True, "every comparison decided")
-    if max(math.log(c.high / c.low) / 2 for c in open_) <= math.log1p(precision):
+    settled = all(c.decision != "unreplicated" for c in open_)
+    if settled and max(math.log(c.high / c.low) / 2 for c in open_) <= math.log1p(precision):
         return look(True, "every interval within the precision")
+    if STOP_INSIDE and settled and all(1 / (1 + interest) < c.low and c.high < 1 + interest
+                                       for c in open_):  # fmt: skip
+        return look(True, f"every interval inside ±{format_percent(interest)}: no change "
+                    "worth finding")  # fmt: skip
     if last:
         return look(True, "maximum rounds reached")
-    final = look_level(plan, len(plan.looks) - 1)(seen[0])
-    wanted = precision if interest is None else interest
-    if all(_conditional_power(c, obs.n_rounds, plan.max_rounds, seen[0], final, wanted)
+    corr, df = seen[0]
+    df_end = df * (plan.max_rounds - 1) / max(obs.n_rounds - 1, 1)
+    final = look_level(plan, len(plan.looks) - 1)(corr, df_end)
+    if all(c.decision != "unreplicated"
+           and _conditional_power(c, obs.n_rounds, plan.max_rounds, corr, final, interest)
            < FUTILITY_POWER for c in open_):  # fmt: skip
-        return look(True, f"futility: a difference of {format_percent(wanted)} could no "
+        return look(True, f"futility: a change of {format_percent(interest)} could no "
                     "longer be found")  # fmt: skip
     return look(False, f"{len(open_)} comparison(s) undecided")
 
@@ -289,50 +320,26 @@ def decide_at_look(plan: SequentialPlan, obs: Observations, decide: str = "basel
 def _conditional_power(c: Contrast, rounds: int, max_rounds: int, corr: np.ndarray,
                        final_level: float, interest: float) -> float:  # fmt: skip
     """Probability that the last look calls c different if the rounds still to come carried
-    a true change of +-interest (the larger of the two), given the estimate so far: normal
-    increments, the last look's family critical value at the df the last look will have
-    (df grows with rounds - 1). Non-binding: the efficacy boundaries ignore it, so stopping
-    for futility can only lower the false "different" rate."""
+    a true change of +-interest, or the change estimated so far when that is larger (the
+    largest of these), given the estimate so far: normal increments, the last look's
+    family critical value at the df the last look will have (df grows with rounds - 1). A
+    change larger than the interest that is under way keeps the run going: futility about
+    the interest alone stopped true +20% changes in a 3x4 at round 3, below a fixed
+    design's power at the same mean rounds. Non-binding: the efficacy boundaries ignore
+    it, so stopping for futility can only lower the false "different" rate."""
     info, info_end = 1 / c.se**2, max_rounds / rounds / c.se**2
     df_end = c.df * (max_rounds - 1) / max(rounds - 1, 1)
     crit = max_t_quantile(corr, df_end, final_level)
     best = 0.0
-    for delta in (math.log1p(interest), -math.log1p(interest)):
+    trend = math.log(c.ratio)
+    deltas = [math.log1p(interest), -math.log1p(interest)]
+    if abs(trend) > math.log1p(interest):
+        deltas.append(trend)
+    for delta in deltas:
         mean = (math.log(c.ratio) * info + delta * (info_end - info)) / math.sqrt(info_end)
         sd = math.sqrt((info_end - info) / info_end)
         best = max(best, float(sps.norm.sf((crit - mean) / sd) + sps.norm.cdf((-crit - mean) / sd)))
     return best
-
-
-# ---- planning -------------------------------------------------------------------------
-
-
-def sensitivity_for(sigma_log: float, rounds: int, n_configs: int, *, alpha: float = ALPHA,
-                    power: float = POWER, comparisons: int | None = None,
-                    sigma_df: float | None = None) -> float:  # fmt: skip
-    """The smallest ratio change of one configuration against the baseline that `rounds`
-    complete rounds detect with `power`, at the baseline family's (Dunnett) critical value.
-    sigma_log: SD of one trial's log value around its round and configuration (the model's
-    residual SD; 0.05 is about 5% noise). With sigma_df, the SD's 80% upper bound is used,
-    as the report does."""
-    k = n_configs - 1 if comparisons is None else comparisons
-    df = (rounds - 1) * (n_configs - 1)
-    corr = np.full((k, k), 0.5) + 0.5 * np.eye(k)
-    q = max_t_quantile(corr, df, alpha)
-    sigma = sd_upper(sigma_log, sigma_df) if sigma_df else sigma_log
-    return math.expm1(noncentrality(q, df, power) * sigma * math.sqrt(2 / rounds))
-
-
-def rounds_needed(sigma_log: float, effect: float, n_configs: int, *, alpha: float = ALPHA,
-                  power: float = POWER, comparisons: int | None = None,
-                  sigma_df: float | None = None, max_rounds: int = 1000) -> int | None:  # fmt: skip
-    """The fewest rounds (at least 2) whose sensitivity reaches `effect` (0.05 = 5%), or
-    None if even max_rounds do not."""
-    for rounds in range(2, max_rounds + 1):
-        if sensitivity_for(sigma_log, rounds, n_configs, alpha=alpha, power=power,
-                           comparisons=comparisons, sigma_df=sigma_df) <= effect:  # fmt: skip
-            return rounds
-    return None
 
 
 # ---- drift ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from scipy import signal
 
 from ..core import Cost
 from ..plan import PlanFactor, make_plan
-from .families import Contrast, Family, baseline_family, effects_family
+from .families import Contrast, Family, report_families
 from .model import Observations, fit
 from .sequential import SequentialPlan, decide_at_look
 
@@ -82,8 +82,9 @@ def sources(folder: Path, workload: str, column: str = "tps") -> dict[str, Sourc
 class Design:
     name: str
     factors: tuple[tuple[str, tuple[Any, ...], bool], ...]  # name, levels, cluster factor
-    rebuild: str = "once"
-    build_sd: float = 0.03
+    rebuild: str | int = "per_round"  # as make_plan takes it: "once", "per_round", N rounds
+    build_sd: float = 0.03  # instances of one level differ by this (log-normal SD)
+    keep_alive: bool = True  # False: one group at a time, as batches
 
     def whole_plot(self) -> tuple[str, ...]:
         return tuple(n for n, _, wp in self.factors if wp)
@@ -104,23 +105,23 @@ def experiment(design: Design, rounds: int, source: Source, rng: np.random.Gener
     """One simulated experiment: trials in plan order take consecutive noise values."""
     factors = [PlanFactor(n, lv, Cost.CLUSTER if wp else Cost.NOTHING)
                for n, lv, wp in design.factors]  # fmt: skip
-    plan = make_plan(factors, rounds, int(rng.integers(2**31)), design.rebuild)
+    plan = make_plan(factors, rounds, int(rng.integers(2**31)), design.rebuild,
+                     design.keep_alive)  # fmt: skip
     index = {c.id: i for i, c in enumerate(plan.configurations)}
     noise = source(len(plan.trials), rng)
     values = np.empty((len(plan.configurations), rounds))
     builds: dict[tuple[int, ...], float] = {}
     for t in plan.trials:
         i = index[t.config]
-        g = plan.configurations[i].group
-        key = (g,) if design.rebuild == "once" else (g, t.round)
+        key = (plan.configurations[i].group, plan.period(t.round))  # one instance
         level = builds.setdefault(key, float(rng.normal(0, design.build_sd)))
         wp = math.exp(level) if design.whole_plot() else 1.0
         values[i, t.round - 1] = noise[t.order - 1] * wp * (effect or {}).get(i, 1.0)
     if decimals is not None:
         values = np.round(values, decimals)
     levels = [dict(c.levels) for c in plan.configurations]
-    return Observations(values, levels, 0, True, design.whole_plot(),
-                           design.rebuild == "per_round")  # fmt: skip
+    every = plan.rebuild_every if plan.keep_alive else 1
+    return Observations(values, levels, 0, True, design.whole_plot(), every)
 
 
 def seeds(seed: int, reps: int) -> Iterator[np.random.Generator]:
@@ -132,16 +133,20 @@ def fixed(design: Design, rounds: int, source: Source, reps: int, seed: int,
           effect: dict[int, float] | None = None,
           also: Mapping[str, Callable[[Observations], bool]] | None = None
           ) -> dict[str, float]:  # fmt: skip
-    """Share of experiments with any "different" verdict, per family, and ("paired") with
-    pooling refused; `also` judges the same experiments by other methods, by name."""
+    """Share of experiments with any "different" verdict, per family and in the report
+    (both families, judged together as the report does), and ("paired") with pooling
+    refused; `also` judges the same experiments by other methods, by name."""
     others = dict(also or {})
-    n = {"baseline": 0, "effects": 0, **dict.fromkeys(others, 0), "paired": 0}
+    n = {"baseline": 0, "effects": 0, "report": 0, **dict.fromkeys(others, 0), "paired": 0}
     for rng in seeds(seed, reps):
         obs = experiment(design, rounds, source, rng, effect)
         model = fit(obs)
         n["paired"] += not model.pooled
-        n["baseline"] += any(c.decision == "different" for c in baseline_family(model).contrasts)
-        n["effects"] += any(c.decision == "different" for c in effects_family(model).contrasts)
+        fams = report_families(model)
+        hit = [any(c.decision == "different" for c in f.contrasts) for f in fams]
+        n["baseline"] += hit[0]
+        n["effects"] += hit[1]
+        n["report"] += any(hit)
         for name, different in others.items():
             n[name] += different(obs)
     return {k: v / reps for k, v in n.items()}
@@ -149,7 +154,7 @@ def fixed(design: Design, rounds: int, source: Source, reps: int, seed: int,
 
 def adaptive(design: Design, plan: SequentialPlan, source: Source, reps: int, seed: int,
              decide: str = "baseline", effect: dict[int, float] | None = None,
-             precision: float = 0.02, interest: float | None = None) -> dict[str, Any]:  # fmt: skip
+             precision: float = 0.02, interest: float = 0.10) -> dict[str, Any]:  # fmt: skip
     """Looks at every planned round, decisions carried from look to look; counts the
     experiments with any "different" (at any look), the rounds used and why they stopped."""
     found, detected, used, reasons = 0, 0, [], []
@@ -180,12 +185,12 @@ def power_at_printed(design: Design, rounds: int, source: Source, reps: int, see
     for rng in seeds(seed, reps):
         state = int(rng.integers(2**62))
         aa = experiment(design, rounds, source, np.random.default_rng(state))
-        c = _pick(baseline_family(fit(aa)), config)
+        c = _pick(report_families(fit(aa))[0], config)
         printed.append(c.detectable)
         bump = {config: 1 + c.detectable}
         for name, s in (("fresh", state + 1), ("same", state)):
             obs = experiment(design, rounds, source, np.random.default_rng(s), bump)
-            hit = _pick(baseline_family(fit(obs)), config)
+            hit = _pick(report_families(fit(obs))[0], config)
             ok = hit.decision == "different" and hit.ratio > 1
             fresh, same = (fresh + ok, same) if name == "fresh" else (fresh, same + ok)
     return {"printed": float(np.median(printed)), "fresh": fresh / reps, "same": same / reps}
@@ -202,7 +207,7 @@ def whole_plot(design: Design, rounds: int, source: Source, reps: int, seed: int
     hits: dict[str, int] = {}
     info: dict[str, tuple[str, int]] = {}
     for rng in seeds(seed, reps):
-        fam = effects_family(fit(experiment(design, rounds, source, rng)))
+        fam = report_families(fit(experiment(design, rounds, source, rng)))[1]
         for c in fam.contrasts:
             hits[c.label] = hits.get(c.label, 0) + (c.decision == "different")
             info[c.label] = (c.error, c.replicates)

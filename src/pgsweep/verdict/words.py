@@ -1,12 +1,15 @@
 """The words a report prints for a contrast: percentages (format_percent, interval_text),
 the verdict sentence ("faster: +40.2% [+31.0%, +49.9%]", "equivalent within 2.5%: ...",
 "no significant difference ...; differences above 8% would have been detected with 80%
-power"; never "equal") and the caveats that belong next to it."""
+power"; never "equal"; for a contrast across levels built once, the difference of those
+builds and how to make it a verdict) and the caveats that belong next to it."""
 
 from __future__ import annotations
 
 from .dist import POWER
 from .families import DETECT_CAP, Contrast
+
+REPLICATE = 'rebuild = "per_round" or "auto" in [repeat]'
 
 
 def format_percent(fraction: float) -> str:
@@ -35,6 +38,9 @@ def verdict(c: Contrast, higher_is_better: bool) -> str:
     lower-is-better metric, "equivalent within 2.5%: ...", or "no significant difference
     (...); differences above 8% would have been detected with 80% power". Never "equal"."""
     text = interval_text(c)
+    if c.decision == "unreplicated":
+        return (f"not a verdict: these builds differ by {text} in this run (one build per "
+                f"level); to generalise to the configuration, replicate ({REPLICATE})")  # fmt: skip
     if c.decision == "different":
         up = c.ratio > 1
         word = ("faster" if up else "slower") if higher_is_better else ("higher" if up else "lower")
@@ -53,7 +59,8 @@ def caveats(c: Contrast) -> list[str]:
     out = []
     if c.error == "within-run only":
         out.append("the interval covers run-to-run noise only: each level ran on one cluster "
-                   "build, so build-to-build differences are not in it")  # fmt: skip
+                   "build, so build-to-build differences are not in it and no verdict is "
+                   f"given ({REPLICATE})")  # fmt: skip
     if c.floored:
         out.append("the values are coarser than the noise: the interval uses the measurement "
                    "resolution instead of the (smaller) observed spread")  # fmt: skip
