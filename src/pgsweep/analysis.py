@@ -20,6 +20,7 @@ import numpy as np
 from . import verdict as sm
 from .analysis_builds import assertion_warning, build_rows, phase_rows
 from .analysis_checks import CV_WARN, replication_rows, warnings
+from .analysis_design import surviving
 from .errors import PgsweepError
 from .store import TPS, Results
 from .verdict import sequential as sq
@@ -93,34 +94,35 @@ def analyse(
     whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
     every = rebuild_every(plan)
     configs = _load(results)
-    base = _baseline(configs, baseline)
+    design = surviving(configs, _baseline(configs, baseline))
+    kept, base = design.configs, design.baseline  # lost configurations leave the design
     rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
     adaptive = plan.get("adaptive")
     seq = ran = None
-    notes: list[str] = []
+    notes: list[str] = list(design.notes)
     if adaptive:
         done = complete_rounds(results, len(configs))
         if any(r > done for c in configs for r in c.values.get(TPS, {})):
             notes.append(f"round {done + 1} was cut short: its trials are not in the verdicts")
         rounds = rounds[:done]
-        seq = sequential(configs, base, whole, every, adaptive, alpha, done)
+        seq = sequential(kept, base, whole, every, adaptive, alpha, done)
         ran = seq  # the looks as the run made them: the file's own baseline and alpha
         run_base, run_alpha = _stored_options(exp.file_text)
         if (run_base, run_alpha) != (baseline or None, alpha):
-            ran = sequential(configs, _baseline(configs, run_base), whole, every, adaptive,
-                             run_alpha, done)  # fmt: skip
+            ran = sequential(kept, surviving(configs, _baseline(configs, run_base)).baseline,
+                             whole, every, adaptive, run_alpha, done)  # fmt: skip
             notes.append("the run's looks used the file's [report] baseline and alpha; the "
                          "verdicts here use the ones given to the report")  # fmt: skip
     comparisons: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
     tps_model = None
     for metric, (label, higher, _) in METRICS.items():
-        obs = _observations(configs, metric, rounds, base, higher, whole, every)
+        obs = _observations(kept, metric, rounds, base, higher, whole, every)
         if obs is None:
             continue
         model = sm.fit(obs)
         tps_model = model if metric == TPS else tps_model
-        _summaries(configs, metric, model, alpha)
+        _summaries(kept, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
         both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))
         for kind, family, into in (("baseline", both[0], comparisons),
@@ -131,7 +133,7 @@ def analyse(
             if seq is not None and seq.look is not None and metric == TPS and kind == seq.decide:
                 family, contrasts = seq.look.family, seq.look.contrasts()
             notes += [f"{label}: {n}" for n in family.notes]
-            into += [_row(c, metric, label, higher, family, configs, base)
+            into += [_row(c, metric, label, higher, family, kept, base)
                      for c in contrasts]  # fmt: skip
     judged = min([c["detectable"] for c in comparisons if c["metric"] == TPS] or [0.05])
     drift = asdict(sq.drift(tps_model, margin or judged)) if tps_model is not None else None
@@ -323,7 +325,8 @@ def stop_reason(results: Results, rounds: int) -> str | None:
     for c in configs:
         c.values = {m: {r: v for r, v in by.items() if r <= rounds} for m, by in c.values.items()}
     whole = [f["name"] for f in plan["factors"] if f.get("cost") in WHOLE_PLOT_COSTS]
-    seq = sequential(configs, _baseline(configs, baseline), whole, rebuild_every(plan),
+    design = surviving(configs, _baseline(configs, baseline))  # as the report will judge
+    seq = sequential(design.configs, design.baseline, whole, rebuild_every(plan),
                      plan["adaptive"], alpha, rounds)  # fmt: skip
     if seq.look is None or not seq.look.stop or seq.look.rounds != seq.rounds:
         return None

@@ -5,6 +5,7 @@ in some windows only, whole-plot factors resting on one build per level."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from .store import TPS, Results
@@ -19,21 +20,28 @@ WINDOW_TOLERANCE = 0.02
 def warnings(a: Analysis, results: Results) -> list[str]:
     from .analysis import METRICS, NEGLIGIBLE_BYTES
 
-    out = []
+    few, noisy, failed, empty = [], [], [], []
     for c in a.configurations:
         s = c.summary.get(TPS)
         n = s["n"] if s else 0
-        if n < 3:
-            out.append(f"{c.id}: only {n} successful trial(s); intervals need 3 or more")
+        if 0 < n < 3:
+            few.append(f"{c.id} ({n})")
         if s and s["cv"] is not None and s["cv"] > CV_WARN:
-            out.append(f"{c.id}: TPS varies by CV {s['cv']:.1%} across trials (above "
-                       f"{CV_WARN:.0%}); add rounds or longer windows")  # fmt: skip
+            noisy.append(f"{c.id} ({s['cv']:.1%})")
         if c.failed:
-            out.append(f"{c.id}: {c.failed} failed trial(s) (`pgsweep show` lists why)")
+            failed.append(c.id)
         zero = [r for r, v in c.values.get(TPS, {}).items() if not v or v <= 0]
         if zero:
-            out.append(f"{c.id}: {len(zero)} trial(s) completed no transaction; they are "
-                       "left out of the comparisons")  # fmt: skip
+            empty.append(f"{c.id} ({len(zero)})")
+    out = _failures(results)  # one line per cause, with the configurations it hit
+    if few:
+        out.append(f"only 1-2 successful trials, and intervals need 3 or more: {_ids(few)}")
+    if noisy:
+        out.append(f"TPS varies by a CV above {CV_WARN:.0%} across trials (add rounds or longer "
+                   f"windows): {_ids(noisy)}")  # fmt: skip
+    if empty:
+        out.append("trials that completed no transaction, left out of the comparisons: "
+                   f"{_ids(empty)}")  # fmt: skip
     for name, (label, _, _) in METRICS.items():
         quiet = [c.id for c in a.configurations if name in c.negligible]
         if quiet:
@@ -52,7 +60,56 @@ def warnings(a: Analysis, results: Results) -> list[str]:
                    "what those builds differ by in this run (run-to-run noise only, not "
                    "build-to-build variation); rebuild = \"per_round\" or \"auto\" "
                    "replicates them")  # fmt: skip
-    out += [f"method: {n}" for n in a.method.get("notes", [])]
+    out += [f"method: {n}" for n in _grouped_notes(a.method.get("notes", []))]
+    return out
+
+
+def _ids(items: list[str], most: int = 12) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more
+
+
+def _failures(results: Results) -> list[str]:
+    """Failed trials grouped by cause: one line each, with the configurations it hit."""
+    causes: dict[str, tuple[str, list[str]]] = {}
+    for t in results.trials():
+        if t.status == "failed":
+            key, text = cause(t.reason or "(no reason stored)")
+            causes.setdefault(key, (text, []))[1].append(t.config_id)
+    out = []
+    for text, where in sorted(causes.values(), key=lambda tw: -len(tw[1])):
+        configs = sorted(set(where))
+        out.append(f"{len(where)} trial(s) failed ({_ids(configs)}): {text} "
+                   "(`pgsweep show` lists each)")  # fmt: skip
+    return out
+
+
+def cause(reason: str) -> tuple[str, str]:
+    """A failure reason as one line, and the key that groups reasons saying the same: the
+    command it quotes cut to its program, the error its output ends with, and numbers
+    (PIDs, client ids, paths of trials) not told apart in the key."""
+    lines = reason.splitlines() or [""]
+    head = re.sub(r"`(?:[^`\s]*/)?([^`\s/]+)[^`]*`", r"`\1 ...`", lines[0])
+    server = [ln.strip() for ln in lines[1:] if re.search(r"(ERROR|FATAL|PANIC):", ln)]
+    other = [ln.strip() for ln in lines[1:] if "error" in ln.lower()]
+    detail = (server or other[-1:] or [""])[0]
+    text = f"{head} {detail}".strip()
+    return re.sub(r"\d+", "N", text), text
+
+
+def _grouped_notes(notes: list[str]) -> list[str]:
+    """The method's notes, those saying the same of many contrasts on one line."""
+    same = ": not estimable from these trials"
+    grouped: dict[str, list[str]] = {}
+    out = []
+    for note in notes:
+        if note.endswith(same):
+            metric, _, what = note.removesuffix(same).partition(": ")
+            grouped.setdefault(metric, []).append(what)
+        else:
+            out.append(note)
+    out += [f"{metric}: not estimable from these trials: {_ids(whats)}"
+            for metric, whats in grouped.items()]  # fmt: skip
     return out
 
 

@@ -146,7 +146,9 @@ def test_junit_stays_xml_for_a_folder_from_elsewhere(
     db.close()
     show = pgsweep("show", str(old))
     assert show.returncode == 0 and "bad\\ufffe\\u0001" in show.stdout, show.stdout
-    for args in (["report", str(old)], ["compare", str(old), str(run["res"])]):
+    good = str(run["res"])  # the gate between two folders needs an A/A calibration
+    calibrated = ["--calibration", good, "--calibration", good]
+    for args in (["report", str(old)], ["compare", str(old), good, *calibrated]):
         junit = tmp_path / "junit.xml"
         res = pgsweep(*args, "--fail-if-slower", "90%", "--junit", str(junit))
         assert res.returncode == 0, res.stderr
@@ -213,7 +215,8 @@ def test_a_planted_link_at_every_output_name_is_refused(
     commands = [["report", str(res), "--format", f, "-o", "{}"]
                 for f in ("terminal", "markdown", "html", "json")]  # fmt: skip
     commands += [["report", str(res), "--fail-if-slower", "90%", "--junit", "{}"],
-                 ["compare", str(res), str(res), "--fail-if-slower", "90%", "--junit", "{}"],
+                 ["compare", str(res), str(res), "--calibration", str(res),
+                  "--calibration", str(res), "--fail-if-slower", "90%", "--junit", "{}"],
                  ["export", str(res), "--format", "csv", "-o", "{}"]]  # fmt: skip
     for n, command in enumerate(commands):
         name = shared / f"out-{n}"
