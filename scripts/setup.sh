@@ -22,6 +22,8 @@ if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless 
     # the build layer's tests compile PostgreSQL from Debian's source (no readline or zlib)
     command -v cc >/dev/null && command -v make >/dev/null || need+=(build-essential)
     command -v git >/dev/null || need+=(git)
+    # remote hosts are tested as sshd in network namespaces (tests/sshhosts.py)
+    [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
