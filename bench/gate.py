@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pgsweep.compare import _row
+from pgsweep.analysis.compare import _row
 from pgsweep.verdict import simulate
 
 NOISE = Path(__file__).resolve().parents[1] / "tests" / "data" / "noise"

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pgsweep import compare as cmp
 from pgsweep import verdict as sm
+from pgsweep.analysis import compare as cmp
 from pgsweep.engine.plans import LOOKS_COST
 from pgsweep.verdict import noise as nz
 from pgsweep.verdict import power as pw

@@ -55,8 +55,9 @@ fi
     -r "$lock"
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>/dev/null \
     || .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
-warm='import pgsweep.cli, pgsweep.analysis, pgsweep.report_html, pgsweep.export'
-warm+=', pgsweep.engine.run, pgsweep.collect.txlog, pgsweep.against, pgsweep.trial_length'
+warm='import pgsweep.cli, pgsweep.analysis, pgsweep.outputs.html, pgsweep.outputs.export'
+warm+=', pgsweep.engine.run, pgsweep.collect.txlog, pgsweep.engine.against'
+warm+=', pgsweep.analysis.trial_length'
 [ "${1:-}" = "--dev" ] && warm+=', pytest'
 env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "$warm"
 echo "setup: ready (.venv/bin/pgsweep)" >&2

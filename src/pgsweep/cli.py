@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, show, spec
+from . import __version__, spec
 from .core import printable
 from .errors import (
     EXIT_FAILED_TRIALS,
@@ -28,8 +28,9 @@ from .errors import (
 )
 from .host import folders, journal
 from .host.blockdev import Grant
+from .outputs import show
+from .outputs.progress import ConsoleReporter
 from .plan import estimate_parts
-from .progress import ConsoleReporter
 from .store import Results
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     )
     notes += exp.notes + show.build_notes(buildprep.planned(exp))
     show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
-    from . import planning
+    from .analysis import planning
 
     for line in planning.lines(exp, plan, args.noise_from):
         console.print(line, markup=False, highlight=False)
@@ -178,7 +179,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     grant = _grant(args)
     exp = spec.load(args.file)
     if args.against is not None:
-        from . import against
+        from .engine import against
 
         before = spec.load(against.frozen_file(args.against))
         exp = against.combine(before, exp, args.against)
@@ -277,21 +278,22 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         store.close()
     if threshold is None:
         return EXIT_OK
-    from . import compare
+    from .analysis import compare
+    from .outputs import gate as gate_out
 
     gate = compare.within_run_gate(result, threshold)
     if args.junit:
-        xml = compare.junit_xml(gate, result.baseline, str(args.results))
+        xml = gate_out.junit_xml(gate, result.baseline, str(args.results))
         folders.write_output(args.junit, xml, "the JUnit file")
     to_stdout = args.format == "terminal" and not args.output
-    print(compare.gate_line(gate), file=sys.stdout if to_stdout else sys.stderr)
+    print(gate_out.gate_line(gate), file=sys.stdout if to_stdout else sys.stderr)
     return EXIT_REGRESSION if gate["regressions"] else EXIT_OK
 
 
 def _render_report(
     args: argparse.Namespace, result: Analysis, store: Results, console: Console
 ) -> None:
-    from . import report
+    from .outputs import report
 
     if args.format == "terminal" and not args.output:
         report.render_terminal(result, console)
@@ -305,7 +307,7 @@ def _render_report(
     elif args.format == "json":
         text = result.to_json() + "\n"
     else:
-        from . import report_html  # matplotlib loads only when HTML is asked for
+        from .outputs import html as report_html  # matplotlib loads only when HTML is asked for
 
         text = report_html.render(result, store)
     if args.output:
@@ -325,7 +327,8 @@ def _alpha(value: float) -> float:
 
 
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
-    from . import compare
+    from .analysis import compare
+    from .outputs import gate as gate_out
 
     threshold = _gate_threshold(args)
     alpha = compare.ALPHA if args.alpha is None else _alpha(args.alpha)
@@ -342,16 +345,16 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     else:
         show.render_compare(result, args.before, args.after, console)
     if args.junit:
-        xml = compare.junit_xml(result, str(args.before), str(args.after))
+        xml = gate_out.junit_xml(result, str(args.before), str(args.after))
         folders.write_output(args.junit, xml, "the JUnit file")
     if threshold is None:
         return EXIT_OK
-    print(compare.gate_line(result), file=sys.stderr if args.json else sys.stdout)
+    print(gate_out.gate_line(result), file=sys.stderr if args.json else sys.stdout)
     return EXIT_REGRESSION if result["regressions"] else EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
-    from . import doctor
+    from .outputs import doctor
 
     table = Table(title="pgsweep doctor: what this machine offers (nothing was changed)")
     for col in ("section", "item", "finding"):
@@ -363,7 +366,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    from . import export
+    from .outputs import export
 
     store = show.open_store(args.results)
     try:

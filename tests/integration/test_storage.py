@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pgsweep, requires_pg, stop_and_restore, trials, write_experiment
-from pgsweep.collect import mounts as pgsweep_mounts
+from pgsweep.host import mounts as pgsweep_mounts
 from pgsweep.host import proc
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and losetup need root")

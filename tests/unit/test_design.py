@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from pgsweep.analysis_design import surviving
+from pgsweep.analysis.design import surviving
 
 
 @dataclass(eq=False)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import signal
 
-from pgsweep import planning
+from pgsweep.analysis import planning
 from pgsweep.store import Results
 from pgsweep.verdict import noise as nz
 from pgsweep.verdict import simulate as V

@@ -105,7 +105,7 @@ def test_a_pilots_noise_is_carried_to_the_plans_round_length(
     carried = float(got.group(1)) / 100
     need = re.search(r"to detect 10%: (\d+) rounds", out)
     assert need
-    from pgsweep.planning import pilot_noise
+    from pgsweep.analysis.planning import pilot_noise
     from pgsweep.store import Results
 
     with Results(pilot) as res:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from pgsweep.analysis_builds import assertion_warning
-from pgsweep.report_builds import builds_table, phases_table
+from pgsweep.analysis.builds import assertion_warning
+from pgsweep.outputs.builds import builds_table, phases_table
 
 
 def _row(config: str, build: str, assertions: bool) -> dict[str, Any]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pgsweep import analysis, report
-from pgsweep.show import open_store
+from pgsweep import analysis
+from pgsweep.outputs import report
+from pgsweep.outputs.show import open_store
 from synthetic import make_results
 
 
@@ -19,7 +20,7 @@ def test_zero_tps_and_dollar_levels_render(tmp_path: Path) -> None:
     try:
         result = analysis.analyse(store)
         md = report.render_markdown(result)
-        from pgsweep import report_html
+        from pgsweep.outputs import html as report_html
 
         html = report_html.render(result, store)
     finally:

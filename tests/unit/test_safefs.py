@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SERVER_USER
-from pgsweep.collect import mounts
 from pgsweep.errors import PgsweepError
-from pgsweep.host import journal, safefs, workarea
+from pgsweep.host import journal, mounts, safefs, workarea
 from pgsweep.host.proc import RunAs
 from pgsweep.layers.oslayer import sysctl_file, sysctl_refusal
 

@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pgsweep import cli, compare, export, report, spec
-from pgsweep.analysis import analyse
+from pgsweep import cli, spec
+from pgsweep.analysis import analyse, compare
 from pgsweep.errors import PgsweepError
+from pgsweep.outputs import export, gate, report
+from pgsweep.outputs.progress import ConsoleReporter
+from pgsweep.outputs.safetext import csv_cell, md, term, xml
 from pgsweep.plan import Configuration, Trial
-from pgsweep.progress import ConsoleReporter
-from pgsweep.safetext import csv_cell, md, term, xml
 from pgsweep.store import Results, TrialRecord
 from synthetic import make_results
 
@@ -71,7 +72,7 @@ def test_junit_file_parses_whatever_the_levels_and_paths(tmp_path: Path) -> None
     folder = make_results(tmp_path / "res", {"server.application_name": levels}, tps, 3)
     with Results(folder) as r:
         result = compare.compare(r, r)  # no gate between two sessions: the XML alone
-    text = compare.junit_xml(result, "/tmp/before\x1b\udcff", "after\x02")
+    text = gate.junit_xml(result, "/tmp/before\x1b\udcff", "after\x02")
     suite = ET.fromstring(text.encode())
     names = [case.get("name") for case in suite.iter("testcase")]
     assert "server.application_name=bad\\ufffe" in names

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pgsweep import analysis, compare
+from pgsweep import analysis
+from pgsweep.analysis import compare
 from pgsweep.core import Cost
 from pgsweep.errors import PgsweepError
+from pgsweep.outputs import gate
 from pgsweep.store import Results
 from pgsweep.verdict import sessions as ss
 from synthetic import make_results
@@ -124,9 +126,9 @@ def test_a_calibrated_compare_gates_on_a_one_sided_bound(tmp_path: Path) -> None
     assert row["decision"] == "slower" and row["slower_beyond_threshold"] and row["df"] == 2
     assert bad["regressions"] and not good["regressions"]
     assert "calibration" in bad["notes"][0] and bad["sessions"]["calibration"] == 3
-    line = compare.gate_line(bad)
+    line = gate.gate_line(bad)
     assert line.startswith("pgsweep gate: FAIL: 1 of 1") and "with 80% power" in line
-    assert compare.gate_line(good).startswith("pgsweep gate: PASS")
+    assert gate.gate_line(good).startswith("pgsweep gate: PASS")
 
 
 def _gate(tmp_path: Path, cost: Cost, effect: float) -> dict[str, object]:
@@ -147,5 +149,5 @@ def test_the_within_run_gate_is_one_sided_and_skips_levels_built_once(tmp_path: 
     assert row["catches"] is not None and 0.03 < row["catches"] < 0.5
     once = _gate(tmp_path, Cost.CLUSTER, 0.9)
     assert once["matched"] == [] and once["not_gated"] == 1
-    assert "not gated" in compare.gate_line(once) and compare.gate_line(once).startswith(
+    assert "not gated" in gate.gate_line(once) and gate.gate_line(once).startswith(
         "pgsweep gate: PASS")  # fmt: skip

@@ -171,7 +171,7 @@ def test_a_calibrated_compare_keeps_five_percent_on_recorded_noise() -> None:
     """Back-to-back sessions of 5 trials, A/A: two calibration sessions then one each
     side, judged on session means (one session per side without calibration gives no
     verdict at all: 10-66% were "different")."""
-    from pgsweep import compare
+    from pgsweep.analysis import compare
 
     reps, different = 1500, 0
     for rng in V.seeds(21, reps):

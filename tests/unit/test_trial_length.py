@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pgsweep import analysis
-from pgsweep.show import open_store
+from pgsweep.outputs.show import open_store
 from synthetic import make_results
 
 
@@ -21,7 +21,7 @@ def test_trial_length_trade_off_splits_the_noise_and_predicts_other_lengths(
     one small pilot it is rough, which the plan output says.)"""
     import numpy as np
 
-    from pgsweep.trial_length import length_noise, trade_off
+    from pgsweep.analysis.trial_length import length_noise, trade_off
 
     def pilot(seconds: int, seed: int) -> Path:
         rng = np.random.default_rng(seed)

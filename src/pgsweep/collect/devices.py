@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .mounts import Mount, mount_of
+from ..host.mounts import Mount, mount_of
 
 SYS_BLOCK = Path("/sys/class/block")
 __all__ = ["SYS_BLOCK", "Mount", "devices_for", "for_cluster", "mount_of"]

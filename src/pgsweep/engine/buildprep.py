@@ -21,6 +21,7 @@ from ..layers.build import PreparedBuild
 from ..layers.server import start_each
 from ..postgres import binaries as pgbin
 from ..spec import Experiment
+from .signals import stopped_by_signals  # SIGTERM too stops a compile cleanly
 
 # about 3 minutes per build with -O2 on 2 cores here (MACHINE-NOTES), configure included
 BUILD_SECONDS_GUESS = 200.0
@@ -78,7 +79,6 @@ def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, Prep
     assert root is not None
     _check_reachable(root, exp)
     out: dict[BuildSpec, PreparedBuild] = {}
-    from .run import stopped_by_signals  # SIGTERM too stops a compile cleanly (its group)
 
     with stopped_by_signals(), tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
         scratch = Path(tmp)

@@ -5,13 +5,10 @@ error, Ctrl-C, SIGTERM or SIGHUP, and a second signal cannot cut that short."""
 from __future__ import annotations
 
 import json
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Protocol
 
 from ..collect import environment
@@ -25,9 +22,8 @@ from . import buildprep
 from .folder import check_results_folder, new_store, resume_store
 from .plans import claim_host, plan_for, preflight, resumed_plan
 from .resources import Resources
+from .signals import signals_ignored, stopped_by_signals
 from .trial import run_trial
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Reporter(Protocol):
@@ -46,41 +42,6 @@ class Outcome:
     failed: int
     interrupted: bool = False
     stopped: str | None = None  # an adaptive run's reason to stop before its maximum
-
-
-@contextmanager
-def stopped_by_signals() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP end the run through its cleanup. The first one raises
-    KeyboardInterrupt and from then on all three are ignored, so a second signal can cut
-    neither the unwinding nor the cleanup short. The handlers come back only after a run
-    that was not stopped: a stopped one is on its way out, and a signal arriving after its
-    cleanup must not turn exit code 130 into a kill."""
-    stopped = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        for s in STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-        stopped.append(signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        if not stopped:
-            for s, h in old.items():
-                signal.signal(s, h)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Cleanup runs to its end: a further Ctrl-C or SIGTERM is ignored meanwhile."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Plan, Store]:
@@ -156,7 +117,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
-        with _signals_ignored():
+        with signals_ignored():
             _clean_up(exp, resources, ctx, area, reporter)
     return outcome
 

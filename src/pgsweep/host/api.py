@@ -29,6 +29,13 @@ class HostLost(Exception):
     under way there is lost, and the message says which host and what."""
 
 
+class Recorder(Protocol):
+    """Where a module that makes something (a mount, a pool, a namespace) writes its undo
+    entry before it makes it: the run's UndoJournal (host/journal.py)."""
+
+    def record(self, entry: dict[str, str]) -> None: ...
+
+
 class Rows(Protocol):
     def fetchone(self) -> tuple[Any, ...] | None: ...
     def fetchall(self) -> list[tuple[Any, ...]]: ...

@@ -14,10 +14,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..collect import mounts
-from ..collect.mounts import Mount
 from ..errors import PgsweepError
-from . import proc, safefs
+from . import mounts, proc, safefs
+from .mounts import Mount
 
 MKFS = {
     "ext4": ["mkfs.ext4", "-F", "-q"],

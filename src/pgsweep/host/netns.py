@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import internal
 from . import proc
+from .api import Recorder
 
 NETNS = re.compile(r"^pgsweep-\d+-\d+-\d+-[ps]$")  # the namespaces pgsweep makes, no other
 DEVICE = "pgsweep0"  # each end of the pair, inside its own namespace
@@ -74,12 +75,10 @@ class Link:
         return float(res.stdout.strip())
 
 
-def create(journal: object, run_id: str, number: int, rate: int | None, scratch: Path) -> Link:
+def create(journal: Recorder, run_id: str, number: int, rate: int | None,
+           scratch: Path) -> Link:  # fmt: skip
     """Both namespaces, the veth pair between them with its addresses, and the shaping;
     each namespace journaled before it is made (`journal` is the run's UndoJournal)."""
-    from .journal import UndoJournal
-
-    assert isinstance(journal, UndoJournal)
     base = f"pgsweep-{run_id}-{number}"
     link = Link(f"{base}-p", f"{base}-s", scratch)
     p, s = link.primary_ns, link.standby_ns

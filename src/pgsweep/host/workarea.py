@@ -24,9 +24,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..collect import mounts
 from ..errors import PgsweepError
-from . import entries, safefs
+from . import entries, mounts, safefs
 from .proc import RunAs, gone, reap
 
 MARKER = ".pgsweep-workarea"

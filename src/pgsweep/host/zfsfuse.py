@@ -19,7 +19,7 @@ from ..core import Value
 from ..errors import PgsweepError
 from ..units import parse_size
 from . import proc
-from .journal import UndoJournal
+from .api import Recorder
 
 # Properties a live dataset takes without new data: changing them restarts the server only.
 LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}
@@ -115,7 +115,7 @@ class Pool:
     @classmethod
     def create(
         cls, name: str, device: Path, point: Path, values: dict[str, Value],
-        journal: UndoJournal, scratch: Path,
+        journal: Recorder, scratch: Path,
     ) -> Pool:  # fmt: skip
         pidfile = scratch / "zfs-fuse.pid"
         journal.record({"zfs_daemon": str(pidfile)})

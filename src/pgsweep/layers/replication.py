@@ -17,9 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..collect.replication import LagSampler
 from ..core import Cost, Value
-from ..engine.standby_load import StandbyLoad
 from ..errors import PgsweepError
 from ..host import netns, safefs, workarea
 from ..host.journal import UndoJournal
@@ -36,7 +34,9 @@ from ..postgres.standby import (
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, Server, TrialContext, TrialFailure
+from .replication_watch import LagSampler
 from .server import ServerLayer, as_pg_value
+from .standby_load import StandbyLoad
 
 # settings a standby may have of its own ([replication.standby])
 STANDBY_SETTINGS = ("hot_standby_feedback", "max_standby_streaming_delay",

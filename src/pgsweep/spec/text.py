@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from .layers.base import Source
+from ..layers.base import Source
 
 
 def check_text(source: Source, doc: dict[str, Any], path: tuple[str, ...] = ()) -> None:

@@ -6,19 +6,15 @@ in some windows only, whole-plot factors resting on one build per level."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-from .store import TPS, Results
-
-if TYPE_CHECKING:
-    from .analysis import Analysis
+from ..store import TPS, Results
+from .types import METRICS, NEGLIGIBLE_BYTES, Analysis
 
 CV_WARN = 0.05
 WINDOW_TOLERANCE = 0.02
 
 
 def warnings(a: Analysis, results: Results) -> list[str]:
-    from .analysis import METRICS, NEGLIGIBLE_BYTES
 
     few, noisy, failed, empty = [], [], [], []
     for c in a.configurations:

@@ -11,10 +11,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..layers.context import TrialContext, TrialFailure
+from ..collect import environment
 from ..postgres.cluster import Cluster
 from ..store import TrialRecord
-from . import environment
+from .context import TrialContext, TrialFailure
 
 SAMPLE = """
 SELECT application_name, state, sync_state,

@@ -19,17 +19,15 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
-from xml.etree import ElementTree as ET
 
 import numpy as np
 from scipy import stats as sps
 
-from .analysis import Analysis
-from .errors import PgsweepError
-from .safetext import xml
-from .store import TPS, Results
-from .verdict import sessions as ss
-from .verdict.dist import ALPHA as ALPHA  # the gate's default, for the CLI
+from ..errors import PgsweepError
+from ..store import TPS, Results
+from ..verdict import sessions as ss
+from ..verdict.dist import ALPHA as ALPHA  # the gate's default, for the CLI
+from .types import Analysis
 
 ENV_KEYS = ("kernel", "cpu_model", "cpu_count", "memory_total")
 SESSION_WARNING = (
@@ -183,46 +181,6 @@ def within_run_gate(a: Analysis, threshold: float) -> dict[str, Any]:
 def _pct(ratio: float) -> str:
     value = (ratio - 1) * 100
     return f"{0.0 if round(value, 1) == 0 else value:+.1f}%"  # never "-0.0%"
-
-
-def junit_xml(result: dict[str, Any], before: str, after: str) -> str:
-    """One test case per matched configuration; a failure where it is slower than allowed."""
-    cases = result["matched"]
-    suite = ET.Element("testsuite", name="pgsweep compare", tests=str(len(cases)),
-                       failures=str(len(result["regressions"])))  # fmt: skip
-    ET.SubElement(ET.SubElement(suite, "properties"), "property", name="before",
-                  value=xml(before))  # fmt: skip
-    for r in cases:
-        name = ", ".join(f"{k}={v}" for k, v in r["levels"].items()) or "(no factors)"
-        case = ET.SubElement(suite, "testcase", classname="pgsweep.tps", name=xml(name))
-        if r["slower_beyond_threshold"]:
-            ET.SubElement(case, "failure", message=xml(r["verdict"])).text = xml(
-                f"TPS in {after} against {before}: {r['verdict']}")  # fmt: skip
-        ET.SubElement(case, "system-out").text = xml(r["verdict"])
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
-
-
-def gate_line(result: dict[str, Any]) -> str:
-    """The one line a CI log shows: the decision, and what slowdown the gate catches with
-    80% power (the largest over the rows), so a PASS that could not have failed says so."""
-    threshold = result["fail_if_slower"]
-    bad = result["regressions"]
-    catches = [r["catches"] for r in result["matched"] if r.get("catches") is not None]
-    power = (f"; it catches a slowdown of {max(catches):.0%} or more with 80% power"
-             if catches else "")  # fmt: skip
-    skipped = result.get("not_gated", 0)
-    if skipped:
-        power += (f"; {skipped} comparison(s) across levels built once not gated (no "
-                  "verdict: replicate them)")  # fmt: skip
-    if not bad:
-        return (f"pgsweep gate: PASS: no configuration is significantly more than "
-                f"{threshold * 100:g}% slower ({len(result['matched'])} compared)"
-                + power)  # fmt: skip
-    worst = min(bad, key=lambda r: r.get("bound") or r["ci_high"])
-    name = ", ".join(f"{k}={v}" for k, v in worst["levels"].items()) or "(no factors)"
-    return (f"pgsweep gate: FAIL: {len(bad)} of {len(result['matched'])} configuration(s) "
-            f"slower than {threshold * 100:g}%; worst {name}: {worst['verdict']}"
-            + power)  # fmt: skip
 
 
 def _tps_by_levels(results: Results) -> dict[str, list[float]]:

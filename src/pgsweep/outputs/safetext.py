@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.text import Text
 
-from .core import printable
+from ..core import printable
 
 
 def term(value: Any) -> Text:

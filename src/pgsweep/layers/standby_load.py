@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..host import bounded, proc, safefs
-from ..layers.context import TrialContext, TrialFailure
 from ..postgres import pgbench
 from ..postgres.cluster import Cluster
 from ..store import TrialRecord
+from .context import TrialContext, TrialFailure
 
 _RETRIED = re.compile(r"number of transactions retried: (\d+)")
 _ABORTED = re.compile(r"client \d+ aborted")

@@ -16,9 +16,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from .core import printable
-from .plan import Configuration, Plan, Trial
-from .store import TrialRecord
+from ..core import printable
+from ..plan import Configuration, Plan, Trial
+from ..store import TrialRecord
 
 
 class ConsoleReporter:

@@ -15,16 +15,16 @@ import matplotlib
 matplotlib.use("svg")
 import matplotlib.pyplot as plt
 
-from .analysis import NEGLIGIBLE_BYTES, Analysis, Config
+from ..analysis import NEGLIGIBLE_BYTES, Analysis, Config
+from ..store import Fact, Results
+from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .report import REPLICATION_COLUMNS, adaptive_line, effect_name, levels_text
-from .report_builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
-from .store import Fact, Results
 
 # text.parse_math off: a level such as "$5$" is shown as written, never as mathtext
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 100,
                      "text.parse_math": False})  # fmt: skip
 _ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("pgsweep", "templates"),
+    loader=jinja2.PackageLoader("pgsweep", "outputs/templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )

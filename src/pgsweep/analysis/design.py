@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .store import TPS
+from ..store import TPS
 
 
 class HasLevels(Protocol):

@@ -10,12 +10,12 @@ import os
 import shutil
 from pathlib import Path
 
-from .collect import devices
-from .errors import PgsweepError
-from .host import blockdev, journal, netns, workarea, zfsfuse
-from .host.blockdev import PACKAGES
-from .host.journal import read_setting
-from .host.kernelfiles import HUGEPAGE_LEVELS, THP_FILES, hugepage_levels, hugepage_pool
+from ..collect import devices
+from ..errors import PgsweepError
+from ..host import blockdev, journal, netns, workarea, zfsfuse
+from ..host.blockdev import PACKAGES
+from ..host.journal import read_setting
+from ..host.kernelfiles import HUGEPAGE_LEVELS, THP_FILES, hugepage_levels, hugepage_pool
 
 HUGEPAGES = Path("/sys/kernel/mm/hugepages")
 CGROUP = Path("/sys/fs/cgroup")
@@ -104,7 +104,7 @@ def _gigantic_room() -> str | None:
 
 def _build() -> list[tuple[str, str, str]]:
     """The build layer's tools and its cache (nothing is fetched or compiled)."""
-    from .host import builds
+    from ..host import builds
 
     tools = {t: shutil.which(t) for t in ("cc", "make", "tar", "perl", "git", "ccache")}
     rows = [("build", t, path or "missing") for t, path in tools.items()]

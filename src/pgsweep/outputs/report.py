@@ -10,10 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .analysis import METRICS, Analysis, Config
-from .core import printable
-from .plan import short_names
-from .report_builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
+from ..analysis import METRICS, Analysis, Config
+from ..core import printable
+from ..plan import short_names
+from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .safetext import md, term
 
 

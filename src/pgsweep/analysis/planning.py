@@ -11,16 +11,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .core import printable
-from .errors import PgsweepError
-from .plan import Plan
-from .units import human_seconds
+from ..core import printable
+from ..errors import PgsweepError
+from ..plan import Plan
+from ..store import Results
+from ..units import human_seconds
 
 if TYPE_CHECKING:
-    from .spec import Experiment
-    from .store import Results
-    from .verdict.noise import Noise
-    from .verdict.power import Planned
+    from ..spec import Experiment
+    from ..verdict.noise import Noise
+    from ..verdict.power import Planned
 
 SUMMARY_OVER = 10  # more comparisons than this are summarised by kind
 
@@ -62,14 +62,12 @@ def replication_lines(plan: Plan, estimate: tuple[float, float]) -> list[str]:
 
 def assumed_noise(exp: Experiment, pilot: Path | None) -> Noise:
     """A pilot's noise (`--noise-from`), else this machine's recording for the workload."""
-    from .verdict import noise as nz
+    from ..verdict import noise as nz
 
     if pilot is None:
         scripts = {str(s["workload"].script) for s in exp.configurations.values()}
         return nz.recorded(scripts.pop() if len(scripts) == 1 else "tpcb-like")
-    from .show import open_store
-
-    store = open_store(pilot)
+    store = Results(pilot)
     try:
         found = pilot_noise(store, str(pilot))
     finally:
@@ -88,14 +86,14 @@ def pilot_noise(results: Results, name: str) -> Noise | None:
     the variogram that carries it to another round length)."""
     import numpy as np
 
-    from . import analysis
-    from .store import TPS
-    from .verdict import fit
-    from .verdict import noise as nz
+    from ..store import TPS
+    from ..verdict import fit
+    from ..verdict import noise as nz
+    from . import core
 
     rounds = list(range(1, results.experiment().rounds + 1))
-    configs = analysis._load(results)
-    obs = analysis._observations(configs, TPS, rounds, configs[0], True, [], 0)
+    configs = core._load(results)
+    obs = core._observations(configs, TPS, rounds, configs[0], True, [], 0)
     if obs is None:
         return None
     model = fit(obs)
@@ -110,7 +108,7 @@ def pilot_noise(results: Results, name: str) -> Noise | None:
 
 
 def baseline_index(exp: Experiment, plan: Plan) -> int:
-    from .spec import report_options
+    from ..spec import report_options
 
     wanted = report_options(exp.source.text).baseline
     for i, c in enumerate(plan.configurations):
@@ -122,7 +120,7 @@ def baseline_index(exp: Experiment, plan: Plan) -> int:
 def sensitivity_lines(exp: Experiment, plan: Plan, noise: Noise) -> list[str]:
     """The smallest change each comparison detects with 80% power at the plan's (maximum)
     rounds, judged as the report will judge it."""
-    from .verdict import power
+    from ..verdict import power
 
     n = len(plan.configurations)
     sigma, why = noise.at(n)
@@ -176,9 +174,8 @@ def _detect_rows(rows: list[Planned], plan: Plan) -> list[str]:
 def pilot_lines(noise: Noise, plan: Plan, pilot: Path) -> list[str]:
     """`--noise-from`: the rounds each target difference needs against the baseline, and the
     machine time of the plan's rounds spent on other trial lengths."""
-    from .show import open_store
+    from ..verdict import power
     from .trial_length import length_noise, trade_off
-    from .verdict import power
 
     n = len(plan.configurations)
     sigma, _ = noise.at(n)
@@ -188,7 +185,7 @@ def pilot_lines(noise: Noise, plan: Plan, pilot: Path) -> list[str]:
         need = power.rounds_needed(sigma, target, n, sigma_df=df, max_rounds=200)
         text = f"{need} rounds" if need else "more than 200 rounds"
         out.append(f"  to detect {target:.0%}: {text}")
-    store = open_store(pilot)
+    store = Results(pilot)
     try:
         split = length_noise(store, noise.sigma, int(df or 0))
     finally:

@@ -13,12 +13,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .core import printable
-from .plan import Adaptive, Plan, short_names
-from .planning import replication_lines
+from ..analysis.planning import replication_lines
+from ..core import printable
+from ..plan import Adaptive, Plan, short_names
+from ..store import Results
+from ..units import human_seconds
 from .safetext import term
-from .store import Results
-from .units import human_seconds
 
 
 @dataclass
@@ -190,7 +190,7 @@ def build_notes(planned: list[Any]) -> list[str]:
 
 
 def adaptive_text(ad: Adaptive) -> str:
-    from .verdict.words import format_percent  # the verdict package loads scipy
+    from ..verdict.words import format_percent  # the verdict package loads scipy
 
     asked = ("every configuration against the baseline" if ad.decide == "baseline"
              else "every factor effect")  # fmt: skip

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .layers.base import Source
-from .plan import Adaptive
-from .units import parse_duration
+from ..layers.base import Source
+from ..plan import Adaptive
+from ..units import parse_duration
 
 
 class ExperimentTable(BaseModel):

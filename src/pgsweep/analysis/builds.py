@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from scipy import stats as sps
 
-from .store import Results
+from ..store import Results
 
 if TYPE_CHECKING:
-    from .analysis import Config
+    from .types import Config
 
 ROWS_PER_SCALE = 100_000  # pgbench_accounts rows per scale unit
 

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .core import Cost, Value
-from .errors import PgsweepError
-from .host.blockdev import Grant
-from .host.proc import RunAs
-from .layers import all_layers
-from .layers.base import Layer, Source, ValidationContext
-from .plan import Adaptive
-from .postgres import binaries as pgbin
-from .spec_tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
-from .spec_text import check_text
+from ..core import Cost, Value
+from ..errors import PgsweepError
+from ..host.blockdev import Grant
+from ..host.proc import RunAs
+from ..layers import all_layers
+from ..layers.base import Layer, Source, ValidationContext
+from ..plan import Adaptive
+from ..postgres import binaries as pgbin
+from .tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
+from .text import check_text
 
 
 @dataclass(frozen=True)
@@ -402,7 +402,7 @@ def load(path: Path) -> Experiment:
         notes=ctx.notes,
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
-        from .engine.plans import settle_max_rounds
+        from ..engine.plans import settle_max_rounds
 
         settle_max_rounds(out)
         _check_size(source, factors, out.rounds)

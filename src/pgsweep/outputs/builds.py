@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .analysis import Analysis
+    from ..analysis import Analysis
 
 BUILDS_NOTE = (
     "Which PostgreSQL each configuration ran: the build (pgsweep's cache key), its "

@@ -21,8 +21,8 @@ from datetime import datetime
 
 import numpy as np
 
-from .store import Results
-from .verdict import sequential as sq
+from ..store import Results
+from ..verdict import sequential as sq
 
 BATCHES = 5  # batches per trial for the long-run variance of the per-second series
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ..store import Results, Second, Trial
 from .safetext import csv_cell
-from .store import Results, Second, Trial
 
 _SECOND_FIELDS = tuple(f.name for f in fields(Second))  # the columns of --what samples
 TRIAL_COLUMNS = (

@@ -19,13 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .core import Cost
-from .errors import PgsweepError
-from .host import folders
-from .layers.base import ValidationContext
-from .postgres import binaries as pgbin
-from .postgres import pgbench
-from .spec import Experiment, Factor
+from ..core import Cost
+from ..errors import PgsweepError
+from ..host import folders
+from ..layers.base import ValidationContext
+from ..postgres import binaries as pgbin
+from ..postgres import pgbench
+from ..spec import Experiment, Factor
 
 AGAINST = Factor("run", "against", ("before", "after"))
 
