@@ -17,6 +17,7 @@ import pytest
 
 from conftest import pgsweep, requires_pg, trials, write_experiment
 from pgsweep.collect import counters, devices
+from pgsweep.host.local import LOCAL
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and mounts need root")
 
@@ -59,7 +60,7 @@ def test_devices_for_a_plain_path_is_the_root_disk() -> None:
 
 
 def test_host_counters_read_the_kernel_files() -> None:
-    snap = counters.host()
+    snap = counters.system(LOCAL)
     assert {"cpu.user", "cpu.idle", "cpu.steal", "cpu.iowait"} <= set(snap)
     if Path("/proc/pressure/cpu").exists():
         assert "pressure.cpu.some_us" in snap and "pressure.io.full_us" in snap
@@ -67,12 +68,12 @@ def test_host_counters_read_the_kernel_files() -> None:
     # the busiest device, so a column taken from the wrong position cannot match by luck
     fields = max((line.split() for line in text.splitlines()), key=lambda f: int(f[9]))
     name = fields[2]
-    disk = counters.diskstats([name], text)
+    disk = counters.diskstats(LOCAL, [name], text)
     positions = {"reads": 3, "sectors_read": 5, "writes": 7, "sectors_written": 9, "io_ms": 12}
     for key, position in positions.items():
         assert disk[f"{name}.{key}"] == float(fields[position]), key
     assert len({disk[f"{name}.{k}"] for k in positions}) > 2  # distinct, non-trivial values
-    assert counters.diskstats(["no-such-device"], text) == {}
+    assert counters.diskstats(LOCAL, ["no-such-device"], text) == {}
 
 
 @requires_pg

@@ -146,6 +146,7 @@ def test_storage_device_given_only_as_a_factor_is_accepted(
 def test_two_scripts_with_one_name_stay_apart(open_dir: Path) -> None:
     tmp_path = open_dir
     from pgsweep import spec
+    from pgsweep.host.local import LOCAL
     from pgsweep.layers.context import RunContext
 
     for sub, sql in (("a", "SELECT 1;\n"), ("b", "SELECT 2;\n")):
@@ -162,14 +163,14 @@ def test_two_scripts_with_one_name_stay_apart(open_dir: Path) -> None:
     layer = exp.layer("workload")
     work = tmp_path / "work"
     work.mkdir()
-    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path))
+    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path, host=LOCAL))
     a, b = (layer.frozen[s] for s in ("a/point.sql", "b/point.sql"))  # type: ignore[attr-defined]
     assert a != b and a.read_text() == "SELECT 1;\n" and b.read_text() == "SELECT 2;\n"
     assert a.stat().st_mode & 0o777 == 0o400  # the server user's to read, nobody else's
     (tmp_path / "a" / "point.sql").write_text("DROP TABLE x;\n")  # changed after validation
     settings = exp.settings({"workload.script": "a/point.sql"})["workload"]
     assert not settings.writes  # judged on the text validated, not the file as it is now
-    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path))
+    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path, host=LOCAL))
     assert a.read_text() == "SELECT 1;\n"
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from pgsweep.core import Cost
 from pgsweep.engine.resources import Resources
+from pgsweep.host.local import LOCAL
 from pgsweep.layers.base import ResourceLayer
 from pgsweep.layers.context import RunContext, Server, Storage, TrialFailure
 from pgsweep.plan import Plan, PlanFactor, TrialCost, estimate_parts, make_plan
@@ -77,7 +78,8 @@ def drive(plan: Plan, fail: set[str] | None = None) -> tuple[list[str], Resource
     releases at each new round."""
     log: list[str] = []
     layers = [Fake("storage", log), Fake("cluster", log, fail)]
-    run = RunContext(None, None, Path("/nonexistent"), Path("/nonexistent"), Path("/tmp"))  # type: ignore[arg-type]
+    run = RunContext(None, None, Path("/nonexistent"), Path("/nonexistent"), Path("/tmp"),  # type: ignore[arg-type]
+                     host=LOCAL)
     resources = Resources(layers, run, not plan.keep_alive)  # type: ignore[arg-type]
     current = None
     for t in plan.trials:

@@ -17,6 +17,7 @@ import pytest
 from conftest import SERVER_USER, requires_pg, write_experiment
 from pgsweep import cli
 from pgsweep.errors import PgsweepError
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.layers.base import Source, ValidationContext
 from pgsweep.layers.workload import _read_script
@@ -79,7 +80,7 @@ def test_a_racing_swapper_never_leaks_a_root_only_file(race: Path) -> None:
     exp = race / "exp.toml"
     exp.write_text("[experiment]\nname = 'race'\n[workload]\nscript = 'theirs/x.sql'\n")
     source = Source(exp, exp.read_text())
-    ctx = ValidationContext(source, None, None, RunAs(SERVER_USER))  # type: ignore[arg-type]
+    ctx = ValidationContext(source, None, None, RunAs(SERVER_USER), host=LOCAL)  # type: ignore[arg-type]
     outcomes = {"script": 0, "refused": 0}
     for tries in range(1, 3001):  # at least 300, until both outcomes were seen
         if tries > 300 and all(outcomes.values()):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..host.api import Host
+
 # /proc/diskstats fields after major, minor, name (Documentation/admin-guide/iostats.rst)
 _DISK_FIELDS = (
     "reads",
@@ -23,8 +25,8 @@ _DISK_FIELDS = (
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
 
-def diskstats(devices: list[str], text: str | None = None) -> dict[str, float]:
-    text = text if text is not None else Path("/proc/diskstats").read_text()
+def diskstats(host: Host, devices: list[str], text: str | None = None) -> dict[str, float]:
+    text = text if text is not None else host.read_text(Path("/proc/diskstats"))
     out: dict[str, float] = {}
     for line in text.splitlines():
         fields = line.split()
@@ -36,15 +38,15 @@ def diskstats(devices: list[str], text: str | None = None) -> dict[str, float]:
     return out
 
 
-def host() -> dict[str, float]:
+def system(host: Host) -> dict[str, float]:
     """CPU jiffies by state (steal shows other tenants) and pressure stall microseconds."""
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()
+    cpu = host.read_text(Path("/proc/stat")).splitlines()[0].split()
     out = {f"cpu.{k}": float(v) for k, v in zip(_CPU_FIELDS, cpu[1:9], strict=False)}
     for resource in ("cpu", "io", "memory"):
         path = Path("/proc/pressure") / resource
-        if not path.exists():
+        if host.lstat(path) is None:
             continue
-        for line in path.read_text().splitlines():
+        for line in host.read_text(path).splitlines():
             kind, *pairs = line.split()
             total = dict(p.split("=") for p in pairs).get("total")
             if total is not None:
@@ -52,12 +54,12 @@ def host() -> dict[str, float]:
     return out
 
 
-def zfs_arc(path: Path = Path("/proc/spl/kstat/zfs/arcstats")) -> dict[str, float]:
+def zfs_arc(host: Host, path: Path = Path("/proc/spl/kstat/zfs/arcstats")) -> dict[str, float]:
     """ARC hits and misses where ZFS (kernel or a kstat-exporting port) runs."""
-    if not path.exists():
+    if host.lstat(path) is None:
         return {}
     out = {}
-    for fields in (line.split() for line in path.read_text().splitlines()):
+    for fields in (line.split() for line in host.read_text(path).splitlines()):
         if len(fields) == 3 and fields[0] in ("hits", "misses"):
             out[f"arc.{fields[0]}"] = float(fields[2])
     return out

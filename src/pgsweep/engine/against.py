@@ -22,6 +22,7 @@ from typing import Any
 from ..core import Cost
 from ..errors import PgsweepError
 from ..host import folders
+from ..host.local import LOCAL
 from ..layers.base import ValidationContext
 from ..postgres import binaries as pgbin
 from ..postgres import pgbench
@@ -89,7 +90,7 @@ def _check_together(after: Experiment, configs: list[dict[str, Any]], folder: Pa
     (the replication layer: that some configuration has a standby, so every trial's
     primary is set up for one or none) must hold for DIR's too."""
     with pgbin.ValueChecker(after.binaries, after.user) as checker:
-        ctx = ValidationContext(after.source, after.binaries, checker, after.user)
+        ctx = ValidationContext(after.source, after.binaries, checker, after.user, host=LOCAL)
         ctx.catalog_deferred = all(getattr(c.get("build"), "spec", None) for c in configs)
         try:
             for layer in after.layers:

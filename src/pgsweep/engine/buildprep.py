@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import PgsweepError
 from ..host import builds, sources
 from ..host.builds import BuildSpec
+from ..host.local import LOCAL
 from ..layers.base import ValidationContext
 from ..layers.build import PreparedBuild
 from ..layers.server import start_each
@@ -160,7 +161,7 @@ def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[s
     base = {k: v for k, v in exp.base.get("server", {}).items() if k not in mine}
     configs = [c for c in exp.configurations.values() if c["build"].spec == prepared.spec]
     with pgbin.ValueChecker(prepared.binaries, exp.user) as checker:
-        ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user)
+        ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user, host=LOCAL)
         try:
             server.validate(base, mine, ctx)
             exp.layer("os").check_configurations(configs, ctx)

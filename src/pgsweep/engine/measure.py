@@ -242,9 +242,10 @@ def _unsampled(second: dict[str, float], rate: float) -> dict[str, float]:
 
 def snapshot(trial: TrialContext) -> dict[str, float]:
     """Disk, host, ZFS ARC and PostgreSQL counters, prefixed by their source."""
-    snap = {f"disk.{k}": v for k, v in counters.diskstats(trial.server.devices).items()}
-    snap.update({f"host.{k}": v for k, v in counters.host().items()})
-    snap.update({f"zfs.{k}": v for k, v in counters.zfs_arc().items()})
+    host = trial.run.host
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(host, trial.server.devices).items()}
+    snap.update({f"host.{k}": v for k, v in counters.system(host).items()})
+    snap.update({f"zfs.{k}": v for k, v in counters.zfs_arc(host).items()})
     with trial.cluster.connect() as conn:
         major = trial.server.binaries.major
         snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, major).items()})

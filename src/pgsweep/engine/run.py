@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ..collect import environment
 from ..host import journal, proc, safefs, workarea
+from ..host.local import LOCAL
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext
 from ..plan import Configuration, Plan, Trial
@@ -87,7 +88,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
          reporter: Reporter, notes: list[str]) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical, exp.builds)  # fmt: skip
+                     exp.canonical, exp.builds, host=LOCAL)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     outcome = Outcome(area.results, len(plan.trials), 0)

@@ -1,27 +1,35 @@
-"""The machine as an object: every side effect pgsweep has on a machine, and every fact it
-reads from one, goes through a `Host`.
+"""The machine as an object: the side effects pgsweep has on a machine, and the facts it
+reads from one, go through a `Host`.
 
-Three implementations share these methods: `LocalHost` (this machine: the functions of
-host/proc.py, host/safefs.py and the kernel files), `RemoteHost` (another machine, through
-a `pgsweep agent` started over SSH, which runs a LocalHost there) and `RecordingHost` (a
-scripted machine that answers reads from a script and records every effect in order: unit
-tests of a layer's logic, and `plan --commands`).
+Three implementations share these methods: `LocalHost` (this machine: host/proc.py,
+host/safefs.py, host/bounded.py, the kernel files, psycopg), `RemoteHost` (another
+machine, through a `pgsweep agent` started over SSH, which runs a LocalHost there) and
+`RecordingHost` (a scripted machine that answers reads from a script, or from a real
+machine, and records every effect in order: unit tests of a layer's logic, and `plan
+--commands`).
 
 Reads and effects are separate methods, so a recording host can serve reads from a real
-machine and record the effects (a dry run that cannot change anything). Paths are those
-on the host itself. Privilege is an argument of each call (`user`), never ambient.
+machine and only record the effects (a dry run that cannot change anything). Paths are
+those on the host itself. Privilege is an argument of each call (`user`), never ambient.
 """
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from .proc import Result, RunAs
+
+
+def scratch_path(prefix: str, base: Path = Path("/tmp")) -> Path:
+    """A fresh name for a scratch directory a host makes with `private_dir` (which refuses
+    a name that exists: it never adopts a directory it did not make)."""
+    return base / f"{prefix}{secrets.token_hex(6)}"
 
 
 class HostLost(Exception):
@@ -56,24 +64,9 @@ class FileStat:
     uid: int
     gid: int
     size: int
-    dev: int
     is_dir: bool
     is_file: bool
     is_link: bool
-
-
-@dataclass
-class Facts:
-    """What layers read of a host and what cannot change during a run."""
-
-    name: str
-    hostname: str = ""
-    kernel: str = ""
-    cpu_model: str = ""
-    cpu_count: int = 0
-    memory_bytes: int = 0
-    pgsweep_version: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Host(ABC):
@@ -86,8 +79,24 @@ class Host(ABC):
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,
             user: RunAs | None = None, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> Result:  # fmt: skip
-        """Run to completion (a timeout kills the whole process group), output to files on
-        the host; the Result's output is read through this host."""
+        """Run to completion (a timeout kills the whole process group), stdout and stderr
+        to files on the host (`err` defaults to OUT.err)."""
+
+    @abstractmethod
+    def output(self, path: Path, limit: int = 64 << 20) -> bytes:
+        """A command's output file in a folder root owns, bounded (bounded.read_output)."""
+
+    @abstractmethod
+    def process(self, pid: int) -> tuple[list[str], int] | None:
+        """A live process's argv and owner uid; None when it is gone (or a zombie)."""
+
+    @abstractmethod
+    def reap(self, pid: int) -> None:
+        """Collect an exited child (a postmaster this process adopted)."""
+
+    @abstractmethod
+    def ids(self, user: RunAs | None) -> tuple[int, int]:
+        """(uid, gid) of `user` on this host, or of the user pgsweep runs as there."""
 
     # ---- files root owns, and files of the server user's -----------------------------
     @abstractmethod
@@ -108,10 +117,15 @@ class Host(ABC):
         """Remove through directory descriptors, never following a link; missing is fine."""
 
     @abstractmethod
-    def read_owned(self, path: Path, uid: int, limit: int = 1 << 20, tail: bool = False
-                   ) -> bytes:  # fmt: skip
-        """A regular file owned by `uid`, opened without following a link, at most `limit`
-        bytes (the last ones with `tail`)."""
+    def read_owned(self, path: Path, uid: int, limit: int = 1 << 20, *, tail: bool = False,
+                   offset: int = 0) -> bytes:  # fmt: skip
+        """A regular file owned by `uid`, opened without following a link: at most `limit`
+        bytes from `offset` (the last ones with `tail`). UnsafePath when it is anything
+        else; FileNotFoundError when it is missing."""
+
+    @abstractmethod
+    def owned_size(self, path: Path, uid: int) -> int:
+        """The size of such a file (0 when missing or not one)."""
 
     @abstractmethod
     def list_owned(self, directory: Path) -> list[str]:
@@ -125,28 +139,18 @@ class Host(ABC):
     def lstat(self, path: Path) -> FileStat | None:
         """None when the path does not exist."""
 
+    @abstractmethod
+    def sync(self) -> None:
+        """Write back every dirty page (sync(2))."""
+
     # ---- kernel --------------------------------------------------------------------
     @abstractmethod
     def write_kernel(self, path: Path, value: str) -> None:
         """Write a kernel file (sysfs, procfs, cgroupfs) in place, once. Settings go through
-        the undo journal (host/journal.py), which calls this; triggers (drop_caches,
-        compact_memory) are written directly."""
-
-    @abstractmethod
-    def sync(self) -> None:
-        """Write back every dirty page (sync(2))."""
+        the undo journal, which calls this; triggers (drop_caches, compact_memory) are
+        written directly."""
 
     # ---- PostgreSQL ----------------------------------------------------------------
     @abstractmethod
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
         """A connection made on the host (a private socket is only reachable there)."""
-
-    # ---- facts ---------------------------------------------------------------------
-    @abstractmethod
-    def facts(self) -> Facts: ...
-
-    def read_result(self, result: Result, stream: str, limit: int = 64 << 20) -> str:
-        """stdout or stderr of a command run on this host."""
-        path = result.stdout_path if stream == "stdout" else result.stderr_path
-        return self.read_text(path)[-limit:]
-

@@ -16,6 +16,7 @@ from ..errors import PgsweepError
 from ..tomlpos import key_line
 
 if TYPE_CHECKING:
+    from ..host.api import Host
     from ..host.blockdev import Grant
     from ..host.proc import RunAs
     from ..postgres.binaries import Binaries, ValueChecker
@@ -55,6 +56,7 @@ class ValidationContext:
     shown: dict[tuple[str, str], str] = field(default_factory=dict)
     # what the run will do differently from what the file says, printed by plan and run
     notes: list[str] = field(default_factory=list)
+    host: Host = field(kw_only=True)  # the machine the checks ask (the server's)
 
 
 class Layer(ABC):

@@ -177,7 +177,7 @@ class ClusterLayer(ResourceLayer):
         waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
         binaries = below["build"].binaries if "build" in below else run.binaries
         cluster = Cluster(binaries, run.user, storage.home / f"cluster-{number}",
-                          run.socket_root / f"c{number}", waldir)  # fmt: skip
+                          run.socket_root / f"c{number}", waldir, host=run.host)  # fmt: skip
         server = Server(cluster.root.name, cluster, binaries)
         try:
             cluster.create(settings.initdb_options())
@@ -277,7 +277,7 @@ def _load(
 
 
 def _load_snapshot(cluster: Cluster, devs: list[str]) -> dict[str, float]:
-    snap = {f"disk.{k}": v for k, v in counters.diskstats(devs).items()}
+    snap = {f"disk.{k}": v for k, v in counters.diskstats(cluster.host, devs).items()}
     with cluster.connect() as conn:
         pg = counters.postgres(conn, cluster.binaries.major)
     snap.update({f"pg.{k}": v for k, v in pg.items()})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ..host.api import Host
     from ..host.proc import RunAs
     from ..postgres.binaries import Binaries
     from ..postgres.cluster import Cluster, Listen
@@ -45,6 +46,7 @@ class RunContext:
     canonical: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # builds made before the first trial (BuildSpec -> layers.build.PreparedBuild)
     builds: Mapping[Any, Any] = field(default_factory=dict)
+    host: Host = field(kw_only=True)  # the server's machine: every effect goes through it
 
     def canonical_for(self, binaries: Binaries) -> Mapping[str, Mapping[str, str]]:
         """What each level means to these binaries (a build with other block sizes reads

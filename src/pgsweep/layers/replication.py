@@ -311,7 +311,8 @@ class ReplicationLayer(Layer):
             standby = Standby(trial.server.binaries, trial.run.user,
                               home / f"{primary.root.name}-{server.generation}-{name}",
                               primary.socket_dir.with_name(f"{primary.socket_dir.name}{name}"),
-                              name, up, link.standby_ns if link is not None else None)  # fmt: skip
+                              name, up, link.standby_ns if link is not None else None,
+                              host=trial.run.host)  # fmt: skip
             replicas.standbys.append(standby)
             replicas.clone_seconds += standby.clone(primary)
         trial.effective["replication.clone_seconds"] = f"{replicas.clone_seconds:.2f}"

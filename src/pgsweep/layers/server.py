@@ -291,7 +291,7 @@ def start_each(configs: Sequence[Mapping[str, Any]], ctx: ValidationContext) -> 
         fixed = sorted((k, v) for k, v in config["server"].items() if k in restart)
         return (config["cluster"].initdb_options(), fixed)
 
-    with StartChecker(ctx.binaries, ctx.user) as starter:
+    with StartChecker(ctx.binaries, ctx.user, ctx.host) as starter:
         for config in sorted(configs, key=order):
             settings: dict[str, str] = config["server"]
             if not settings:

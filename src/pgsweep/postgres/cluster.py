@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from ..errors import PgsweepError
 from ..host import proc, safefs
+from ..host.api import Connection, Host
+from ..host.local import LOCAL
 from ..host.proc import RunAs
 from .binaries import Binaries
 
@@ -72,10 +72,13 @@ class Cluster:
         root: Path,
         socket_dir: Path,
         waldir: Path | None = None,
+        *,
+        host: Host,
     ) -> None:
+        self.host = host  # the machine the cluster lives on: every effect goes through it
         self.binaries = binaries
         self.user = user
-        self.uid, self.gid = safefs.owner_ids(user)
+        self.uid, self.gid = host.ids(user)
         self.root = root
         self.conf = root / "conf"
         self.scratch = root / "cmd"
@@ -94,13 +97,14 @@ class Cluster:
 
     # ---- helpers -------------------------------------------------------------------
     def _run(self, argv: list[str], name: str, timeout: float = 120) -> proc.Result:
-        return proc.run(argv, out=self.scratch / f"{name}.out", timeout=timeout, user=self.user)
+        return self.host.run(argv, out=self.scratch / f"{name}.out", timeout=timeout,
+                             user=self.user)  # fmt: skip
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the server log, read without following a link the server user may
         have put in its place."""
         try:
-            raw = safefs.read_owned(self.logfile, self.uid, limit=64 * 1024, tail=True)
+            raw = self.host.read_owned(self.logfile, self.uid, limit=64 * 1024, tail=True)
         except FileNotFoundError:
             return ""
         except (OSError, safefs.UnsafePath) as exc:
@@ -108,27 +112,14 @@ class Cluster:
         return "\n".join(raw.decode(errors="replace").splitlines()[-lines:])
 
     def log_size(self) -> int:
-        try:
-            fd = safefs.open_owned_in(self.logfile.parent, self.logfile.name, self.uid)
-        except (OSError, safefs.UnsafePath):
-            return 0
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+        return self.host.owned_size(self.logfile, self.uid)
 
     def log_since(self, offset: int, limit: int = 8 << 20) -> bytes:
         """The server log written after `offset` (at most `limit` bytes)."""
         try:
-            fd = safefs.open_owned_in(self.logfile.parent, self.logfile.name, self.uid)
+            return self.host.read_owned(self.logfile, self.uid, limit, offset=offset)
         except (OSError, safefs.UnsafePath):
             return b""
-        try:
-            os.lseek(fd, offset, os.SEEK_SET)
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                return f.read(limit)
-        finally:
-            os.close(fd)
 
     def conninfo(self, dbname: str = "postgres") -> dict[str, Any]:
         """The private socket, trust authentication only: the socket directory is the server
@@ -146,8 +137,8 @@ class Cluster:
         return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
 
     @contextmanager
-    def connect(self, dbname: str = "postgres") -> Iterator[psycopg.Connection[Any]]:
-        with psycopg.connect(**self.conninfo(dbname), autocommit=True, connect_timeout=10) as c:
+    def connect(self, dbname: str = "postgres") -> Iterator[Connection]:
+        with self.host.connect(self.conninfo(dbname)) as c:
             yield c
 
     def managed(self) -> dict[str, str]:
@@ -180,22 +171,22 @@ class Cluster:
 
     def make_dirs(self) -> None:
         """Root's directories (0711/0700) and the server user's empty leaves."""
-        safefs.private_dir(self.root, 0o711)
-        safefs.private_dir(self.conf, 0o711)
-        safefs.private_dir(self.scratch, 0o700)
+        self.host.private_dir(self.root, 0o711)
+        self.host.private_dir(self.conf, 0o711)
+        self.host.private_dir(self.scratch, 0o700)
         for leaf in (self.datadir, self.logfile.parent, self.socket_dir):
-            safefs.leaf_dir(leaf, self.user)
+            self.host.leaf_dir(leaf, self.user)
         if self.waldir is not None:
-            safefs.leaf_dir(self.waldir, self.user)
+            self.host.leaf_dir(self.waldir, self.user)
 
     def write_access_files(self) -> None:
-        readable = (os.geteuid(), self.gid)  # root, or ourselves when we run the server
+        readable = (self.host.ids(None)[0], self.gid)  # root, or us when we run the server
         hba = HBA
         if self.listen is not None:
             peer = self.listen.peer
             hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
-        safefs.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
-        safefs.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
+        self.host.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
+        self.host.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
 
     def write_settings(self, settings: dict[str, str]) -> None:
         """The configuration file: the experiment's settings first, pgsweep's own last (a
@@ -204,7 +195,8 @@ class Cluster:
         text = "# written by pgsweep: the experiment's settings, then pgsweep's own\n"
         text += "".join(conf_line(k, v) for k, v in sorted(settings.items()))
         text += "".join(conf_line(k, v) for k, v in self.managed().items())
-        safefs.write_file(self.conf / "postgresql.conf", text, 0o640, (os.geteuid(), self.gid))
+        self.host.write_file(self.conf / "postgresql.conf", text, 0o640,
+                             (self.host.ids(None)[0], self.gid))  # fmt: skip
 
     def pg_ctl(self, action: str, *extra: str, timeout: float = 120) -> proc.Result:
         argv = self._pg_ctl_argv(action, *extra, timeout=timeout)
@@ -216,7 +208,8 @@ class Cluster:
                 "--setgid", str(self.gid), "--", *argv]  # fmt: skip
         name = self.user.name if self.user else proc.RunAs.current_name()
         home = self.user.home if self.user else os.environ.get("HOME", "/")
-        return proc.run(argv, out=self.scratch / f"pg_ctl-{action}.out", timeout=timeout + 10,
+        return self.host.run(argv, out=self.scratch / f"pg_ctl-{action}.out",
+                             timeout=timeout + 10,
                         env={"HOME": home, "USER": name, "LOGNAME": name},
                         cwd=Path("/"))  # fmt: skip
 
@@ -248,7 +241,7 @@ class Cluster:
         res = self.pg_ctl("stop", "-m", mode, timeout=60)
         if not res.ok and self.postmaster_pid() is not None:
             self.pg_ctl("stop", "-m", "immediate", timeout=30)
-        proc.reap(pid)
+        self.host.reap(pid)
 
     def _reclaim_shared_memory(self) -> None:
         """A postmaster that was killed (kill -9, the OOM killer) leaves its System V
@@ -258,7 +251,7 @@ class Cluster:
         Best effort: nothing to do when the server stopped cleanly (no postmaster.pid)."""
         raw = self._lock_file()
         old = _shmem_line(raw) if raw is not None else None
-        if old is None or not _segment_released(int(old.split()[1]), self.uid):
+        if old is None or not _segment_released(self.host, int(old.split()[1]), self.uid):
             return
         self.pg_ctl("start", "-W", timeout=30)  # -W: no wait for recovery, only the reclaim
         deadline = time.monotonic() + 15
@@ -273,7 +266,7 @@ class Cluster:
         pid = self.postmaster_pid()
         if pid is not None:
             self.pg_ctl("stop", "-m", "immediate", timeout=30)
-            proc.reap(pid)
+            self.host.reap(pid)
 
     def reload(self) -> None:
         res = self.pg_ctl("reload")
@@ -287,16 +280,16 @@ class Cluster:
         if not first.isdigit():
             return None
         pid = int(first)
-        if is_postmaster_of(pid, self.conf, self.uid):
+        if is_postmaster_of(pid, self.conf, self.uid, self.host):
             return pid
-        proc.reap(pid)  # a postmaster that died (killed): collect it, or it blocks the next
+        self.host.reap(pid)  # a postmaster that died (killed): collect it, or it blocks the next
         return None
 
     def _lock_file(self) -> bytes | None:
         """postmaster.pid, read as a file of the server user's (never through a link), or
         None when there is none (a cleanly stopped server) or it is not a plain file."""
         try:
-            return safefs.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
+            return self.host.read_owned(self.datadir / "postmaster.pid", self.uid, limit=4096)
         except (OSError, safefs.UnsafePath):
             return None
 
@@ -307,7 +300,7 @@ class Cluster:
         self._copy(self.datadir, self.snapshot_dir)
         if self.waldir is not None and self.wal_snapshot is not None:
             self._copy(self.waldir, self.wal_snapshot)
-        os.sync()  # the load's and the copy's dirty pages, before any window opens
+        self.host.sync()  # the load's and the copy's dirty pages, before any window opens
 
     def restore_snapshot(self) -> None:
         """Put the loaded data back."""
@@ -317,14 +310,14 @@ class Cluster:
             self._copy(self.wal_snapshot, self.waldir)  # the WAL the copied pg_wal link names
         # The copy left dirty pages; flush them now so their writeback does not land in
         # the next measurement window.
-        os.sync()
+        self.host.sync()
 
     def _copy(self, src: Path, dst: Path) -> None:
         """Replace `dst` by a copy of `src`. Root removes the old tree (through directory
         descriptors, never following a link) and makes the empty leaf; the server user
         copies (`cp -a --reflink=auto` keeps modes and clones blocks on btrfs/xfs/zfs)."""
-        safefs.remove_tree(dst)
-        safefs.leaf_dir(dst, self.user)
+        self.host.remove_tree(dst)
+        self.host.leaf_dir(dst, self.user)
         res = self._run(["cp", "-a", "--reflink=auto", f"{src}/.", f"{dst}/"], "cp", 3600)
         if not res.ok:
             raise ServerError(f"copying {src} to {dst} failed: {res.describe_failure()}")
@@ -334,7 +327,7 @@ class Cluster:
         for tree in (self.root, self.waldir, self.wal_snapshot, self.socket_dir):
             if tree is not None:
                 with suppress(PgsweepError):  # best effort: the work area's removal follows
-                    safefs.remove_tree(tree)
+                    self.host.remove_tree(tree)
 
 
 def _shmem_line(raw: bytes) -> str | None:
@@ -345,13 +338,13 @@ def _shmem_line(raw: bytes) -> str | None:
     return " ".join(fields) if len(fields) == 2 and all(f.isdigit() for f in fields) else None
 
 
-def _segment_released(shmid: int, uid: int, wait: float = 10.0) -> bool:
+def _segment_released(host: Host, shmid: int, uid: int, wait: float = 10.0) -> bool:
     """Once the children of a killed postmaster have exited (they notice within a moment),
     its segment has no process attached and a new postmaster may remove it. False when the
     segment is gone, is not the server user's, or stays attached."""
     deadline = time.monotonic() + wait
     while True:
-        row = next((r for r in _sysv_segments() if r[0] == shmid), None)
+        row = next((r for r in _sysv_segments(host) if r[0] == shmid), None)
         if row is None or row[2] != uid:
             return False
         if row[1] == 0:
@@ -361,22 +354,21 @@ def _segment_released(shmid: int, uid: int, wait: float = 10.0) -> bool:
         time.sleep(0.1)
 
 
-def _sysv_segments() -> list[tuple[int, int, int]]:
+def _sysv_segments(host: Host) -> list[tuple[int, int, int]]:
     """(shmid, processes attached, owner uid) of every System V segment."""
-    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    lines = host.read_text(Path("/proc/sysvipc/shm")).splitlines()
     shmid, nattch, uid = (lines[0].split().index(k) for k in ("shmid", "nattch", "uid"))
     rows = [line.split() for line in lines[1:]]
     return [(int(r[shmid]), int(r[nattch]), int(r[uid])) for r in rows]
 
 
-def is_postmaster_of(pid: int, confdir: Path, uid: int) -> bool:
+def is_postmaster_of(pid: int, confdir: Path, uid: int, host: Host = LOCAL) -> bool:
     """Is `pid` a postgres process run by `uid` whose command line names `confdir` with -D
     (pg_ctl starts the postmaster so)? Never a process pgsweep did not start."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        owner = Path(f"/proc/{pid}").stat().st_uid
-    except OSError:
+    seen = host.process(pid)
+    if seen is None:
         return False
+    argv, owner = seen
     # not the `postgres -C data_directory -D CONF` pg_ctl runs for a moment
-    named = b"-D" in argv and str(confdir).encode() in argv and b"-C" not in argv
-    return owner == uid and named and not proc.gone(pid)
+    named = "-D" in argv and str(confdir) in argv and "-C" not in argv
+    return owner == uid and named

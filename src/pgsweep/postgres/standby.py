@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..host.api import Host
 from ..host.proc import RunAs
 from .binaries import Binaries
 from .cluster import PORT, ROLE, Cluster, ServerError
@@ -29,8 +30,9 @@ class Standby(Cluster):
     """A standby: a Cluster whose data comes from a base backup of its primary."""
 
     def __init__(self, binaries: Binaries, user: RunAs | None, root: Path, socket_dir: Path,
-                 name: str, upstream: str, netns: str | None = None) -> None:  # fmt: skip
-        super().__init__(binaries, user, root, socket_dir)
+                 name: str, upstream: str, netns: str | None = None, *,
+                 host: Host) -> None:  # fmt: skip
+        super().__init__(binaries, user, root, socket_dir, host=host)
         self.name = name  # cluster_name and application_name: s1, s2, ...
         self.upstream = upstream  # primary_conninfo without application_name
         self.netns = netns  # the standbys' network namespace (replication.network)

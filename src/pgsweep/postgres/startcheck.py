@@ -14,14 +14,13 @@ quarter of a second each) on a private socket and stopped again; nothing else is
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PgsweepError
-from ..host import safefs
+from ..host.api import Host, scratch_path
 from ..host.proc import RunAs
 from .binaries import Binaries
 from .cluster import Cluster, ServerError
@@ -53,7 +52,8 @@ class StartChecker:
     file is rewritten and the server reloaded). Use as a context manager: everything is
     stopped and removed on exit."""
 
-    def __init__(self, binaries: Binaries, user: RunAs | None) -> None:
+    def __init__(self, binaries: Binaries, user: RunAs | None, host: Host) -> None:
+        self.host = host
         self.binaries = binaries
         self.user = user
         self._dir: Path | None = None
@@ -62,21 +62,21 @@ class StartChecker:
         self._running: tuple[Cluster, tuple[tuple[str, str], ...]] | None = None
 
     def __enter__(self) -> StartChecker:
-        self._dir = Path(tempfile.mkdtemp(prefix="pgsweep-start-"))
-        self._dir.chmod(0o711)  # the server user passes through to its leaves
+        self._dir = self.host.private_dir(scratch_path("pgsweep-start-"), 0o711)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for cluster in self._clusters.values():
             cluster.destroy()
         if self._dir is not None:
-            safefs.remove_tree(self._dir)
+            self.host.remove_tree(self._dir)
 
     def _cluster(self, initdb_options: tuple[str, ...]) -> Cluster:
         assert self._dir is not None, "StartChecker outside `with`"
         if initdb_options not in self._clusters:
             n = len(self._clusters) + 1
-            cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}", self._dir / f"s{n}")
+            cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}", self._dir / f"s{n}",
+                              host=self.host)  # fmt: skip
             self._clusters[initdb_options] = cluster
             try:
                 cluster.create(["--no-sync", *initdb_options])

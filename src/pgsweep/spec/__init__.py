@@ -20,6 +20,7 @@ from typing import Any
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host.blockdev import Grant
+from ..host.local import LOCAL
 from ..host.proc import RunAs
 from ..layers import all_layers
 from ..layers.base import Layer, Source, ValidationContext
@@ -366,7 +367,7 @@ def load(path: Path) -> Experiment:
         binaries = pgbin.inspect(bindir, Path(scratch), user)
     base: dict[str, dict[str, Value]] = {}
     with pgbin.ValueChecker(binaries, user) as checker:
-        ctx = ValidationContext(source, binaries, checker, user)
+        ctx = ValidationContext(source, binaries, checker, user, host=LOCAL)
         for layer in layers:
             table = doc.get(layer.name, {})
             if not isinstance(table, dict):

@@ -1,0 +1,117 @@
+"""This machine as a Host: the subprocess helper, link-safe files, kernel files and psycopg,
+called directly (a remote host's agent runs one of these on its own machine)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from . import bounded, proc, safefs
+from .api import Connection, FileStat, Host
+from .proc import Result, RunAs
+
+
+class LocalHost(Host):
+    def __init__(self, name: str = "local") -> None:
+        self.name = name
+
+    def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,
+            user: RunAs | None = None, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> Result:  # fmt: skip
+        return proc.run(argv, out=out, err=err, timeout=timeout, user=user, cwd=cwd, env=env)
+
+    def output(self, path: Path, limit: int = bounded.OUTPUT_LIMIT) -> bytes:
+        return bounded.read_output(path, limit)
+
+    def process(self, pid: int) -> tuple[list[str], int] | None:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            owner = Path(f"/proc/{pid}").stat().st_uid
+        except OSError:
+            return None
+        if proc.gone(pid):
+            return None
+        return [a.decode(errors="replace") for a in argv if a], owner
+
+    def reap(self, pid: int) -> None:
+        proc.reap(pid)
+
+    def ids(self, user: RunAs | None) -> tuple[int, int]:
+        return safefs.owner_ids(user)
+
+    def private_dir(self, path: Path, mode: int = 0o700) -> Path:
+        return safefs.private_dir(path, mode)
+
+    def leaf_dir(self, path: Path, user: RunAs | None, mode: int = 0o700) -> Path:
+        return safefs.leaf_dir(path, user, mode)
+
+    def write_file(self, path: Path, data: bytes | str, mode: int = 0o600,
+                   owner: tuple[int, int] | None = None) -> None:  # fmt: skip
+        safefs.write_file(path, data, mode, owner)
+
+    def remove_tree(self, path: Path) -> None:
+        safefs.remove_tree(path)
+
+    def read_owned(self, path: Path, uid: int, limit: int = 1 << 20, *, tail: bool = False,
+                   offset: int = 0) -> bytes:  # fmt: skip
+        if not offset:
+            return safefs.read_owned(path, uid, limit, tail)
+        fd = safefs.open_owned_in(path.parent, path.name, uid)
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return bounded.read_fd_upto(fd, limit)
+        finally:
+            os.close(fd)
+
+    def owned_size(self, path: Path, uid: int) -> int:
+        try:
+            fd = safefs.open_owned_in(path.parent, path.name, uid)
+        except (OSError, safefs.UnsafePath):
+            return 0
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def list_owned(self, directory: Path) -> list[str]:
+        return safefs.list_owned(directory)
+
+    def read_text(self, path: Path) -> str:
+        return path.read_text()
+
+    def lstat(self, path: Path) -> FileStat | None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        return FileStat(st.st_mode, st.st_uid, st.st_gid, st.st_size, stat.S_ISDIR(st.st_mode),
+                        stat.S_ISREG(st.st_mode), stat.S_ISLNK(st.st_mode))  # fmt: skip
+
+    def sync(self) -> None:
+        os.sync()
+
+    def write_kernel(self, path: Path, value: str) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # in place: no create
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+    def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
+        return _connect(dict(conninfo))
+
+
+@contextlib.contextmanager
+def _connect(conninfo: dict[str, Any]) -> Iterator[Connection]:
+    import psycopg
+
+    with psycopg.connect(**conninfo, autocommit=True, connect_timeout=10) as conn:
+        yield conn
+
+
+LOCAL = LocalHost()
