@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
     sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
+    sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
+                   "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
         "restore", help="stop servers of killed runs, then put back every kernel value they changed"
     )
@@ -156,6 +158,13 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     exp.grant = _grant(args)
     where = plans.preflight(exp, args.results or Path("results") / exp.name)
     plan = plans.plan_for(exp, where)
+    from .engine import clients
+
+    client = clients.open_client(exp)  # every host reached and checked, read-only
+    if client is not None:
+        client.close()
+        exp.notes.append(f"client: host {client.name} ({client.hello.get('hostname')}) "
+                         "reached and checked: root, the same pgsweep, pgbench, the user")
     notes = (
         []
         if exp.seed_given
@@ -199,10 +208,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return EXIT_INTERRUPTED
     if outcome.stopped:
         console.print(f"adaptive rounds: stopped {outcome.stopped}", markup=False)
+    if outcome.lost:
+        console.print(f"stopped: {outcome.lost}; every finished trial is saved in {results}."
+                      f"\nresume with: pgsweep run {args.file} --results {results} --resume",
+                      markup=False)  # fmt: skip
     store = show.open_store(results)
     show.render_summary(store, console)
     store.close()
-    if outcome.failed:
+    if outcome.failed or outcome.lost:
         console.print(f"{outcome.failed} of {outcome.total} trials failed (exit code 3)")
         return EXIT_FAILED_TRIALS
     return EXIT_OK
@@ -393,6 +406,12 @@ def cmd_builds(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_agent(args: argparse.Namespace, console: Console) -> int:
+    from .host import agent
+
+    return agent.main()
+
+
 COMMANDS = {
     "builds": cmd_builds,
     "plan": cmd_plan,
@@ -401,6 +420,7 @@ COMMANDS = {
     "cleanup": cmd_cleanup,
     "restore": cmd_cleanup,
     "doctor": cmd_doctor,
+    "agent": cmd_agent,
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,

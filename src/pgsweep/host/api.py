@@ -150,6 +150,11 @@ class Host(ABC):
         the undo journal, which calls this; triggers (drop_caches, compact_memory) are
         written directly."""
 
+    # ---- network -------------------------------------------------------------------
+    @abstractmethod
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        """The median time, in ms, to open a TCP connection to address:port from here."""
+
     # ---- PostgreSQL ----------------------------------------------------------------
     @abstractmethod
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:

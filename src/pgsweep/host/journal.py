@@ -115,6 +115,12 @@ class UndoJournal:
             os.fsync(f.fileno())
         _fsync_dir(self.path.parent)
 
+    def discard(self) -> None:
+        """Forget the journal: what it recorded was put back by other means (a remote
+        host's agent undoes its host as it exits)."""
+        self.path.unlink(missing_ok=True)
+        self._recorded.clear()
+
     def restore(self) -> list[str]:
         done, owed = restore_journal(self.path, self.work_root)
         self._recorded &= owed  # still owed: their recorded originals stand
@@ -196,6 +202,15 @@ def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
     (replication layer) are taken down by the modules that make them."""
     from . import blockdev, netns, zfsfuse
 
+    if "remote_host" in entry:  # ask that host's pgsweep to put it back
+        from .remote import RemoteHost, Target
+
+        host = RemoteHost(Target.from_entry(entry["remote_host"], entry)).open()
+        try:
+            lines = host.call("restore")
+        finally:
+            host.close()
+        return f"host {entry['remote_host']}: " + ("; ".join(lines) or "nothing left to do")
     with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
         if "netns" in entry:
             return netns.undo_entry(entry, Path(scratch))

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
+import statistics
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -101,6 +104,14 @@ class LocalHost(Host):
             os.write(fd, value.encode())
         finally:
             os.close(fd)
+
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        times = []
+        for _ in range(probes):
+            began = time.perf_counter()
+            with socket.create_connection((address, port), timeout=5):
+                times.append((time.perf_counter() - began) * 1000)
+        return float(statistics.median(times))
 
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
         return _connect(dict(conninfo))
