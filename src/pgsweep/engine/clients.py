@@ -18,7 +18,7 @@ from ..host.proc import RunAs
 from ..host.remote import RemoteHost
 from ..layers.context import ClientSide
 from ..postgres.cluster import ROLE
-from ..spec import Experiment
+from ..spec import Experiment, hosts
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
 
@@ -29,6 +29,7 @@ def open_client(exp: Experiment) -> RemoteHost | None:
     topo = exp.topology
     if not topo.remote:
         return None
+    hosts.check_files(exp.source, topo)
     host = RemoteHost(topo.hosts[topo.client]).open()
     try:
         check(host, exp)

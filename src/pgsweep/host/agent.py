@@ -15,10 +15,12 @@ import datetime as dt
 import decimal
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -203,22 +205,55 @@ class Agent:
         for conn in self.sessions.values():
             with contextlib.suppress(Exception):
                 conn.close()
+        with _ignoring_signals():
+            self._clean_up()
+
+    def _clean_up(self) -> None:
+        proc.stop_all_started()
         for area in self.areas:
             for line in area.remove():
-                print(f"pgsweep agent: {line}", file=sys.stderr)
+                _say(f"pgsweep agent: {line}")
         if self.areas and not list(workarea.registry_dir().glob(f"{self.areas[0].run}.*undo")):
             workarea.forget_lock(self.areas[0].run)
 
 
+@contextlib.contextmanager
+def _ignoring_signals() -> Iterator[None]:
+    """Cleanup runs to its end: a second hang-up or SIGTERM does not cut it short."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Gone(Exception):
+    """The connection ended under the agent (sshd's SIGHUP, a SIGTERM): clean up, exit."""
+
+
+def _gone(signum: int, frame: object) -> None:
+    raise Gone(signal.Signals(signum).name)
+
+
 def main() -> int:
-    """`pgsweep agent`: serve frames on stdin/stdout until they end."""
+    """`pgsweep agent`: serve frames on stdin/stdout until they end. A hang-up (sshd sends
+    one when the connection drops) or a SIGTERM ends it the same way: what it started is
+    stopped and its work areas removed before it exits."""
     os.umask(0o077)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames may reach the controller's stream
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _gone)
     try:
         Agent(stdin, stdout).serve()
-    except wire.WireError as exc:
-        print(f"pgsweep agent: {exc}", file=sys.stderr)
+    except (wire.WireError, Gone, BrokenPipeError) as exc:
+        _say(f"pgsweep agent: {exc}")
         return 1
     return 0
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr may be gone with the connection
+        print(line, file=sys.stderr)
 
