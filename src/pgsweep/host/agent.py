@@ -161,8 +161,37 @@ class Agent:
     def do_sync(self) -> None:
         self.host.sync()
 
+    def do_make_kernel_dir(self, path: str) -> None:
+        from .journal import allowed
+
+        if not allowed(path):  # the agent holds the same line as a local run
+            raise OSError(f"pgsweep does not make {path}")
+        self.host.make_kernel_dir(Path(path))
+
+    def do_chown(self, path: str, uid: int, gid: int) -> None:
+        from .journal import allowed
+
+        if not allowed(str(Path(path).parent)):
+            raise OSError(f"pgsweep does not hand over {path}")
+        self.host.chown(Path(path), uid, gid)
+
     def do_write_kernel(self, path: str, value: str) -> None:
+        from .journal import allowed
+
+        if not allowed(path) and not path.endswith(("drop_caches", "compact_memory")):
+            raise OSError(f"pgsweep does not change {path}")
         self.host.write_kernel(Path(path), value)
+
+    def do_append_journal(self, path: str, line: str) -> None:
+        if Path(path).parent != workarea.registry():  # journals live in the registry alone
+            raise OSError(f"{path} is not in this host's registry of runs")
+        self.host.append_journal(Path(path), line)
+
+    def do_restore_journal(self, path: str, work_root: str | None) -> Any:
+        if Path(path).parent != workarea.registry():
+            raise OSError(f"{path} is not in this host's registry of runs")
+        done, owed = self.host.restore_journal(Path(path), Path(work_root) if work_root else None)
+        return [done, sorted(owed)]
 
     def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
         return self.host.tcp_rtt(address, port, probes)

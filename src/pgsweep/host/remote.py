@@ -250,6 +250,20 @@ class RemoteHost(Host):
     def write_kernel(self, path: Path, value: str) -> None:
         self.call("write_kernel", path=str(path), value=value)
 
+    def make_kernel_dir(self, path: Path) -> None:
+        self.call("make_kernel_dir", path=str(path))
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        self.call("chown", path=str(path), uid=uid, gid=gid)
+
+    def append_journal(self, path: Path, line: str) -> None:
+        self.call("append_journal", path=str(path), line=line)
+
+    def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
+        done, owed = self.call("restore_journal", path=str(path),
+                               work_root=str(work_root) if work_root else None)  # fmt: skip
+        return list(done), set(owed)
+
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return float(self.call("tcp_rtt", address=address, port=port, probes=probes))
 
