@@ -191,8 +191,9 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
         while "pgbench" not in _on(h1, "ps", "-eo", "args") and time.monotonic() < deadline:
             time.sleep(0.2)
         # cut this run's SSH connection: the ssh client the controller started
-        mine = [int(p) for p in subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"],
-                                               capture_output=True, text=True).stdout.split()]  # fmt: skip
+        found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
+                               text=True)  # fmt: skip
+        mine = [int(p) for p in found.stdout.split()]
         assert len(mine) == 1
         os.kill(mine[0], signal.SIGKILL)
         out, err = run.communicate(timeout=300)
