@@ -72,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
-    sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
+    sd = sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
+    sd.add_argument("--host", metavar="NAME", help="ask the host [hosts.NAME] of FILE instead")
+    sd.add_argument("file", type=Path, nargs="?", help="the experiment file that names it")
     sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
                    "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
@@ -368,6 +370,15 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     from .outputs import doctor
+
+    if args.host:
+        if args.file is None:
+            raise PgsweepError("--host NAME needs the experiment file whose [hosts] names it",
+                               fix="pgsweep doctor --host NAME FILE")  # fmt: skip
+        from .engine import clients
+
+        console.print(clients.doctor_on(spec.load(args.file), args.host), markup=False)
+        return EXIT_OK
 
     table = Table(title="pgsweep doctor: what this machine offers (nothing was changed)")
     for col in ("section", "item", "finding"):

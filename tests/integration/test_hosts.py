@@ -222,3 +222,12 @@ def test_a_host_whose_key_is_unknown_is_refused_at_plan(
     assert "host loadgen" in res.stderr and "could not be reached" in res.stderr
     assert "Host key verification failed" in res.stderr
     assert len(h1.pids()) == 1  # nothing was started there
+
+
+def test_doctor_asks_the_host_itself(hosts: list[SimHost], tmp_path: Path) -> None:
+    h1 = hosts[0]
+    res = pgsweep("doctor", "--host", "loadgen", str(write_experiment(tmp_path, _body(h1))))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"host loadgen (h1, root@{h1.address}):")
+    assert "os.huge_pages levels" in res.stdout and "/usr/lib/postgresql" in res.stdout
+    _nothing_left(h1)

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+import shlex
 import socket
 from pathlib import Path
 
@@ -128,3 +129,20 @@ def scram_verifier(password: str, salt: bytes | None = None) -> str:
         return base64.b64encode(b).decode()
 
     return f"SCRAM-SHA-256${SCRAM_ITERATIONS}:{b64(salt)}${b64(stored)}:{b64(server)}"
+
+
+def doctor_on(exp: Experiment, name: str) -> str:
+    """`pgsweep doctor` run on the host [hosts.NAME] names, through its agent."""
+    target = exp.topology.hosts.get(name)
+    if target is None:
+        raise PgsweepError(f"{exp.source.path} has no [hosts.{name}]",
+                           expected=", ".join(exp.topology.hosts) or "(no hosts)")  # fmt: skip
+    hosts.check_files(exp.source, exp.topology)
+    host = RemoteHost(target).open()
+    try:
+        area = Path(host.work_area("doctor", None)["workdir"])
+        res = host.run([*shlex.split(target.pgsweep), "doctor"], out=area / "doctor.out",
+                       timeout=120, env={"COLUMNS": "120", "NO_COLOR": "1"})  # fmt: skip
+        return f"host {name} ({host.hello.get('hostname')}, {target.ssh}):\n{res.stdout}"
+    finally:
+        host.close()

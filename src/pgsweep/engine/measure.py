@@ -85,7 +85,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     res = _watched(argv, folder / "pgbench", trial, record, w.seconds, where)
     record.counters = counters.delta(before, snapshot(trial))
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
-    mem.update(sides.client_figures(trial))
+    mem.update(sides.client_figures(trial, where))
     if cgroup is not None:
         mem.update(metrics.cgroup_memory(cgroup))
     out, err = _outputs(res, "pgbench", budget, record, where)

@@ -32,6 +32,7 @@ class Side:
     ids: tuple[int, int]  # the server user's uid and gid there: pgbench runs as it
     remote: bool
     local_uid: int  # the server user's uid here (owner of the run's frozen scripts)
+    calls: int = 0  # the agent's messages before this trial's window (RemoteHost.calls)
 
     @property
     def uid(self) -> int:
@@ -66,9 +67,10 @@ def side(trial: TrialContext, trial_dir: Path) -> Side:
     if cs is None:
         return Side(trial.run.host, trial_dir, trial.cluster.pgbench_conn_args(), None,
                     (uid, trial.cluster.gid), False, uid)  # fmt: skip
+    calls = int(getattr(cs.host, "calls", 0))
     folder = cs.host.private_dir(cs.workdir / "trials" / trial.id, 0o711)
     return Side(cs.host, folder, cs.conn_args(), cs.env(), cs.host.ids(trial.run.user), True,
-                uid)  # fmt: skip
+                uid, calls)  # fmt: skip
 
 
 def done(s: Side) -> None:
@@ -115,12 +117,14 @@ def client_counters(trial: TrialContext) -> dict[str, float]:
     return snap
 
 
-def client_figures(trial: TrialContext) -> dict[str, float]:
-    """The client host's memory at the window's end, and its round trip to the server."""
+def client_figures(trial: TrialContext, s: Side) -> dict[str, float]:
+    """The client host's memory at the window's end, its round trip to the server, and the
+    agent's messages this trial took so far (the agent's cost)."""
     cs = trial.run.client_side
     if cs is None:
         return {}
     meminfo = cs.host.read_text(Path("/proc/meminfo"))
     out = {f"client.{k}": v for k, v in metrics.memory(meminfo, "").items()}
     out["client.rtt_ms"] = cs.host.tcp_rtt(cs.address, cs.port)
+    out["client.agent_calls"] = float(getattr(cs.host, "calls", 0) - s.calls)
     return out

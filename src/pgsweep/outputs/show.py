@@ -109,9 +109,8 @@ def render_environment(results: Results, console: Console) -> None:
     for fact in facts:
         if fact.scope != scope:
             scope = fact.scope
-            heading = {"host": "host", "notes": "what ran otherwise than the file says"}.get(
-                scope
-            ) or (
+            heading = {"host": "host", "notes": "what ran otherwise than the file says",
+                       "roles": "where each role ran"}.get(scope) or (
                 f"storage of {scope}"
                 if scope.startswith("cluster-")
                 else f"settings not at their default, configuration {scope}"
