@@ -49,8 +49,9 @@ def experiment(folder: Path, seconds: int, host: SimHost | None) -> Path:
 
 def run(path: Path, results: Path) -> dict[str, dict[str, float]]:
     began = time.monotonic()
-    res = subprocess.run([PGSWEEP, "run", str(path), "--results", str(results)],
-                         capture_output=True, text=True, env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+    env = dict(os.environ, NO_COLOR="1")
+    argv = [PGSWEEP, "run", str(path), "--results", str(results)]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise SystemExit(res.stdout + res.stderr)
     db = sqlite3.connect(results / "results.db")
