@@ -93,7 +93,7 @@ def cause(reason: str) -> tuple[str, str]:
     detail = (server or other[-1:] or [""])[0]
     text = f"{head} {detail}".strip()
     said = [m.group(0) for ln in lines if (m := re.search(r"(ERROR|FATAL|PANIC):.*", ln))]
-    key = f"{head.split(':')[0]}: {' '.join(said[0].split())}" if said else text
+    key = " ".join(said[0].split()) if said else text
     return re.sub(r"\d+", "N", key), text
 
 
