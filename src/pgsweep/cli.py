@@ -293,14 +293,14 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _render_report(
     args: argparse.Namespace, result: Analysis, store: Results, console: Console
 ) -> None:
-    from .outputs import report
+    from .outputs import report, terminal
 
     if args.format == "terminal" and not args.output:
-        report.render_terminal(result, console)
+        terminal.render_terminal(result, console)
         return
     if args.format == "terminal":
         buffer = io.StringIO()
-        report.render_terminal(result, Console(file=buffer))
+        terminal.render_terminal(result, Console(file=buffer, width=100))
         text = buffer.getvalue()
     elif args.format == "markdown":
         text = report.render_markdown(result)
