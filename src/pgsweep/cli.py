@@ -307,7 +307,7 @@ def _render_report(
     elif args.format == "json":
         text = result.to_json() + "\n"
     else:
-        from .outputs import html as report_html  # matplotlib loads only when HTML is asked for
+        from .outputs import html as report_html
 
         text = report_html.render(result, store)
     if args.output:
