@@ -104,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
                        ("--calibration", "an A/A session: a run of one unchanged file (give "
                         "two or more)")):  # fmt: skip
         sc.add_argument(flag, action="append", type=Path, default=[], metavar="DIR", help=what)
+    sj = sub.add_parser("schema", help="the experiment file's JSON Schema (for TOML editors)")
+    sj.add_argument("--markdown", action="store_true",
+                    help="the key reference instead (docs/reference.md)")  # fmt: skip
     sb = sub.add_parser("builds", help="list the PostgreSQL build cache, or prune it")
     sb.add_argument("--remove", nargs="+", default=[], metavar="KEY", help="remove builds")
     sb.add_argument("--prune", action="store_true",
@@ -393,6 +396,14 @@ def cmd_builds(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_schema(args: argparse.Namespace, console: Console) -> int:
+    from .spec import reference, schema
+
+    text = reference.markdown() if args.markdown else json.dumps(schema.json_schema(), indent=1)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
 COMMANDS = {
     "builds": cmd_builds,
     "plan": cmd_plan,
@@ -404,6 +415,7 @@ COMMANDS = {
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,
+    "schema": cmd_schema,
 }
 
 
