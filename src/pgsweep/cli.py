@@ -72,7 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
-    sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
+    sd = sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
+    sd.add_argument("--host", metavar="NAME", help="ask the host [hosts.NAME] of FILE instead")
+    sd.add_argument("file", type=Path, nargs="?", help="the experiment file that names it")
+    sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
+                   "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
         "restore", help="stop servers of killed runs, then put back every kernel value they changed"
     )
@@ -159,6 +163,13 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     exp.grant = _grant(args)
     where = plans.preflight(exp, args.results or Path("results") / exp.name)
     plan = plans.plan_for(exp, where)
+    from .engine import clients
+
+    client = clients.open_client(exp)  # every host reached and checked, read-only
+    if client is not None:
+        client.close()
+        exp.notes.append(f"client: host {client.name} ({client.hello.get('hostname')}) "
+                         "reached and checked: root, the same pgsweep, pgbench, the user")
     notes = (
         []
         if exp.seed_given
@@ -202,10 +213,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return EXIT_INTERRUPTED
     if outcome.stopped:
         console.print(f"adaptive rounds: stopped {outcome.stopped}", markup=False)
+    if outcome.lost:
+        console.print(f"stopped: {outcome.lost}; every finished trial is saved in {results}."
+                      f"\nresume with: pgsweep run {args.file} --results {results} --resume",
+                      markup=False)  # fmt: skip
     store = show.open_store(results)
     show.render_summary(store, console)
     store.close()
-    if outcome.failed:
+    if outcome.failed or outcome.lost:
         console.print(f"{outcome.failed} of {outcome.total} trials failed (exit code 3)")
         return EXIT_FAILED_TRIALS
     return EXIT_OK
@@ -359,6 +374,15 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     from .outputs import doctor
 
+    if args.host:
+        if args.file is None:
+            raise PgsweepError("--host NAME needs the experiment file whose [hosts] names it",
+                               fix="pgsweep doctor --host NAME FILE")  # fmt: skip
+        from .engine import clients
+
+        console.print(clients.doctor_on(spec.load(args.file), args.host), markup=False)
+        return EXIT_OK
+
     table = Table(title="pgsweep doctor: what this machine offers (nothing was changed)")
     for col in ("section", "item", "finding"):
         table.add_column(col)
@@ -404,6 +428,12 @@ def cmd_schema(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_agent(args: argparse.Namespace, console: Console) -> int:
+    from .host import agent
+
+    return agent.main()
+
+
 COMMANDS = {
     "builds": cmd_builds,
     "plan": cmd_plan,
@@ -412,6 +442,7 @@ COMMANDS = {
     "cleanup": cmd_cleanup,
     "restore": cmd_cleanup,
     "doctor": cmd_doctor,
+    "agent": cmd_agent,
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,

@@ -54,6 +54,19 @@ def system(host: Host) -> dict[str, float]:
     return out
 
 
+def network(host: Host) -> dict[str, float]:
+    """Bytes and packets each interface (but loopback) received and sent (/proc/net/dev)."""
+    out: dict[str, float] = {}
+    for line in host.read_text(Path("/proc/net/dev")).splitlines()[2:]:
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if name.strip() == "lo" or len(fields) < 10:
+            continue
+        for key, i in (("rx_bytes", 0), ("rx_packets", 1), ("tx_bytes", 8), ("tx_packets", 9)):
+            out[f"{name.strip()}.{key}"] = float(fields[i])
+    return out
+
+
 def zfs_arc(host: Host, path: Path = Path("/proc/spl/kstat/zfs/arcstats")) -> dict[str, float]:
     """ARC hits and misses where ZFS (kernel or a kstat-exporting port) runs."""
     if host.lstat(path) is None:

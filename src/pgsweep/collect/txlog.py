@@ -14,6 +14,7 @@ significant digits wide (at most 0.5% off, typically 0.1%)."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +87,8 @@ def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
     line ends; count each chunk's lines."""
     if isinstance(source, Path):
         name, size = source.name, source.stat().st_size
+    elif isinstance(source, io.BytesIO):  # read back from another host, already in memory
+        name, size = f"log file {source.name}", len(source.getbuffer())
     else:
         name, size = f"log file {source.name}", os.fstat(source.fileno()).st_size
     if size == 0:
@@ -94,7 +97,10 @@ def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
     if size > MAX_LOG_BYTES:
         raise LogError(f"{name} holds {size:,} bytes, more than one trial's log may "
                        f"({MAX_LOG_BYTES:,}); sample it (workload.latency_log)")  # fmt: skip
-    buf = _read_all(source, size, name)
+    if isinstance(source, io.BytesIO):
+        buf = np.frombuffer(source.getbuffer(), np.uint8).copy()
+    else:
+        buf = _read_all(source, size, name)
     if buf[-1] != 10:
         raise LogError(f"{name} does not end with a newline: was pgbench stopped mid-line?")
     bounds = [0]

@@ -9,12 +9,14 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..collect import counters, devices, environment, metrics, txlog
 from ..host import bounded, proc, safefs
 from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
 from ..store import TrialRecord
+from . import sides
 
 # Above this many transactions per second the log is sampled down to it: logging every
 # transaction costs pgbench client CPU (bench/fidelity measures how much).
@@ -29,25 +31,35 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
             record_settings: bool) -> None:  # fmt: skip
     """The measured window of `trial`, into `record`; with `record_settings`, also every
     setting of the server that is not at its default (once per configuration)."""
+    where = sides.side(trial, trial_dir)  # beside the server, or on the client's host
+    try:
+        _measure(trial, where, record, record_settings)
+    finally:
+        sides.done(where)
+
+
+def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
+             record_settings: bool) -> None:  # fmt: skip
     server, cluster, w = trial.server, trial.cluster, trial.demand.workload
     assert w is not None, "the workload layer prepares every trial"
+    w = where.workload(w)  # its custom script where pgbench runs
     settings = trial.settings["workload"]
-    pgb, conn = trial.client.path("pgbench"), cluster.pgbench_conn_args()
+    pgb, conn, folder = trial.client.path("pgbench"), where.conn, where.folder
     warmup_tps = None
     budget = bounded.Budget(OUTPUT_BUDGET, "a trial's pgbench output")
     if settings.warmup_s > 0:
         argv = w.argv(pgb, conn, seconds=settings.warmup_s, vacuum=True)
-        res = _pgbench(argv, trial_dir / "warmup", trial, settings.warmup_s)
-        out, _ = _outputs(res, "warmup", budget, record)
+        res = where.run(trial, argv, folder / "warmup", settings.warmup_s)
+        out, _ = _outputs(res, "warmup", budget, record, where)
         if not res.ok:
             raise TrialFailure(
                 f"the warm-up run failed: {res.describe_failure()}", cluster.log_tail()
             )
         warmup_tps = pgbench.parse_summary(out).tps
     rate = sampling_rate(settings.latency_log, w.rate, warmup_tps)
-    log_dir = trial_dir / "txlog"
+    log_dir = folder / "txlog"
     if rate is not None:
-        safefs.leaf_dir(log_dir, trial.run.user)  # pgbench (the server user) writes it
+        where.host.leaf_dir(log_dir, trial.run.user)  # pgbench (the server user) writes it
     argv = w.argv(
         pgb,
         conn,
@@ -70,12 +82,13 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     if settings.writes:
         server.dirty = True  # from here on, even if the trial fails
     before = snapshot(trial)
-    res = _watched(argv, trial_dir / "pgbench", trial, record, w.seconds)
+    res = _watched(argv, folder / "pgbench", trial, record, w.seconds, where)
     record.counters = counters.delta(before, snapshot(trial))
-    mem = metrics.memory()
+    mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    mem.update(sides.client_figures(trial, where))
     if cgroup is not None:
         mem.update(metrics.cgroup_memory(cgroup))
-    out, err = _outputs(res, "pgbench", budget, record)
+    out, err = _outputs(res, "pgbench", budget, record, where)
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
     if record_settings:
@@ -93,17 +106,20 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
     record.samples = [
         (p.at, p.tps, p.latency_ms, p.stddev_ms, p.failed, p.lag_ms, p.skipped) for p in progress
     ]
-    uid = safefs.owner_ids(trial.run.user)[0]
     log = None
     if rate is not None:
         lines = (summary.transactions + summary.failed + summary.skipped) * rate * 2 + 10_000
-        log = _reduce_log(log_dir, w.seconds, uid, w.jobs, int(lines) * LOG_LINE_BYTES)
+        most = min(int(lines) * LOG_LINE_BYTES, MAX_LOG)
+        if where.remote:
+            log = _reduce(sides.remote_logs(where, log_dir, w.jobs, most), w.seconds)
+        else:
+            log = _reduce_log(log_dir, w.seconds, where.uid, w.jobs, most)
     _derive(record, server, summary, log, rate or 1.0, [p.tps for p in progress])
     record.metrics.update(mem)
 
 
 def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialRecord,
-             seconds: int) -> proc.Result:  # fmt: skip
+             seconds: int, where: sides.Side) -> proc.Result:  # fmt: skip
     """The measured pgbench with the trial's watchers beside it. Every watcher that began is
     ended, each even when another fails; while an exception (Ctrl-C included) is on its way
     they are only stopped, and nothing they raise replaces it."""
@@ -112,7 +128,7 @@ def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialReco
         for watcher in trial.demand.watchers:
             watcher.begin(trial)
             started.append(watcher)
-        res = _pgbench(argv, stem, trial, seconds)
+        res = where.run(trial, argv, stem, seconds)
     except BaseException:
         for watcher in started:
             with contextlib.suppress(Exception):
@@ -160,13 +176,13 @@ def sampling_rate(
     return round(AUTO_LOGGED_PER_S / expected, 4)
 
 
-def _outputs(res: proc.Result, name: str, budget: bounded.Budget,
-             record: TrialRecord) -> tuple[str, str]:  # fmt: skip
+def _outputs(res: proc.Result, name: str, budget: bounded.Budget, record: TrialRecord,
+             where: sides.Side) -> tuple[str, str]:  # fmt: skip
     """pgbench's stdout and stderr (root's files, which pgbench and what a custom script
     runs through it write), kept as artifacts: bounded, together with the trial's other
     outputs; more fails the trial with the reason."""
     try:
-        out, err = budget.read(res.stdout_path), budget.read(res.stderr_path)
+        out, err = where.read(res.stdout_path, budget), where.read(res.stderr_path, budget)
     except bounded.TooLarge as exc:
         raise TrialFailure(f"pgbench's output was not read: {exc}") from None
     record.artifacts[f"{name}.out"], record.artifacts[f"{name}.err"] = out, err
@@ -206,6 +222,13 @@ def _reduce_log(log_dir: Path, seconds: int, uid: int, jobs: int,
     finally:
         for f in files:
             f.close()
+
+
+def _reduce(files: list[Any], seconds: int) -> txlog.Reduction:
+    try:
+        return txlog.reduce(txlog.parse(files), seconds)
+    except txlog.LogError as exc:
+        raise TrialFailure(str(exc)) from exc
 
 
 def _derive(
@@ -249,9 +272,5 @@ def snapshot(trial: TrialContext) -> dict[str, float]:
     with trial.cluster.connect() as conn:
         major = trial.server.binaries.major
         snap.update({f"pg.{k}": v for k, v in counters.postgres(conn, major).items()})
+    snap.update(sides.client_counters(trial))
     return snap
-
-
-def _pgbench(argv: list[str], stem: Path, trial: TrialContext, seconds: int) -> proc.Result:
-    out, err = stem.with_suffix(".out"), stem.with_suffix(".err")
-    return proc.run(argv, out=out, err=err, timeout=seconds * 1.5 + 60, user=trial.run.user)

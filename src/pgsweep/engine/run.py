@@ -5,6 +5,7 @@ error, Ctrl-C, SIGTERM or SIGHUP, and a second signal cannot cut that short."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -13,13 +14,15 @@ from typing import Protocol
 
 from ..collect import environment
 from ..host import journal, proc, safefs, workarea
+from ..host.api import HostLost
 from ..host.local import LOCAL
+from ..host.remote import RemoteHost
 from ..layers.base import ResourceLayer
-from ..layers.context import RunContext
+from ..layers.context import ClientSide, RunContext
 from ..plan import Configuration, Plan, Trial
 from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
-from . import buildprep
+from . import buildprep, clients
 from .folder import check_results_folder, new_store, resume_store
 from .plans import claim_host, plan_for, preflight, resumed_plan
 from .resources import Resources
@@ -43,6 +46,7 @@ class Outcome:
     failed: int
     interrupted: bool = False
     stopped: str | None = None  # an adaptive run's reason to stop before its maximum
+    lost: str | None = None  # a host the run could not go on without, and why
 
 
 def _open(exp: Experiment, results: Path, resume: bool, where: Path) -> tuple[Plan, Store]:
@@ -65,18 +69,26 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         # builds before anything else is made (exit 2 for a setting one lacks leaves no
         # results folder), after every read-only check (no compile for a bad file)
         exp.builds = buildprep.prepare(exp, reporter.building)
+        client = clients.open_client(exp)  # reached and checked before anything is made
         fresh = not results.exists()
-        plan, store = _open(exp, results, resume, where)
+        try:
+            plan, store = _open(exp, results, resume, where)
+        except BaseException:
+            if client is not None:
+                client.close()
+            raise
         try:
             area = workarea.WorkArea.create(results, exp.user)
         except BaseException:
             store.close()
+            if client is not None:
+                client.close()
             if fresh:
                 safefs.remove_tree(results)
             raise
         notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
         notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
-        outcome = _run(exp, plan, store, area, reporter, notes)
+        outcome = _run(exp, plan, store, area, reporter, notes, client)
     outcome.failed = store.failed_count()
     store.close()
     if not list(workarea.registry_dir().glob(f"{area.run}.*undo")):
@@ -85,10 +97,15 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
 
 
 def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
-         reporter: Reporter, notes: list[str]) -> Outcome:  # fmt: skip
+         reporter: Reporter, notes: list[str], client: RemoteHost | None) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
+    try:
+        side = _client_side(client, area, exp) if client is not None else None
+    except BaseException:
+        client.close()  # type: ignore[union-attr]
+        raise
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical, exp.builds, host=LOCAL)  # fmt: skip
+                     exp.canonical, exp.builds, host=LOCAL, client_side=side)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     outcome = Outcome(area.results, len(plan.trials), 0)
@@ -96,6 +113,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         if not store.has_environment("host"):
             host = environment.host(exp.binaries, area.private, exp.user)
             store.save_environment("host", host)
+            store.save_environment("roles", roles(exp, client))
         if exp.notes and not store.has_environment("notes"):  # what runs otherwise than written
             store.save_environment("notes", {f"{i:02d}": n for i, n in enumerate(exp.notes, 1)})
         notes += exp.notes + ([area.note] if area.note else [])
@@ -117,6 +135,8 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         )
     except KeyboardInterrupt:
         outcome.interrupted = True
+    except HostLost as exc:  # a host the remaining trials need, gone for good
+        outcome.lost = str(exc)
     finally:
         with signals_ignored():
             _clean_up(exp, resources, ctx, area, reporter)
@@ -146,6 +166,8 @@ def _trials(
             recorded.add(config.id)
         store.save_trial(record)
         reporter.trial_finished(trial, record, n + 1)
+        if ctx.client_side is not None and n + 1 < len(todo):
+            clients.keep(ctx.client_side, exp, results.name)  # HostLost: the run stops
         ad = plan.adaptive
         if (
             ad
@@ -170,6 +192,34 @@ def _look(results: Path, rounds: int | None = None) -> tuple[int, str | None]:
         return rounds, stop_reason(stored, rounds)
 
 
+def _client_side(client: RemoteHost, area: workarea.WorkArea, exp: Experiment) -> ClientSide:
+    """The client host's part of this run, journaled first: should this run be killed and
+    the agent not have put that host back, `pgsweep restore` here asks it to."""
+    undo = journal.UndoJournal.for_this_run("hosts")
+    undo.record({"remote_host": client.name, **client.target.entry()})
+    return clients.client_side(client, area.results.name, exp.user)
+
+
+def _close_client(host: object) -> None:
+    assert isinstance(host, RemoteHost)
+    host.close()  # the agent stopped what ran there and removed its work area
+    journal.UndoJournal.for_this_run("hosts").discard()
+
+
+def roles(exp: Experiment, client: RemoteHost | None) -> dict[str, str]:
+    """Where each role ran, with what its host said of itself (show --env, the report)."""
+    here = f"local ({socket.gethostname()})"
+    out = {"server": here, "standbys": here}
+    if client is None:
+        out["client"] = here
+    else:
+        hello = client.hello
+        out["client"] = (f"{client.name} ({hello.get('hostname', '?')}, {client.target.ssh}; "
+                         f"pgsweep {hello.get('version', '?')})")  # fmt: skip
+        out["client.address"] = hello.get("ssh_connection", "").split()[2]
+    return out
+
+
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
               area: workarea.WorkArea, reporter: Reporter) -> None:  # fmt: skip
     """Servers and clusters, then filesystems, then every layer's kernel values, then the
@@ -184,6 +234,8 @@ def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
             first = first or exc
 
     step(resources.release_all)
+    if ctx.client_side is not None:  # its agent puts that host back as it exits
+        step(partial(_close_client, ctx.client_side.host))
     # anything of the server user's still using the work area (its own processes, or an
     # intruder's) would keep filesystems and cgroups busy: they go before the layers undo
     step(partial(workarea.kill, workarea.users_of(area.workdir, area.server_uid),

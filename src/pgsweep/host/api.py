@@ -15,6 +15,7 @@ those on the host itself. Privilege is an argument of each call (`user`), never 
 
 from __future__ import annotations
 
+import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -149,6 +150,36 @@ class Host(ABC):
         """Write a kernel file (sysfs, procfs, cgroupfs) in place, once. Settings go through
         the undo journal, which calls this; triggers (drop_caches, compact_memory) are
         written directly."""
+
+    @abstractmethod
+    def make_kernel_dir(self, path: Path) -> None:
+        """Make a directory in a kernel filesystem (a cgroup), which must not exist."""
+
+    @abstractmethod
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        """Hand a kernel file (a cgroup's cgroup.procs) to a user; no link is followed."""
+
+    def read_setting(self, path: Path) -> str:
+        """A kernel file's value: the bracketed choice of a menu file (THP, a scheduler),
+        otherwise the text without its newline."""
+        text = self.read_text(path).strip()
+        m = re.search(r"\[([^\]]+)\]", text)
+        return m.group(1) if m else text
+
+    # ---- the undo journal (host/journal.py) ------------------------------------------
+    @abstractmethod
+    def append_journal(self, path: Path, line: str) -> None:
+        """Append one entry to an undo journal on this host, on disk (fsync) before the
+        change it describes is made."""
+
+    @abstractmethod
+    def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
+        """Put back what a journal holds: what was done, and the files still owed."""
+
+    # ---- network -------------------------------------------------------------------
+    @abstractmethod
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        """The median time, in ms, to open a TCP connection to address:port from here."""
 
     # ---- PostgreSQL ----------------------------------------------------------------
     @abstractmethod

@@ -20,10 +20,14 @@ import re
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import PgsweepError
 from . import safefs, workarea
 from .workarea import registry_dir
+
+if TYPE_CHECKING:
+    from .api import Host
 
 _SELECTED = re.compile(r"\[([^\]]+)\]")  # "always madvise [never]" -> never
 # The kernel files and cgroup directories pgsweep changes, and nothing else.
@@ -59,6 +63,12 @@ def allowed(path: str) -> bool:
     return ALLOWED.fullmatch(path) is not None
 
 
+def _local() -> Host:
+    from .local import LOCAL
+
+    return LOCAL
+
+
 def read_setting(path: Path) -> str:
     """A kernel file's current value: the bracketed choice of a menu file (THP, scheduler),
     otherwise the text without its newline."""
@@ -68,17 +78,23 @@ def read_setting(path: Path) -> str:
 
 
 class UndoJournal:
-    def __init__(self, path: Path, work_root: Path | None = None) -> None:
+    """A run's undo journal on one host: every change is written here (on disk) before it
+    is made, through the host that makes it."""
+
+    def __init__(self, path: Path, work_root: Path | None = None, host: Host | None = None
+                 ) -> None:  # fmt: skip
         self.path = path
         self.work_root = work_root  # mounts and images may only be in this work area
+        self.host: Host = host if host is not None else _local()
         self._recorded: set[str] = set()
 
     @classmethod
-    def for_this_run(cls, part: str = "", work_root: Path | None = None) -> UndoJournal:
+    def for_this_run(cls, part: str = "", work_root: Path | None = None,
+                     host: Host | None = None) -> UndoJournal:  # fmt: skip
         """The journal of this run; `part` keeps a resource's journal apart ("storage-3":
         its mounts go when that storage is taken down, after the kernel values)."""
         suffix = f".{part}" if part else ""
-        return cls(workarea.registry() / f"{workarea.this_run()}{suffix}.undo", work_root)
+        return cls(workarea.registry() / f"{workarea.this_run()}{suffix}.undo", work_root, host)
 
     def set(self, path: Path, value: str) -> None:
         """Write `value` to the kernel file `path`, journaling its original first (once per
@@ -87,9 +103,9 @@ class UndoJournal:
         if not allowed(key):
             raise OSError(f"pgsweep does not change {path}")
         if key not in self._recorded:
-            self._append({"file": key, "original": read_setting(path)})
+            self._append({"file": key, "original": self.host.read_setting(path)})
             self._recorded.add(key)
-        path.write_text(value)
+        self.host.write_kernel(path, value)
 
     def made_dir(self, path: Path) -> None:
         """Journal a directory pgsweep creates in a kernel filesystem (a cgroup): restoring
@@ -97,7 +113,7 @@ class UndoJournal:
         if not allowed(str(path)):
             raise OSError(f"pgsweep does not make {path}")
         self._append({"dir": str(path)})
-        path.mkdir()
+        self.host.make_kernel_dir(path)
 
     def record(self, entry: dict[str, str]) -> None:
         """Journal something about to be made outside kernel files: {"mount": point},
@@ -107,16 +123,16 @@ class UndoJournal:
 
     def _append(self, entry: dict[str, str]) -> None:
         """On disk before the change it describes is made (file and directory fsync'd)."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | safefs.NOFOLLOW, 0o600)
-        with os.fdopen(fd, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(self.path.parent)
+        self.host.append_journal(self.path, json.dumps(entry))
+
+    def discard(self) -> None:
+        """Forget the journal: what it recorded was put back by other means (a remote
+        host's agent undoes its host as it exits)."""
+        self.path.unlink(missing_ok=True)
+        self._recorded.clear()
 
     def restore(self) -> list[str]:
-        done, owed = restore_journal(self.path, self.work_root)
+        done, owed = self.host.restore_journal(self.path, self.work_root)
         self._recorded &= owed  # still owed: their recorded originals stand
         return done
 
@@ -196,6 +212,15 @@ def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
     (replication layer) are taken down by the modules that make them."""
     from . import blockdev, netns, zfsfuse
 
+    if "remote_host" in entry:  # ask that host's pgsweep to put it back
+        from .remote import RemoteHost, Target
+
+        host = RemoteHost(Target.from_entry(entry["remote_host"], entry)).open()
+        try:
+            lines = host.call("restore")
+        finally:
+            host.close()
+        return f"host {entry['remote_host']}: " + ("; ".join(lines) or "nothing left to do")
     with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
         if "netns" in entry:
             return netns.undo_entry(entry, Path(scratch))

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
+import statistics
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -101,6 +104,38 @@ class LocalHost(Host):
             os.write(fd, value.encode())
         finally:
             os.close(fd)
+
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        times = []
+        for _ in range(probes):
+            began = time.perf_counter()
+            with socket.create_connection((address, port), timeout=5):
+                times.append((time.perf_counter() - began) * 1000)
+        return float(statistics.median(times))
+
+    def make_kernel_dir(self, path: Path) -> None:
+        path.mkdir()
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        os.chown(path, uid, gid, follow_symlinks=False)
+
+    def append_journal(self, path: Path, line: str) -> None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | safefs.NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
+        from . import journal
+
+        return journal.restore_journal(path, work_root)
 
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
         return _connect(dict(conninfo))

@@ -9,8 +9,10 @@ import pwd
 import select
 import signal
 import subprocess
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import internal
@@ -48,19 +50,29 @@ class Result:
     stderr_path: Path
     seconds: float
     timed_out: bool = False
+    # reads an output file, bounded, on the host that ran the command (None: this machine)
+    reader: Callable[[Path], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def stdout(self) -> str:
         """The whole output, up to bounded.OUTPUT_LIMIT (TooLarge beyond: a command run as
         the server user decides how much it prints)."""
-        return bounded.read_output(self.stdout_path).decode(errors="replace")
+        return self._whole(self.stdout_path)
 
     @property
     def stderr(self) -> str:
-        return bounded.read_output(self.stderr_path).decode(errors="replace")
+        return self._whole(self.stderr_path)
+
+    def _whole(self, path: Path) -> str:
+        raw = self.reader(path) if self.reader is not None else bounded.read_output(path)
+        return raw.decode(errors="replace")
 
     def tail(self, lines: int = 15) -> str:
-        text = (_end(self.stderr_path) + "\n" + _end(self.stdout_path)).strip()
+        if self.reader is not None:
+            ends = [self._whole(p)[-bounded.TAIL:] for p in (self.stderr_path, self.stdout_path)]
+        else:
+            ends = [_end(self.stderr_path), _end(self.stdout_path)]
+        text = (ends[0] + "\n" + ends[1]).strip()
         return "\n".join(text.splitlines()[-lines:])
 
     @property
@@ -132,6 +144,19 @@ def start(
         os.close(ferr)
 
 
+_started: set[subprocess.Popen[bytes]] = set()  # groups under way, for stop_all_started
+_started_lock = threading.Lock()
+
+
+def stop_all_started(grace: float = 2.0) -> None:
+    """Stop every process group `run` has under way (another thread calls this: the agent's
+    reader, when the controller is gone)."""
+    with _started_lock:
+        running = list(_started)
+    for popen in running:
+        kill_group(popen, grace)
+
+
 def kill_group(popen: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """SIGTERM the process group, then SIGKILL it if it does not exit within `grace`."""
     if popen.poll() is not None:
@@ -162,6 +187,8 @@ def run(
     err = err or out.with_suffix(out.suffix + ".err")
     began = time.monotonic()
     popen = start(argv, out=out, err=err, user=user, cwd=cwd, env=env)
+    with _started_lock:
+        _started.add(popen)
     timed_out = False
     try:
         _wait(popen, timeout)
@@ -170,6 +197,8 @@ def run(
     finally:
         # On timeout, Ctrl-C or any other exception the child's group must not outlive us.
         kill_group(popen)
+        with _started_lock:
+            _started.discard(popen)
     return Result(argv, popen.returncode, out, err, time.monotonic() - began, timed_out)
 
 

@@ -216,6 +216,18 @@ class WorkArea:
         opened = base == results and not traversable_by(results, user)
         if opened:  # others pass through to the work area; listing and reading stay closed
             _set_mode(results, 0o711)
+        return cls._make(base, prefix, results, user, note, opened)
+
+    @classmethod
+    def for_agent(cls, name: str, user: RunAs | None) -> WorkArea:
+        """A remote host's work area for the run called `name` on the controller: under the
+        fallback base (a remote host holds no results folder), registered like a run's."""
+        base = fallback_base()
+        return cls._make(base, f"pgsweep-work-{name}-", base, user, "", False)
+
+    @classmethod
+    def _make(cls, base: Path, prefix: str, results: Path, user: RunAs | None, note: str,
+              opened: bool) -> WorkArea:  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         socket_root = Path(tempfile.mkdtemp(prefix="pgsweep-", dir="/tmp"))
         area = cls(workdir, socket_root, results.resolve(), this_run(),

@@ -17,7 +17,7 @@ from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import proc
 from ..postgres.binaries import Binaries
-from ..postgres.cluster import Cluster, ServerError
+from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
 from . import room
 from .base import ResourceLayer, ValidationContext, check_table
@@ -176,15 +176,21 @@ class ClusterLayer(ResourceLayer):
         number = self.made
         waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
         binaries = below["build"].binaries if "build" in below else run.binaries
+        client = run.client_side
         cluster = Cluster(binaries, run.user, storage.home / f"cluster-{number}",
-                          run.socket_root / f"c{number}", waldir, host=run.host)  # fmt: skip
+                          run.socket_root / f"c{number}", waldir, host=run.host,
+                          port=client.port if client else PORT)  # fmt: skip
+        if client is not None:  # pgbench on another host: TCP for it alone, scram
+            cluster.client = ClientAccess(client.address, client.peer)
         server = Server(cluster.root.name, cluster, binaries)
         try:
             cluster.create(settings.initdb_options())
             cluster.start()
+            if client is not None:
+                cluster.set_password(client.verifier)
             target = settings.target_bytes(_memory_limit(config))
-            client = run.client(config, binaries)
-            server.load = _load(cluster, client, settings.scale, target, storage.pool_devices)
+            loader = run.client(config, binaries)  # the load runs beside the server
+            server.load = _load(cluster, loader, settings.scale, target, storage.pool_devices)
             cluster.take_snapshot()
             # the loaded directory is no copy: a writing workload's first trial starts from
             # the snapshot too, so no trial's data state depends on its position

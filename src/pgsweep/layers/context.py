@@ -35,6 +35,31 @@ class TrialFailure(Exception):
         self.log_tail = log_tail
 
 
+@dataclass
+class ClientSide:
+    """Where pgbench runs when [roles] puts the client on another host: that host, this
+    run's work area there, and how it reaches the server: the server listens on `address`
+    (its own, as the client reaches it) at `port`, and admits `peer` (the client's address)
+    alone, with a password made for this run, which only its SCRAM verifier (set on each
+    cluster) and the client's 0600 passfile hold. After a lost connection the engine opens
+    the host again: `host`, `workdir` and `passfile` change, the rest stays."""
+
+    host: Host
+    workdir: Path
+    address: str
+    peer: str
+    port: int
+    passfile: Path
+    verifier: str
+    password: str = field(repr=False)  # kept in memory only, to reach the host again
+
+    def conn_args(self) -> list[str]:
+        return ["-h", self.address, "-p", str(self.port), "-U", "pgsweep"]
+
+    def env(self) -> dict[str, str]:
+        return {"PGPASSFILE": str(self.passfile), "PGSSLMODE": "disable"}
+
+
 @dataclass(frozen=True)
 class RunContext:
     binaries: Binaries  # the installed PostgreSQL the experiment names (postgres.bin)
@@ -47,6 +72,7 @@ class RunContext:
     # builds made before the first trial (BuildSpec -> layers.build.PreparedBuild)
     builds: Mapping[Any, Any] = field(default_factory=dict)
     host: Host = field(kw_only=True)  # the server's machine: every effect goes through it
+    client_side: ClientSide | None = field(default=None, kw_only=True)  # pgbench elsewhere
 
     def canonical_for(self, binaries: Binaries) -> Mapping[str, Mapping[str, str]]:
         """What each level means to these binaries (a build with other block sizes reads

@@ -9,11 +9,11 @@ server with `huge_pages = off` and gives pgsweep's pages back."""
 
 from __future__ import annotations
 
-import os
 import resource
 from pathlib import Path
 
-from ..host.journal import UndoJournal, read_setting
+from ..host.api import Host
+from ..host.journal import UndoJournal
 from ..host.kernelfiles import (
     COMPACT_MEMORY,
     DROP_CACHES,
@@ -32,8 +32,8 @@ pool = hugepage_pool
 offered = hugepage_levels
 
 
-def _mem_available_kb() -> int:
-    for line in MEMINFO.read_text().splitlines():
+def _mem_available_kb(host: Host) -> int:
+    for line in host.read_text(MEMINFO).splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1])
     return 0
@@ -47,15 +47,15 @@ def _boot_hint(level: str, pages: int) -> str:
     )
 
 
-def _make_room(drop_cache: bool, events: list[str]) -> None:
+def _make_room(host: Host, drop_cache: bool, events: list[str]) -> None:
     """What a DBA does before asking again: write back and drop the page cache (when the
     trial does not depend on it), then compact memory. Neither changes a setting, so
     neither needs putting back."""
     if drop_cache:
-        os.sync()
-        DROP_CACHES.write_text("3")
+        host.sync()
+        host.write_kernel(DROP_CACHES, "3")
         events.append("drop-caches")
-    COMPACT_MEMORY.write_text("1")
+    host.write_kernel(COMPACT_MEMORY, "1")
     events.append("compact-memory")
 
 
@@ -85,12 +85,13 @@ class HugePages:
                 self._set(kb, self.original[kb], journal)  # give back what the last level took
         if wanted is None:
             return 0
+        host = journal.host
         nr = pool(wanted) / "nr_hugepages"
-        before = int(read_setting(nr))
+        before = int(host.read_setting(nr))
         base = self.original.setdefault(wanted, before)
         target = base + pages
         extra_kb = (target - before) * wanted
-        available = _mem_available_kb()
+        available = _mem_available_kb(host)
         if extra_kb > 0 and extra_kb > available - KEEP_FREE_KB:
             raise TrialFailure(
                 f"os.huge_pages={level}: the server's shared memory needs {pages} pages of "
@@ -99,14 +100,14 @@ class HugePages:
                 f"nothing was reserved. Lower shared_buffers or free memory."
             )
         self._set(wanted, target, journal)
-        tries = [f"{int(read_setting(nr)) - base}"]
-        if int(read_setting(nr)) < target:
+        tries = [f"{int(host.read_setting(nr)) - base}"]
+        if int(host.read_setting(nr)) < target:
             remedy = "dropping the page cache and compacting memory" if may_drop_cache \
                 else "compacting memory"  # fmt: skip
-            _make_room(may_drop_cache, events)
+            _make_room(host, may_drop_cache, events)
             self._set(wanted, target, journal)
-            tries.append(f"{int(read_setting(nr)) - base} after {remedy}")
-        got = int(read_setting(nr))
+            tries.append(f"{int(host.read_setting(nr)) - base} after {remedy}")
+        got = int(host.read_setting(nr))
         if got < target:
             self._set(wanted, before, journal)  # give back the partial reservation
             raise TrialFailure(
@@ -118,7 +119,7 @@ class HugePages:
 
     def _set(self, kb: int, count: int, journal: UndoJournal) -> None:
         nr = pool(kb) / "nr_hugepages"
-        if int(read_setting(nr)) != count:
+        if int(journal.host.read_setting(nr)) != count:
             journal.set(nr, str(count))
 
     def release(self, journal: UndoJournal) -> None:
@@ -134,7 +135,7 @@ def verify(level: str, trial: TrialContext) -> None:
     pid = cluster.postmaster_pid()
     if pid is None:
         raise TrialFailure("os.huge_pages: the server is not running after start")
-    mapped = hugetlb_mappings(Path(f"/proc/{pid}/smaps").read_text())
+    mapped = hugetlb_mappings(trial.run.host.read_text(Path(f"/proc/{pid}/smaps")))
     wanted = LEVELS.get(level)
     if wanted is None:
         if mapped:

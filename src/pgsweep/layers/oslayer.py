@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
-from ..host import journal, safefs, workarea
-from ..host.journal import UndoJournal, read_setting
+from ..host import journal, workarea
+from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
 from ..postgres.binaries import Binaries
 from ..units import parse_size
@@ -226,8 +226,9 @@ class OsLayer(Layer):
         effect at its start (THP, huge pages, the memory limit, a cold page cache)."""
         if not settings.used:
             return None
-        self.journal = self.journal or UndoJournal.for_this_run()
-        thp_change = any(read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
+        host = trial.run.host
+        self.journal = self.journal or UndoJournal.for_this_run(host=host)
+        thp_change = any(host.read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
         limit_change = settings.memory_limit != self.limit
         drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
         huge_key = self._huge_key(settings.huge_pages, trial)
@@ -241,7 +242,9 @@ class OsLayer(Layer):
         if why:
             raise TrialFailure(why)
         targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
-        for dev, queue in _queues(trial.cluster).items():
+        wanted = settings.io_scheduler is not None or settings.read_ahead_kb is not None
+        queues = _queues(trial.cluster) if wanted else {}
+        for dev, queue in queues.items():
             for key, file, value in (
                 ("io_scheduler", "scheduler", settings.io_scheduler),
                 ("read_ahead_kb", "read_ahead_kb", settings.read_ahead_kb),
@@ -256,8 +259,8 @@ class OsLayer(Layer):
         if self.huge_pages:
             trial.effective["os.huge_pages.reserved"] = str(self.huge_pages)
         if drop:  # page cache is charged to its first reader: start the limited server cold
-            os.sync()
-            DROP_CACHES.write_text("3")
+            host.sync()
+            host.write_kernel(DROP_CACHES, "3")
             trial.events.append("drop-caches")
         overrides = self.huge.server_settings(settings.huge_pages) if settings.huge_pages else {}
         return Demand(server_settings=overrides, cgroup=cgroup)
@@ -304,25 +307,27 @@ class OsLayer(Layer):
         self.limit = limit
         if limit is None:
             return None
+        host = trial.run.host
         group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
-        if not group.exists():
+        if host.lstat(group) is None:
             self.journal.made_dir(group)
-            uid, gid = safefs.owner_ids(trial.run.user)
-            os.chown(group / "cgroup.procs", uid, gid)  # cgroupfs: root's, no links there
-        (group / "memory.limit_in_bytes").write_text(str(limit))
+            uid, gid = host.ids(trial.run.user)
+            host.chown(group / "cgroup.procs", uid, gid)  # cgroupfs: root's, no links there
+        host.write_kernel(group / "memory.limit_in_bytes", str(limit))
         for counter in ("memory.max_usage_in_bytes", "memory.failcnt"):
-            (group / counter).write_text("0")
-        trial.effective["os.memory_limit"] = read_setting(group / "memory.limit_in_bytes")
+            host.write_kernel(group / counter, "0")
+        trial.effective["os.memory_limit"] = host.read_setting(group / "memory.limit_in_bytes")
         return group
 
     def _set(self, key: str, path: Path, value: str, trial: TrialContext) -> None:
         assert self.journal is not None
+        host = trial.run.host
         try:
-            if read_setting(path) != value:
+            if host.read_setting(path) != value:
                 self.journal.set(path, value)
         except OSError as exc:
             raise TrialFailure(f"os.{key}: the kernel refused {value!r} for {path}: {exc}") from exc
-        now = read_setting(path)
+        now = host.read_setting(path)
         if now != value:
             raise TrialFailure(f"os.{key}: wrote {value!r} to {path}, it reads {now!r}")
         trial.effective[f"os.{key}"] = now
@@ -335,10 +340,12 @@ class OsLayer(Layer):
         if self.journal is None:
             return
         group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
-        if group.is_dir():
-            uid = safefs.owner_ids(run.user)[0]
-            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            workarea.kill([p for p in pids if _owner(p) == uid], "left in pgsweep's cgroup")
+        st = run.host.lstat(group)
+        if st is not None and st.is_dir:
+            uid = run.host.ids(run.user)[0]
+            pids = [int(p) for p in run.host.read_text(group / "cgroup.procs").split()]
+            mine = [p for p in pids if (seen := run.host.process(p)) and seen[1] == uid]
+            workarea.kill(mine, "left in pgsweep's cgroup")
         failed = [line for line in self.journal.restore() if line.startswith("could not")]
         if failed:
             raise internal("could not put back: " + "; ".join(failed),
@@ -347,13 +354,6 @@ class OsLayer(Layer):
 
 def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bindir: Path) -> str:
     return repr((level, sorted(server.items()), initdb, str(bindir)))
-
-
-def _owner(pid: int) -> int:
-    try:
-        return Path(f"/proc/{pid}").stat().st_uid
-    except OSError:
-        return -1
 
 
 @dataclass(frozen=True)

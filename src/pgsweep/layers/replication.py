@@ -306,7 +306,7 @@ class ReplicationLayer(Layer):
         stay out of the primary's device counters, and out of its space."""
         primary, link = server.cluster, replicas.network
         home = self.home
-        up = upstream(link.host_ip) if link is not None else upstream_socket(primary)
+        up = upstream(link.host_ip, primary.port) if link is not None else upstream_socket(primary)
         for name in settings.names:
             standby = Standby(trial.server.binaries, trial.run.user,
                               home / f"{primary.root.name}-{server.generation}-{name}",

@@ -212,6 +212,8 @@ class ServerLayer(Layer):
                 server.stop()
                 server.settings = None
             if server.settings is None or not server.running():
+                if server.running():  # in an unknown state (an earlier trial broke off)
+                    server.stop()
                 cluster.cgroup = trial.demand.cgroup
                 cluster.write_settings(wanted)
                 cluster.start()

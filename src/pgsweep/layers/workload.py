@@ -206,6 +206,7 @@ class WorkloadLayer(Layer):
             safefs.write_file(frozen, text, 0o400, safefs.owner_ids(run.user))
             self.frozen[script] = frozen
 
+
     def prepare(self, settings: WorkloadSettings, trial: TrialContext) -> Demand:
         script = str(self.frozen.get(settings.script, settings.script))
         if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:

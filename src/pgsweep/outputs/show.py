@@ -13,7 +13,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis.planning import replication_lines
 from ..core import printable
 from ..plan import Adaptive, Plan, short_names
 from ..store import Results
@@ -110,9 +109,8 @@ def render_environment(results: Results, console: Console) -> None:
     for fact in facts:
         if fact.scope != scope:
             scope = fact.scope
-            heading = {"host": "host", "notes": "what ran otherwise than the file says"}.get(
-                scope
-            ) or (
+            heading = {"host": "host", "notes": "what ran otherwise than the file says",
+                       "roles": "where each role ran"}.get(scope) or (
                 f"storage of {scope}"
                 if scope.startswith("cluster-")
                 else f"settings not at their default, configuration {scope}"
@@ -142,6 +140,8 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     )
     if plan.adaptive:
         console.print(adaptive_text(plan.adaptive), markup=False)
+    from ..analysis.planning import replication_lines  # loads scipy: plan only
+
     for line in replication_lines(plan, estimate):
         console.print(line, markup=False, highlight=False)
     order = " ".join(t.id for t in plan.trials)

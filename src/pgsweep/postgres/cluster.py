@@ -22,6 +22,7 @@ are also given on the server's command line, which outranks every configuration 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import time
 from collections.abc import Iterator
@@ -40,8 +41,19 @@ from .binaries import Binaries
 ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
 HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
+SCRAM = re.compile(r"SCRAM-SHA-256\$\d+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+")
 OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0"
                " -c idle_session_timeout=0 -c default_transaction_read_only=off")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClientAccess:
+    """TCP for the client role on another host: the server listens on `address` (this
+    host's, as the client reaches it) and its hba admits `peer` alone, as the role pgsweep
+    with scram-sha-256 (a password made for the run; never trust over TCP)."""
+
+    address: str
+    peer: str
 
 
 @dataclass(frozen=True)
@@ -74,8 +86,11 @@ class Cluster:
         waldir: Path | None = None,
         *,
         host: Host,
+        port: int = PORT,
     ) -> None:
         self.host = host  # the machine the cluster lives on: every effect goes through it
+        self.port = port  # its socket's name, and its TCP port for a client elsewhere
+        self.client: ClientAccess | None = None
         self.binaries = binaries
         self.user = user
         self.uid, self.gid = host.ids(user)
@@ -125,7 +140,7 @@ class Cluster:
         """The private socket, trust authentication only: the socket directory is the server
         user's, who could put a fake server there to ask root's libpq for a password, so no
         password is ever offered (no passfile, no PGPASSWORD, require_auth=none)."""
-        return {"host": str(self.socket_dir), "port": PORT, "user": ROLE, "dbname": dbname,
+        return {"host": str(self.socket_dir), "port": self.port, "user": ROLE, "dbname": dbname,
                 "passfile": "/proc/pgsweep-no-passfile", "sslmode": "disable",
                 "gssencmode": "disable", "require_auth": "none",
                 # pgsweep reads text whatever client_encoding a level gives the server, and
@@ -134,7 +149,7 @@ class Cluster:
                 "client_encoding": "UTF8", "options": OWN_SESSION}  # fmt: skip
 
     def pgbench_conn_args(self) -> list[str]:
-        return ["-h", str(self.socket_dir), "-p", str(PORT), "-U", ROLE]
+        return ["-h", str(self.socket_dir), "-p", str(self.port), "-U", ROLE]
 
     @contextmanager
     def connect(self, dbname: str = "postgres") -> Iterator[Connection]:
@@ -147,11 +162,11 @@ class Cluster:
             "data_directory": str(self.datadir),
             "hba_file": str(self.conf / "pg_hba.conf"),
             "ident_file": str(self.conf / "pg_ident.conf"),
-            "listen_addresses": self.listen.address if self.listen else "",
+            "listen_addresses": ",".join(a.address for a in (self.listen, self.client) if a),
             "unix_socket_directories": str(self.socket_dir),
             "unix_socket_permissions": "0700",
             "unix_socket_group": "",
-            "port": str(PORT),
+            "port": str(self.port),
             "logging_collector": "off",
         }
 
@@ -169,6 +184,14 @@ class Cluster:
         self.write_access_files()
         self.write_settings({})
 
+    def set_password(self, verifier: str) -> None:
+        """The role's password for a client on another host, given as its SCRAM verifier
+        (what the server stores), so the password itself is in no statement or log."""
+        if not SCRAM.fullmatch(verifier):
+            raise ServerError("not a SCRAM-SHA-256 verifier")
+        with self.connect() as conn:
+            conn.execute(f"ALTER ROLE {ROLE} PASSWORD '{verifier}'")
+
     def make_dirs(self) -> None:
         """Root's directories (0711/0700) and the server user's empty leaves."""
         self.host.private_dir(self.root, 0o711)
@@ -185,6 +208,8 @@ class Cluster:
         if self.listen is not None:
             peer = self.listen.peer
             hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
+        if self.client is not None:  # the client host: the run's password, nothing else
+            hba += f"host all {ROLE} {self.client.peer}/32 scram-sha-256\n"
         self.host.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
         self.host.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
 

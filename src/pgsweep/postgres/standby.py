@@ -103,14 +103,14 @@ class ReplicaSet:
             raise first
 
 
-def upstream(host: str) -> str:
+def upstream(host: str, port: int = PORT) -> str:
     """primary_conninfo without application_name: trust on the private socket or link, so
     no password is ever looked up or offered."""
-    return f"host={host} port={PORT} user={ROLE} sslmode=disable passfile=/dev/null"
+    return f"host={host} port={port} user={ROLE} sslmode=disable passfile=/dev/null"
 
 
 def upstream_socket(primary: Cluster) -> str:
-    return upstream(str(primary.socket_dir))
+    return upstream(str(primary.socket_dir), primary.port)
 
 
 def drop_slots(primary: Cluster, keep: list[str]) -> list[str]:

@@ -26,8 +26,11 @@ from ..layers import all_layers
 from ..layers.base import Layer, Source, ValidationContext
 from ..plan import Adaptive
 from ..postgres import binaries as pgbin
+from . import hosts
 from .tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
 from .text import check_text
+
+PLACES = ("factors", "hosts", "roles")  # tables of no layer: the factorial, where roles run
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Experiment:
     # builds made before the first trial (engine/buildprep.py): BuildSpec -> PreparedBuild
     builds: dict[Any, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what runs otherwise than written
+    topology: hosts.Topology = field(default_factory=hosts.Topology)  # [hosts], [roles]
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -341,11 +345,11 @@ def load(path: Path) -> Experiment:
     layers = all_layers()
     names = [layer.name for layer in layers]
     for table in doc:
-        if table not in FIXED_TABLES and table not in names and table != "factors":
+        if table not in FIXED_TABLES and table not in names and table not in PLACES:
             raise source.error(
                 (table,),
                 f"unknown table [{table}]",
-                expected=f"one of {', '.join([*FIXED_TABLES, *names, 'factors'])}",
+                expected=f"one of {', '.join([*FIXED_TABLES, *names, *PLACES])}",
             )
     if "experiment" not in doc:
         raise PgsweepError(
@@ -355,6 +359,7 @@ def load(path: Path) -> Experiment:
         )
     check_text(source, doc)
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
+    topo = hosts.topology(source, doc)
     factors = _factors(source, doc, names)
     adaptive = adaptive_rounds(source, doc, rep, math.prod(len(f.levels) for f in factors))
     rounds = (adaptive.max_rounds or adaptive.min_rounds) if adaptive else int(rep.rounds or 3)
@@ -400,7 +405,8 @@ def load(path: Path) -> Experiment:
         canonical,
         configs,
         adaptive=adaptive,
-        notes=ctx.notes,
+        notes=[*ctx.notes, *topo.notes],
+        topology=topo,
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
         from ..engine.plans import settle_max_rounds

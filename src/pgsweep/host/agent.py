@@ -1,0 +1,288 @@
+"""`pgsweep agent`: the far end of a RemoteHost. Started over SSH for the length of a run,
+it reads CALL frames on stdin, runs each on this machine's LocalHost (the same link-safe
+file, journal and process code a local run uses) and writes a REPLY frame on stdout.
+
+It listens on no port and leaves no daemon: when its stdin ends (the controller exited,
+was killed, or the SSH connection broke) or a BYE arrives, it stops what it started: the
+process group of a call under way, every postmaster in the work areas it made, then those
+work areas. Calls run one at a time in the main thread; a reader thread answers PINGs and
+notices the end of stdin while a long call (a measured pgbench) runs."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .. import __version__
+from . import journal, proc, wire, workarea
+from .local import LocalHost
+from .proc import RunAs
+
+
+def encode_value(value: Any) -> Any:
+    """What crosses the wire for a SQL value or a result (JSON, with tags for the rest)."""
+    if isinstance(value, dt.datetime):
+        return {"__datetime__": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [encode_value(v) for v in value]
+    return value
+
+
+class Agent:
+    def __init__(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        self.host = LocalHost(socket.gethostname())
+        self.stdin, self.stdout = stdin, stdout
+        self.calls: queue.Queue[wire.Frame | None] = queue.Queue()
+        self.write_lock = threading.Lock()
+        self.sessions: dict[int, Any] = {}  # psycopg connections by handle
+        self.areas: list[workarea.WorkArea] = []  # made here, removed when the agent ends
+
+    # ---- the loop ------------------------------------------------------------------
+    def serve(self) -> None:
+        hello = wire.read_frame(self.stdin)
+        if hello.kind != wire.HELLO:
+            raise wire.WireError("the first frame was not a hello")
+        self._send(wire.Frame(wire.HELLO, hello.request, self._hello()))
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            while (frame := self.calls.get()) is not None:
+                self._send(wire.Frame(wire.REPLY, frame.request, self._call(frame.payload)))
+        finally:
+            self.clean_up()
+
+    def _read(self) -> None:
+        """PINGs answered at once; CALLs queued; the end of stdin or a BYE ends the agent,
+        stopping a call under way (its process group) so the main thread can clean up."""
+        try:
+            while True:
+                frame = wire.read_frame(self.stdin)
+                if frame.kind == wire.PING:
+                    self._send(wire.Frame(wire.PONG, frame.request, {}))
+                elif frame.kind == wire.CALL:
+                    self.calls.put(frame)
+                elif frame.kind == wire.BYE:
+                    break
+        except (wire.WireError, OSError):
+            proc.stop_all_started()  # the controller is gone: stop what runs for it
+        self.calls.put(None)
+
+    def _send(self, frame: wire.Frame) -> None:
+        with self.write_lock:
+            wire.write_frame(self.stdout, frame)
+
+    def _hello(self) -> dict[str, Any]:
+        return {"protocol": wire.PROTOCOL, "version": __version__, "uid": os.geteuid(),
+                "hostname": socket.gethostname(),
+                "ssh_connection": os.environ.get("SSH_CONNECTION", "")}  # fmt: skip
+
+    def _call(self, payload: dict[str, Any]) -> dict[str, Any]:
+        method, args = payload.get("method", ""), payload.get("args", {})
+        handler = getattr(self, f"do_{method}", None)
+        if handler is None:
+            return {"error": {"type": "WireError", "message": f"no method {method!r}"}}
+        try:
+            return {"value": encode_value(handler(**args))}
+        except Exception as exc:  # every failure travels back, typed
+            what = exc.what if hasattr(exc, "what") else str(exc)
+            kind = type(exc).__name__
+            if type(exc).__module__.startswith("psycopg"):
+                kind = f"psycopg.{kind}"
+            return {"error": {"type": kind, "message": what,
+                              "errno": getattr(exc, "errno", None),
+                              "trace": traceback.format_exc()[-2000:]}}  # fmt: skip
+
+    # ---- methods: the Host interface -------------------------------------------------
+    def do_run(self, argv: list[str], out: str, err: str | None, timeout: float,
+               user: str | None, cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
+        res = self.host.run(argv, out=Path(out), err=Path(err) if err else None,
+                            timeout=timeout, user=RunAs(user) if user else None,
+                            cwd=Path(cwd) if cwd else None, env=env)  # fmt: skip
+        return {"argv": res.argv, "returncode": res.returncode, "stdout_path": res.stdout_path,
+                "stderr_path": res.stderr_path, "seconds": res.seconds,
+                "timed_out": res.timed_out}  # fmt: skip
+
+    def do_output(self, path: str, limit: int) -> bytes:
+        return self.host.output(Path(path), limit)
+
+    def do_process(self, pid: int) -> Any:
+        return self.host.process(pid)
+
+    def do_reap(self, pid: int) -> None:
+        self.host.reap(pid)
+
+    def do_ids(self, user: str | None) -> Any:
+        return self.host.ids(RunAs(user) if user else None)
+
+    def do_private_dir(self, path: str, mode: int) -> str:
+        return str(self.host.private_dir(Path(path), mode))
+
+    def do_leaf_dir(self, path: str, user: str | None, mode: int) -> str:
+        return str(self.host.leaf_dir(Path(path), RunAs(user) if user else None, mode))
+
+    def do_write_file(self, path: str, data: bytes | str, mode: int,
+                      owner: list[int] | None) -> None:  # fmt: skip
+        self.host.write_file(Path(path), data, mode, (owner[0], owner[1]) if owner else None)
+
+    def do_remove_tree(self, path: str) -> None:
+        self.host.remove_tree(Path(path))
+
+    def do_read_owned(self, path: str, uid: int, limit: int, tail: bool, offset: int) -> bytes:
+        return self.host.read_owned(Path(path), uid, limit, tail=tail, offset=offset)
+
+    def do_owned_size(self, path: str, uid: int) -> int:
+        return self.host.owned_size(Path(path), uid)
+
+    def do_list_owned(self, directory: str) -> list[str]:
+        return self.host.list_owned(Path(directory))
+
+    def do_read_text(self, path: str) -> str:
+        return self.host.read_text(Path(path))
+
+    def do_lstat(self, path: str) -> Any:
+        st = self.host.lstat(Path(path))
+        return None if st is None else [st.mode, st.uid, st.gid, st.size, st.is_dir,
+                                        st.is_file, st.is_link]  # fmt: skip
+
+    def do_sync(self) -> None:
+        self.host.sync()
+
+    def do_make_kernel_dir(self, path: str) -> None:
+        from .journal import allowed
+
+        if not allowed(path):  # the agent holds the same line as a local run
+            raise OSError(f"pgsweep does not make {path}")
+        self.host.make_kernel_dir(Path(path))
+
+    def do_chown(self, path: str, uid: int, gid: int) -> None:
+        from .journal import allowed
+
+        if not allowed(str(Path(path).parent)):
+            raise OSError(f"pgsweep does not hand over {path}")
+        self.host.chown(Path(path), uid, gid)
+
+    def do_write_kernel(self, path: str, value: str) -> None:
+        from .journal import allowed
+
+        if not allowed(path) and not path.endswith(("drop_caches", "compact_memory")):
+            raise OSError(f"pgsweep does not change {path}")
+        self.host.write_kernel(Path(path), value)
+
+    def do_append_journal(self, path: str, line: str) -> None:
+        if Path(path).parent != workarea.registry():  # journals live in the registry alone
+            raise OSError(f"{path} is not in this host's registry of runs")
+        self.host.append_journal(Path(path), line)
+
+    def do_restore_journal(self, path: str, work_root: str | None) -> Any:
+        if Path(path).parent != workarea.registry():
+            raise OSError(f"{path} is not in this host's registry of runs")
+        done, owed = self.host.restore_journal(Path(path), Path(work_root) if work_root else None)
+        return [done, sorted(owed)]
+
+    def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
+        return self.host.tcp_rtt(address, port, probes)
+
+    # ---- SQL sessions: a connection lives here, the controller holds a handle ----------
+    def do_sql_open(self, conninfo: dict[str, Any]) -> int:
+        import psycopg
+
+        conn = psycopg.connect(**conninfo, autocommit=True, connect_timeout=10)
+        handle = max(self.sessions, default=0) + 1
+        self.sessions[handle] = conn
+        return handle
+
+    def do_sql_execute(self, handle: int, query: str, params: Any) -> dict[str, Any]:
+        cur = self.sessions[handle].execute(query, params)
+        names = [d.name for d in cur.description] if cur.description else []
+        return {"names": names, "rows": cur.fetchall() if cur.description else []}
+
+    def do_sql_close(self, handle: int) -> None:
+        conn = self.sessions.pop(handle, None)
+        if conn is not None:
+            conn.close()
+
+    # ---- the work area: made here, and all of it gone when the agent ends --------------
+    def do_work_area(self, name: str, user: str | None) -> dict[str, str]:
+        """This run's work area on this host: root-owned, registered as a run's is (so
+        `pgsweep cleanup` here finds it if the agent itself is killed), and removed when
+        the agent ends, every postmaster in it stopped first."""
+        area = workarea.WorkArea.for_agent(name, RunAs(user) if user else None)
+        self.areas.append(area)
+        return {"workdir": str(area.workdir), "private": str(area.private),
+                "socket_root": str(area.socket_root), "run": area.run}  # fmt: skip
+
+    def do_restore(self) -> list[str]:
+        """`pgsweep restore` on this host: what killed runs (a killed agent's too) left."""
+        done, failed = journal.recover_stale()
+        return [*done, *failed]
+
+    def clean_up(self) -> None:
+        for conn in self.sessions.values():
+            with contextlib.suppress(Exception):
+                conn.close()
+        with _ignoring_signals():
+            self._clean_up()
+
+    def _clean_up(self) -> None:
+        proc.stop_all_started()
+        for area in self.areas:
+            for line in area.remove():
+                _say(f"pgsweep agent: {line}")
+        if self.areas and not list(workarea.registry_dir().glob(f"{self.areas[0].run}.*undo")):
+            workarea.forget_lock(self.areas[0].run)
+
+
+@contextlib.contextmanager
+def _ignoring_signals() -> Iterator[None]:
+    """Cleanup runs to its end: a second hang-up or SIGTERM does not cut it short."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Gone(Exception):
+    """The connection ended under the agent (sshd's SIGHUP, a SIGTERM): clean up, exit."""
+
+
+def _gone(signum: int, frame: object) -> None:
+    raise Gone(signal.Signals(signum).name)
+
+
+def main() -> int:
+    """`pgsweep agent`: serve frames on stdin/stdout until they end. A hang-up (sshd sends
+    one when the connection drops) or a SIGTERM ends it the same way: what it started is
+    stopped and its work areas removed before it exits."""
+    os.umask(0o077)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames may reach the controller's stream
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _gone)
+    try:
+        Agent(stdin, stdout).serve()
+    except (wire.WireError, Gone, BrokenPipeError) as exc:
+        _say(f"pgsweep agent: {exc}")
+        return 1
+    return 0
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr may be gone with the connection
+        print(line, file=sys.stderr)
+

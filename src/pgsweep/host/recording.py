@@ -1,0 +1,257 @@
+"""A scripted machine that records every effect: the Host unit tests drive a layer's logic
+against (milliseconds, no kernel or PostgreSQL touched), and what `plan --commands` prints.
+
+Reads are answered from the script (`files`, `commands`, `sql`, `processes`, `users`), or,
+when a real host is given as `reads_from`, from it (read only). Anything not scripted is
+an error (Unscripted), never a silent empty answer: a fixture cannot hide a bug by
+answering what the code never asked. Effects are recorded in order as `Effect`s and
+applied to the scripted state, so a read after a write sees the write (a kernel file
+written reads back the value, a directory made exists)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .api import Connection, FileStat, Host
+from .proc import Result, RunAs
+
+
+class Unscripted(Exception):
+    """The code asked the recording host something its script does not answer."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    kind: str  # run, write_file, private_dir, leaf_dir, remove_tree, write_kernel, ...
+    what: str  # the path or the command line
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        extra = ", ".join(f"{k}={v}" for k, v in self.detail.items())
+        return f"{self.kind}: {self.what}" + (f" ({extra})" if extra else "")
+
+
+@dataclass(frozen=True)
+class Reply:
+    returncode: int = 0
+    stdout: str = ""
+    stderr: str = ""
+
+
+Matcher = Callable[[list[str]], bool]
+SQL = Callable[[str, Any], list[tuple[Any, ...]]]
+
+
+def argv_starts(*prefix: str) -> Matcher:
+    """A matcher for commands whose argv begins with `prefix` (the program's basename
+    stands for its path)."""
+
+    def match(argv: list[str]) -> bool:
+        head = [Path(argv[0]).name, *argv[1:]] if argv else []
+        return head[: len(prefix)] == list(prefix)
+
+    return match
+
+
+class _Rows:
+    def __init__(self, rows: list[tuple[Any, ...]], names: Sequence[str] = ()) -> None:
+        self._rows = list(rows)
+        self.description = [type("Column", (), {"name": n})() for n in names] or None
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+
+class _Connection:
+    def __init__(self, host: RecordingHost, conninfo: Mapping[str, Any]) -> None:
+        self.host, self.conninfo = host, conninfo
+
+    def execute(self, query: str, params: Any = None) -> _Rows:
+        self.host.effects.append(Effect("sql", query, {"params": params} if params else {}))
+        if self.host.sql is None:
+            raise Unscripted(f"SQL on {self.conninfo.get('host')}: {query}")
+        return _Rows(self.host.sql(query, params))
+
+
+class RecordingHost(Host):
+    def __init__(
+        self,
+        name: str = "recorded",
+        *,
+        files: Mapping[str, str] | None = None,
+        commands: Sequence[tuple[Matcher, Reply]] = (),
+        sql: SQL | None = None,
+        processes: Mapping[int, tuple[list[str], int]] | None = None,
+        users: Mapping[str | None, tuple[int, int]] | None = None,
+        reads_from: Host | None = None,
+        kernel: Callable[[Path, str, str | None], str] | None = None,
+    ) -> None:
+        self.name = name
+        self.files: dict[str, str] = dict(files or {})
+        self.dirs: set[str] = set()
+        self.commands = list(commands)
+        self.sql = sql
+        self.processes = dict(processes or {})
+        self.users: dict[str | None, tuple[int, int]] = dict(users or {None: (0, 0)})
+        self.reads_from = reads_from
+        self.kernel = kernel  # what a kernel file reads after a write (None: the value)
+        self.effects: list[Effect] = []
+        self.journals: dict[str, list[str]] = {}
+
+    # ---- what the tests look at ------------------------------------------------------
+    def kinds(self, *kinds: str) -> list[Effect]:
+        return [e for e in self.effects if e.kind in kinds]
+
+    def commands_run(self) -> list[list[str]]:
+        return [list(e.detail["argv"]) for e in self.effects if e.kind == "run"]
+
+    # ---- reads -----------------------------------------------------------------------
+    def _read(self, path: Path) -> str:
+        if str(path) in self.files:
+            return self.files[str(path)]
+        if self.reads_from is not None:
+            return self.reads_from.read_text(path)
+        raise Unscripted(f"read {path}")
+
+    def read_text(self, path: Path) -> str:
+        return self._read(path)
+
+    def output(self, path: Path, limit: int = 64 << 20) -> bytes:
+        return self._read(path).encode()[:limit]
+
+    def read_owned(self, path: Path, uid: int, limit: int = 1 << 20, *, tail: bool = False,
+                   offset: int = 0) -> bytes:  # fmt: skip
+        if str(path) not in self.files:
+            raise FileNotFoundError(2, f"{path} (recorded)")
+        data = self.files[str(path)].encode()[offset:]
+        return data[-limit:] if tail else data[:limit]
+
+    def owned_size(self, path: Path, uid: int) -> int:
+        return len(self.files.get(str(path), "").encode())
+
+    def list_owned(self, directory: Path) -> list[str]:
+        prefix = f"{directory}/"
+        return sorted({f[len(prefix):].split("/")[0] for f in self.files if f.startswith(prefix)})
+
+    def lstat(self, path: Path) -> FileStat | None:
+        p = str(path)
+        if p in self.dirs:
+            return FileStat(0o40711, 0, 0, 0, True, False, False)
+        if p in self.files:
+            return FileStat(0o100600, 0, 0, len(self.files[p]), False, True, False)
+        if self.reads_from is not None:
+            return self.reads_from.lstat(path)
+        return None
+
+    def process(self, pid: int) -> tuple[list[str], int] | None:
+        return self.processes.get(pid)
+
+    def ids(self, user: RunAs | None) -> tuple[int, int]:
+        key = user.name if user else None
+        if key not in self.users:
+            raise Unscripted(f"the user {key}")
+        return self.users[key]
+
+    # ---- effects ---------------------------------------------------------------------
+    def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,
+            user: RunAs | None = None, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> Result:  # fmt: skip
+        err = err or out.with_suffix(out.suffix + ".err")
+        self.effects.append(Effect("run", " ".join(argv), {"argv": tuple(argv),
+                                   "user": user.name if user else "root"}))  # fmt: skip
+        reply = next((r for match, r in self.commands if match(argv)), None)
+        if reply is None:
+            raise Unscripted(f"run {' '.join(argv)}")
+        self.files[str(out)], self.files[str(err)] = reply.stdout, reply.stderr
+        return Result(argv, reply.returncode, out, err, 0.0, False,
+                      reader=lambda p: self.files.get(str(p), "").encode())  # fmt: skip
+
+    def reap(self, pid: int) -> None:
+        return None
+
+    def private_dir(self, path: Path, mode: int = 0o700) -> Path:
+        self.effects.append(Effect("private_dir", str(path), {"mode": oct(mode)}))
+        self.dirs.add(str(path))
+        return path
+
+    def leaf_dir(self, path: Path, user: RunAs | None, mode: int = 0o700) -> Path:
+        self.effects.append(Effect("leaf_dir", str(path), {"user": user.name if user else "root",
+                                                           "mode": oct(mode)}))  # fmt: skip
+        self.dirs.add(str(path))
+        return path
+
+    def write_file(self, path: Path, data: bytes | str, mode: int = 0o600,
+                   owner: tuple[int, int] | None = None) -> None:  # fmt: skip
+        text = data.decode(errors="replace") if isinstance(data, bytes) else data
+        self.effects.append(Effect("write_file", str(path), {"mode": oct(mode),
+                                   "bytes": len(text)}))  # fmt: skip
+        self.files[str(path)] = text
+
+    def remove_tree(self, path: Path) -> None:
+        self.effects.append(Effect("remove_tree", str(path)))
+        for f in [f for f in self.files if f == str(path) or f.startswith(f"{path}/")]:
+            del self.files[f]
+        self.dirs = {d for d in self.dirs if d != str(path) and not d.startswith(f"{path}/")}
+
+    def sync(self) -> None:
+        self.effects.append(Effect("sync", "all filesystems"))
+
+    def write_kernel(self, path: Path, value: str) -> None:
+        old = self.files.get(str(path))
+        self.effects.append(Effect("write_kernel", str(path), {"old": old, "new": value}))
+        kept = self._kept(path, value)
+        self.files[str(path)] = self.kernel(path, value, old) if self.kernel else kept
+
+    def _kept(self, path: Path, value: str) -> str:
+        """What the file reads after a write: the value; a menu keeps its choices with the
+        new one bracketed (THP, the I/O scheduler)."""
+        old = self.files.get(str(path), "")
+        if "[" in old:
+            return " ".join(f"[{c}]" if c == value else c
+                            for c in old.replace("[", "").replace("]", "").split())  # fmt: skip
+        return value
+
+    def make_kernel_dir(self, path: Path) -> None:
+        self.effects.append(Effect("make_kernel_dir", str(path)))
+        self.dirs.add(str(path))
+
+    def chown(self, path: Path, uid: int, gid: int) -> None:
+        self.effects.append(Effect("chown", str(path), {"uid": uid, "gid": gid}))
+
+    def append_journal(self, path: Path, line: str) -> None:
+        self.effects.append(Effect("journal", str(path), {"entry": line}))
+        self.journals.setdefault(str(path), []).append(line)
+
+    def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
+        import json
+
+        done = []
+        for line in reversed(self.journals.pop(str(path), [])):
+            entry = json.loads(line)
+            if "file" in entry:
+                self.write_kernel(Path(entry["file"]), entry["original"])
+                done.append(f"restored {entry['file']} = {entry['original']}")
+            elif "dir" in entry:
+                self.effects.append(Effect("remove_kernel_dir", entry["dir"]))
+                self.dirs.discard(entry["dir"])
+                done.append(f"removed {entry['dir']}")
+        return done, set()
+
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        return 0.1
+
+    def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
+        return self._session(conninfo)
+
+    @contextlib.contextmanager
+    def _session(self, conninfo: Mapping[str, Any]) -> Iterator[Connection]:
+        yield _Connection(self, conninfo)

@@ -1,0 +1,155 @@
+"""[hosts] and [roles]: where a trial's roles run. Every role is on `local` (the machine
+pgsweep runs on) unless [roles] places it on a host [hosts] names:
+
+    [hosts.loadgen]
+    ssh = "root@10.0.0.2"              # the destination as ssh takes it
+    identity_file = "/root/.ssh/id"    # optional; absolute
+    known_hosts = "/root/.ssh/known"   # optional; absolute; checked strictly
+    pgsweep = "/opt/pgsweep/bin/pgsweep"  # optional: pgsweep on that host (default: PATH)
+
+    [roles]
+    client = "loadgen"                 # where pgbench runs
+
+Nothing here can make ssh run something else: the destination may not start with "-" or
+hold a space, and the files are absolute paths checked before use (`check_files`)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..host import safefs
+from ..host.remote import Target
+from ..layers.base import Source
+
+LOCAL = "local"
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+DESTINATION = re.compile(r"[A-Za-z0-9_.@:/\[\]%-]{1,255}")
+
+
+class HostTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    ssh: str = Field(description="the destination as ssh takes it: [user@]host or ssh://...")
+    identity_file: str | None = Field(None, description="a private key file (absolute path)")
+    known_hosts: str | None = Field(None, description="a known_hosts file (absolute path)")
+    pgsweep: str = Field("pgsweep", description="the command that runs pgsweep there")
+
+    @field_validator("ssh")
+    @classmethod
+    def _ssh(cls, v: str) -> str:
+        if not DESTINATION.fullmatch(v) or v.startswith("-"):
+            raise ValueError("a destination such as root@10.0.0.2 or ssh://user@db1:2222 (letters, "
+                             "digits and . _ @ : / [ ] % -; not starting with -)")
+        return v
+
+    @field_validator("identity_file", "known_hosts")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or any(not c.isprintable() for c in v)):
+            raise ValueError("an absolute path")
+        return v
+
+    @field_validator("pgsweep")
+    @classmethod
+    def _command(cls, v: str) -> str:
+        words = shlex.split(v) if v.strip() else []
+        if not words or any(w.startswith("-") for w in words[:1]):
+            raise ValueError('a command, e.g. "/opt/pgsweep/bin/pgsweep" or '
+                             '"sudo -n /opt/pgsweep/bin/pgsweep"')  # fmt: skip
+        return v
+
+
+class RolesTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    server: str = Field(LOCAL, description="where the server runs: local (pgsweep's machine)")
+    client: str = Field(LOCAL, description="where pgbench runs: local or a [hosts] name")
+    standbys: list[str] = Field(default_factory=list,
+                                description="where each standby runs (default: local)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: dict[str, Target] = field(default_factory=dict)
+    client: str = LOCAL
+    notes: tuple[str, ...] = ()
+
+    @property
+    def remote(self) -> bool:
+        return self.client != LOCAL
+
+
+def topology(source: Source, doc: dict[str, Any]) -> Topology:
+    hosts = doc.get("hosts", {})
+    if not isinstance(hosts, dict):
+        raise source.error(("hosts",), "[hosts] must hold tables: [hosts.NAME]")
+    targets: dict[str, Target] = {}
+    for name, table in hosts.items():
+        if not NAME.fullmatch(name) or name == LOCAL:
+            raise source.error(("hosts", name), f"{name!r} cannot name a host",
+                               expected='lower-case letters, digits, - and _ (not "local")')
+        if not isinstance(table, dict):
+            raise source.error(("hosts", name), f"[hosts.{name}] must be a table with ssh = ...")
+        t = _model(source, HostTable, table, ("hosts", name))
+        ident = Path(t.identity_file) if t.identity_file else None
+        known = Path(t.known_hosts) if t.known_hosts else None
+        targets[name] = Target(name, t.ssh, ident, known, t.pgsweep)
+    roles = doc.get("roles", {})
+    if not isinstance(roles, dict):
+        raise source.error(("roles",), "[roles] must be a table")
+    r = _model(source, RolesTable, roles, ("roles",))
+    for key, names in (("server", [r.server]), ("client", [r.client]),
+                       ("standbys", r.standbys)):  # fmt: skip
+        for n in names:
+            if n != LOCAL and n not in targets:
+                raise source.error(("roles", key), f"roles.{key} names {n!r}, which [hosts] "
+                                   "does not define", expected=f"local or one of "
+                                   f"{', '.join(targets) or '(no hosts)'}")  # fmt: skip
+    if r.server != LOCAL:
+        raise source.error(("roles", "server"), "the server runs where pgsweep runs",
+                           fix="run pgsweep on the database machine; the client and the "
+                           "standbys may be placed on other hosts")  # fmt: skip
+    if any(n != LOCAL for n in r.standbys):
+        raise source.error(("roles", "standbys"), "standbys run on the server's machine in "
+                           "this version (network namespaces stand in for the network)",
+                           fix='remove roles.standbys, or set it to ["local", ...]')  # fmt: skip
+    used = {r.client}
+    notes = tuple(f"{source.where('hosts', n)}: host {n} has no role; it is not contacted"
+                  for n in targets if n not in used)  # fmt: skip
+    return Topology(targets, r.client, notes)
+
+
+def _model(source: Source, model: type[BaseModel], data: dict[str, Any],
+           path: tuple[str, ...]) -> Any:  # fmt: skip
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":
+            raise source.error((*path, key), f"unknown key in [{'.'.join(path)}]",
+                               expected=f"one of {', '.join(model.model_fields)}") from None
+        if err["type"] == "missing":
+            raise source.error(path, f"[{'.'.join(path)}] needs the key {key!r}",
+                               fix=f'add {key} = "..."') from None  # fmt: skip
+        raise source.error((*path, key), str(err["msg"]).removeprefix("Value error, "),
+                           expected=None) from None
+
+
+def check_files(source: Source, topo: Topology) -> None:
+    """Before anything runs: the files each host's entry names are regular files on paths
+    no other user can change (ssh reads them as root)."""
+    for name, t in topo.hosts.items():
+        for key, path in (("identity_file", t.identity_file), ("known_hosts", t.known_hosts)):
+            if path is None:
+                continue
+            if not path.is_file():
+                raise source.error(("hosts", name, key), f"{path} is not a file")
+            why = safefs.untrusted_component(path) or safefs.untrusted_link(path)
+            if why:
+                raise source.error(("hosts", name, key), f"{path} is not safe to use: {why}",
+                                   fix="keep it in a folder only root (or you) can change")

@@ -1,0 +1,233 @@
+"""The client role on other hosts, for real: three "hosts" on this machine (sshd in network
+namespaces of the test's own, joined by a bridge; tests/sshhosts.py), reached over SSH
+with keys made for the test and a strict known_hosts file. pgbench runs on h1 over TCP
+with the run's password; h2, a third host, is refused by the server's hba even with the
+password; the controller killed with kill -9 mid-trial leaves nothing on any host; a
+connection cut mid-trial fails that trial and the run goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
+
+pytestmark = [requires_pg, pytest.mark.postgres]
+WORK_ON_TMPFS = True
+ROOT = Path(__file__).resolve().parents[2]
+PGSWEEP = str(ROOT / ".venv" / "bin" / "pgsweep")
+
+if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists():
+    pytest.skip("needs root and sshd (scripts/setup.sh --dev)", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sshhosts import SimHost, ssh_hosts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[list[SimHost]]:
+    with ssh_hosts(3) as made:
+        yield made
+
+
+def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "") -> str:
+    return f"""
+        [experiment]
+        name = "remote"
+        seed = 3
+        [hosts.loadgen]
+        ssh = "root@{h.address}"
+        identity_file = "{h.identity}"
+        known_hosts = "{h.known_hosts}"
+        pgsweep = "{PGSWEEP}"
+        [roles]
+        client = "loadgen"
+        [cluster]
+        scale = 1
+        [workload]
+        script = "select-only"
+        duration = "{duration}"
+        warmup = "0s"
+        {extra}
+        [factors]
+        server.synchronous_commit = ["on", "off"]
+        [repeat]
+        rounds = {rounds}
+    """
+
+
+def _on(h: SimHost, *command: str) -> str:
+    return subprocess.run(h.ssh_argv(*command), capture_output=True, text=True,
+                          timeout=30).stdout  # fmt: skip
+
+
+def _nothing_left(h: SimHost) -> None:
+    """Only sshd runs in the host's namespace; no work area, journal or run entry there."""
+    assert len(h.pids()) == 1, _on(h, "ps", "-eo", "pid,args")
+    assert "pgsweep-work" not in _on(h, "ls", "/var/tmp")
+    assert _on(h, "ls", "-A", "/var/lib/pgsweep/runs").split() == []
+
+
+def _psql(h: SimHost, address: str, port: int, password: str) -> subprocess.CompletedProcess[str]:
+    conninfo = (f"host={address} port={port} user=pgsweep dbname=postgres sslmode=disable "
+                f"password={password} connect_timeout=5")  # fmt: skip
+    return subprocess.run(["ip", "netns", "exec", h.name, "/usr/lib/postgresql/15/bin/psql",
+                           conninfo, "-Atc", "select 1"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+
+
+def _start(path: Path, results: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
+                             "--results", str(results)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+
+
+def _listening(address: str, timeout: float = 60) -> int:
+    """The port a server listens on at `address` (this machine's end of the bridge)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
+        m = re.search(rf"{re.escape(address)}:(\d+)", out)
+        if m:
+            return int(m.group(1))
+        time.sleep(0.1)
+    raise AssertionError(f"no server came to listen on {address}")
+
+
+def test_pgbench_runs_on_the_client_host_and_only_it_is_admitted(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1, h2, _ = hosts
+    path = write_experiment(tmp_path, _body(h1))
+    plan = pgsweep("plan", str(path))
+    assert plan.returncode == 0, plan.stderr
+    assert "client: host loadgen (h1) reached and checked" in plan.stdout
+    run = _start(path, tmp_path / "res")
+    try:
+        here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
+        port = _listening(here)
+        passfile = _on(h1, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
+        password = passfile.rsplit(":", 1)[1]
+        assert passfile.startswith(f"{here}:{port}:*:pgsweep:") and len(password) == 32
+        # the client host gets in with the run's password; a third host does not, even
+        # with it (pg_hba admits the client's address alone); neither does a wrong one
+        deadline = time.monotonic() + 60  # the server restarts while the cluster is built
+        while (ok := _psql(h1, here, port, password)).returncode and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ok.stdout.strip() == "1", ok.stderr
+        refused = _psql(h2, here, port, password)
+        assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr
+        wrong = _psql(h1, here, port, "0" * 32)
+        assert "password authentication failed" in wrong.stderr
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, out + err
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    argv = json.loads(rows[0]["pgbench_argv"])
+    assert argv[argv.index("-h") + 1] == here and argv[argv.index("-p") + 1] == str(port)
+    db = sqlite3.connect(tmp_path / "res" / "results.db")
+    rtt = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'client.rtt_ms'")]
+    (cpu,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'client.host.cpu.%'")
+    (net,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'client.net.eth0.%'")
+    roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    db.close()
+    assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)
+    assert cpu[0] >= 4 * 8 and net[0] == 4 * 4  # each trial's client CPU and network
+    assert roles["client"].startswith("loadgen (h1, root@") and roles["server"].startswith("local")
+    assert roles["client.address"] == h1.address
+    _nothing_left(h1)
+
+
+def test_the_controller_killed_mid_trial_leaves_nothing_on_any_host(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1 = hosts[0]
+    path = write_experiment(tmp_path, _body(h1, duration="20s", rounds=1))
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while "pgbench" not in _on(h1, "ps", "-eo", "args") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "pgbench" in _on(h1, "ps", "-eo", "args")
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 30  # the agent notices its stdin end and cleans up
+        while len(h1.pids()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _nothing_left(h1)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        restore = pgsweep("restore", timeout=300)
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    assert not [d for d in postmasters().values() if str(tmp_path) in d]
+    assert not list(state_dir.glob("*.undo"))
+
+
+def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1 = hosts[0]
+    path = write_experiment(tmp_path, _body(h1, duration="4s", rounds=2))
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while "pgbench" not in _on(h1, "ps", "-eo", "args") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # cut this run's SSH connection: the ssh client the controller started
+        found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
+                               text=True)  # fmt: skip
+        mine = [int(p) for p in found.stdout.split()]
+        assert len(mine) == 1
+        os.kill(mine[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    rows = trials(tmp_path / "res")
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(rows) == 4 and len(failed) == 1, out + err
+    assert "host loadgen" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
+    assert run.returncode == 3  # the run went on: the other trials ran on a new connection
+    assert failed[0]["ord"] < max(r["ord"] for r in rows if r["status"] == "ok")
+    _nothing_left(h1)
+
+
+def test_a_host_whose_key_is_unknown_is_refused_at_plan(
+    hosts: list[SimHost], tmp_path: Path
+) -> None:
+    h1 = hosts[0]
+    other = tmp_path / "known_hosts"
+    other.write_text("")  # an empty known_hosts: h1's key is unknown
+    body = _body(h1).replace(f'known_hosts = "{h1.known_hosts}"', f'known_hosts = "{other}"')
+    res = pgsweep("plan", str(write_experiment(tmp_path, body)))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "host loadgen" in res.stderr and "could not be reached" in res.stderr
+    assert "Host key verification failed" in res.stderr
+    assert len(h1.pids()) == 1  # nothing was started there
+
+
+def test_doctor_asks_the_host_itself(hosts: list[SimHost], tmp_path: Path) -> None:
+    h1 = hosts[0]
+    res = pgsweep("doctor", "--host", "loadgen", str(write_experiment(tmp_path, _body(h1))))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"host loadgen (h1, root@{h1.address}):")
+    assert "os.huge_pages levels" in res.stdout and "/usr/lib/postgresql" in res.stdout
+    _nothing_left(h1)
