@@ -17,7 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import DATA, ROOT
-from pgsweep import cli
+from pgsweep import cli, spec
+from pgsweep.layers import all_layers
 from pgsweep.spec import keydocs, reference, schema
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
@@ -67,6 +68,8 @@ def test_every_model_key_has_words_and_a_valid_example() -> None:
                 for k in t.model.model_fields}  # fmt: skip
     assert documented == modelled  # a key added to a model without words fails here
     assert set(keydocs.TABLES) == {t.name for t in schema.TABLE_ORDER} | {"factors", "os.sysctl"}
+    assert {t.name.split(".")[0] for t in schema.TABLE_ORDER} | {"factors"} == {
+        *spec.FIXED_TABLES, *(layer.name for layer in all_layers()), *spec.PLACES}  # every table
     for t in schema.TABLE_ORDER:
         if t.model is None:
             continue
@@ -111,15 +114,18 @@ def test_schema_accepts_every_keys_example_as_a_value_and_as_levels(
     for name, (what, example, _) in keydocs.KEYS.items():
         if what.startswith("Refused"):
             continue
-        *tables, key = name.split(".")
+        *tables, key = name.replace(".NAME.", ".db2.").split(".")
         doc: dict[str, Any] = {"experiment": {"name": "x"}}
         node = doc
         for t in tables:
             node = node.setdefault(t, {})
         node[key] = example
+        if tables[0] == "hosts":
+            node.setdefault("ssh", "root@db2")  # required
         assert list(validator.iter_errors(doc)) == [], name
         if name in ("experiment.name", "experiment.seed", "experiment.description") or \
-                tables[0] in ("postgres", "repeat", "report") or key in ("allow_cassert",
+                tables[0] in ("postgres", "repeat", "report", "hosts", "roles") or key in (
+                    "allow_cassert",
                                                                           "pgbench", "sysctl"):
             continue  # not factors
         levels: dict[str, Any] = {"experiment": {"name": "x"}, "factors": {}}
@@ -140,6 +146,7 @@ def test_schema_keeps_server_open_and_refuses_what_no_layer_owns(
     validator: jsonschema.Draft7Validator,
 ) -> None:
     good = {"experiment": {"name": "x"}, "server": {"any_setting_at_all": "on", "x.y": 3},
+            "hosts": {"loadgen": {"ssh": "root@10.0.0.2"}}, "roles": {"client": "loadgen"},
             "factors": {"server": {"work_mem": ["4MB", "64MB"]},
                         "os": {"sysctl": {"vm.swappiness": [1, 60]}},
                         "storage": {"zfs": {"recordsize": ["8K", "128K"]}}}}  # fmt: skip
@@ -149,6 +156,9 @@ def test_schema_keeps_server_open_and_refuses_what_no_layer_owns(
                 {"factors": {"server": {"work_mem": []}}},  # not empty
                 {"workload": {"duration": "30 parsecs"}},
                 {"os": {"memory_limit": "lots"}},
-                {"replication": {"standby": {"shared_buffers": "1GB"}}}):
+                {"replication": {"standby": {"shared_buffers": "1GB"}}},
+                {"hosts": {"local": {"ssh": "root@10.0.0.2"}}},  # "local" is pgsweep's own
+                {"hosts": {"db2": {"identity_file": "/root/.ssh/id"}}},  # ssh is required
+                {"roles": {"pgbench": "db2"}}):
         doc = {"experiment": {"name": "x"}, **bad}
         assert list(validator.iter_errors(doc)) != [], bad

@@ -47,6 +47,14 @@ TABLES: dict[str, str] = {
     "and \"1024MB\" are refused).",
     "repeat": "How many rounds, and how cluster-level levels are replicated.",
     "report": "How `pgsweep report` compares (optional).",
+    "hosts.NAME": "Another machine a role may run on, reached over SSH (its name: lower-case "
+    "letters, digits, - and _, not \"local\"); pgsweep starts its agent there "
+    "(`pgsweep agent`). A host no role names is not contacted. The files named are absolute "
+    "paths checked before use: regular files no other user can change.",
+    "roles": "Where a trial's roles run: every role is on `local` (the machine pgsweep runs "
+    "on) unless placed on a host [hosts] names. In this version the server and its standbys "
+    "run where pgsweep runs; the client (pgbench) may run elsewhere, over TCP with the run's "
+    "password.",
 }
 
 KEYS: dict[str, Doc] = {
@@ -226,6 +234,19 @@ KEYS: dict[str, Doc] = {
                         {"server.shared_buffers": "128MB"}, "levels of the file's factors"),
     "report.margin": ("An interval wholly inside +-margin reads \"equivalent within margin\".",
                       "2%", ""),
+    "hosts.NAME.ssh": ("The destination as ssh takes it: [user@]host or ssh://user@host:port "
+                       "(never starting with -).", "root@10.0.0.2", ""),
+    "hosts.NAME.identity_file": ("A private key file for ssh (absolute path).",
+                                 "/root/.ssh/id_ed25519", "an absolute path"),
+    "hosts.NAME.known_hosts": ("A known_hosts file, checked strictly (absolute path).",
+                               "/root/.ssh/known_hosts", "an absolute path"),
+    "hosts.NAME.pgsweep": ("The command that runs pgsweep on that host.",
+                           "/opt/pgsweep/bin/pgsweep", ""),
+    "roles.server": ("Where the server runs: local (pgsweep's machine) in this version.",
+                     "local", ""),
+    "roles.client": ("Where pgbench runs: local, or a [hosts] name.", "local",
+                     "local or a [hosts] name"),
+    "roles.standbys": ("Where each standby runs: local in this version.", ["local"], ""),
     "report.alpha": ("The chance of any false \"different\" among a metric's verdicts.", 0.05,
                      ""),
 }

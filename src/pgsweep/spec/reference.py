@@ -73,6 +73,8 @@ def type_text(s: dict[str, Any]) -> str:
         return "one of " + ", ".join(toml_value(v) for v in s["enum"])
     if "not" in s:
         return "refused"
+    if s.get("type") == "array" and "items" in s:
+        return "list of " + type_text(s["items"])
     kinds = s.get("type", "string")
     words = " or ".join(NAMES[k] for k in (kinds if isinstance(kinds, list) else [kinds]))
     lo = s.get("minimum", s.get("exclusiveMinimum"))
@@ -85,19 +87,21 @@ def type_text(s: dict[str, Any]) -> str:
     return words
 
 
-def _key_line(table: str, key: str, s: dict[str, Any], cost: str | None) -> str:
+def _key_line(table: str, key: str, s: dict[str, Any], cost: str | None,
+              required: bool) -> str:  # fmt: skip
     _, example, limits = KEYS[f"{table}.{key}"]
     parts = [type_text(s)]
     if limits:
         parts.append(limits)
     default = s.get("default")
-    parts.append(f"default `{toml_value(default)}`" if default not in (None, "", {}) else
-                 ("default empty" if default in ("", {}) else "unset by default"))  # fmt: skip
+    if not required:
+        parts.append(f"default `{toml_value(default)}`" if default not in (None, "", {}) else
+                     ("default empty" if default in ("", {}) else "unset by default"))  # fmt: skip
     if cost == "not a factor":
         parts.append(cost)
     elif cost:
         parts.append(f"a change costs {cost}")
-    head = f"- **`{key}`**" + (" (required)" if table == "experiment" and key == "name" else "")
+    head = f"- **`{key}`**" + (" (required)" if required else "")
     return (f"{head}: {'; '.join(parts)}.  \n  {s['description']} Example: "
             f"`{key} = {toml_value(example)}`")  # fmt: skip
 
@@ -127,7 +131,8 @@ def _table(name: str, schema: dict[str, Any], price: dict[str, str], layer: str 
         out += [f"A change of any of these keys costs {shared.pop()}.", ""]
         price = {k: v for k, v in price.items() if v == "not a factor"}
     for key, s in keys.items():
-        out.append(_key_line(name, key, s, price.get(f"{name}.{key}")))
+        out.append(_key_line(name, key, s, price.get(f"{name}.{key}"),
+                             key in schema.get("required", [])))  # fmt: skip
     return out
 
 
@@ -138,7 +143,9 @@ def markdown() -> str:
     for t in TABLE_ORDER:
         top, _, sub = t.name.partition(".")
         node = schema["properties"][top]
-        if sub:
+        if t.named:
+            node = node["additionalProperties"]
+        elif sub:
             node = node["properties"][sub]
         out += _table(t.name, node, price, t.layer)
         if t.name == "replication.standby":

@@ -23,6 +23,7 @@ from ..layers.oslayer import OsTable
 from ..layers.replication import STANDBY_SETTINGS, ReplicationTable
 from ..layers.storage_tables import StorageTable, WalTable, ZfsTable
 from ..layers.workload import WorkloadTable
+from .hosts import LOCAL, NAME, HostTable, RolesTable
 from .keydocs import KEYS, TABLES
 from .tables import FIXED_TABLES
 
@@ -82,9 +83,14 @@ LAYER_WORDS = {
 
 @dataclass(frozen=True)
 class Table:
-    name: str  # "workload", "storage.zfs"
+    name: str  # "workload", "storage.zfs", "hosts.NAME" (a table per name the file picks)
     model: type[BaseModel] | None  # None: an open map or a closed list of settings
     layer: str | None  # the layer whose levels these are (None: not a factor)
+
+    @property
+    def named(self) -> bool:
+        """[hosts.NAME]: one such table per name."""
+        return self.name.endswith(".NAME")
 
 
 TABLE_ORDER = (
@@ -102,6 +108,8 @@ TABLE_ORDER = (
     Table("replication.standby", None, "replication"),
     Table("repeat", FIXED_TABLES["repeat"], None),
     Table("report", FIXED_TABLES["report"], None),
+    Table("hosts.NAME", HostTable, None),
+    Table("roles", RolesTable, None),
 )
 
 
@@ -163,8 +171,9 @@ def _table_schema(t: Table) -> dict[str, Any]:
                            "properties": props}  # fmt: skip
     if t.name == "os":
         props["sysctl"]["description"] = TABLES["os.sysctl"]
-    if t.name == "experiment":
-        out["required"] = ["name"]
+    required = [k for k, f in t.model.model_fields.items() if f.is_required()]
+    if required:
+        out["required"] = required
     return out
 
 
@@ -213,7 +222,12 @@ def json_schema() -> dict[str, Any]:
     props: dict[str, Any] = {}
     for t in TABLE_ORDER:
         top, _, sub = t.name.partition(".")
-        if sub:
+        if t.named:  # any name the pattern allows but "local", each such a table
+            props[top] = {"type": "object", "description": tables[t.name]["description"],
+                          "propertyNames": {"pattern": f"^{NAME.pattern}$",
+                                            "not": {"const": LOCAL}},
+                          "additionalProperties": copy.deepcopy(tables[t.name])}  # fmt: skip
+        elif sub:
             props[top]["properties"][sub] = copy.deepcopy(tables[t.name])
         else:
             props[top] = copy.deepcopy(tables[t.name])
