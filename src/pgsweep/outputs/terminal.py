@@ -115,6 +115,14 @@ def _fits(a: Analysis, rows: list[dict[str, str]], names: dict[str, str], width:
     return sum(cols) + 2 * (len(cols) - 1) <= width
 
 
+def say(console: Console, text: str, indent: str = "  ") -> None:
+    """A line of text wrapped to the console (at most 100 columns) with a hanging indent,
+    no trailing blanks, never read as markup."""
+    width = max(40, min(console.width, 100))
+    console.print(Text(textwrap.fill(printable(text), width, subsequent_indent=indent,
+                                     break_on_hyphens=False, break_long_words=False)))
+
+
 def _headline(a: Analysis, console: Console) -> None:
     """Each sentence under its bullet, wrapped with a hanging indent (no trailing blanks
     in a log file)."""
@@ -139,10 +147,10 @@ def render_terminal(a: Analysis, console: Console) -> None:
     console.print()
     _headline(a, console)
     if "adaptive" in a.method:
-        console.print(adaptive_line(a.method["adaptive"]), markup=False, highlight=False)
+        say(console, adaptive_line(a.method["adaptive"]))
     for panel in a.explain:  # issue 26's explain panels: their sentence, when filled
-        console.print(printable(f"why {a.names.get(str(panel.get('config')), '')}: "
-                                f"{panel.get('sentence', '')}"), markup=False, highlight=False)
+        say(console, f"why {a.names.get(str(panel.get('config')), panel.get('contrast', ''))}"
+                     f": {panel.get('sentence', '')}")
     console.print()
     rows = _rows(a)
     names, legend = dict(a.names), list[str]()
@@ -150,10 +158,10 @@ def render_terminal(a: Analysis, console: Console) -> None:
         names, legend = coded_names(a)
     _print_trimmed(console, _table(a, rows, names))
     for line in legend:
-        console.print(printable(line), markup=False, highlight=False)
+        say(console, line, "    ")
     _effects_note(a, console)
     for w in a.warnings:
-        console.print(f"warning: {printable(w)}", markup=False, highlight=False)
+        say(console, f"warning: {w}")
 
 
 def _print_trimmed(console: Console, table: Table) -> None:
@@ -175,7 +183,6 @@ def _effects_note(a: Analysis, console: Console) -> None:
         short = short_names(a.factors)
         pairs = sorted({" x ".join(short.get(t["factor"], t["factor"]) for t in e["terms"])
                         for e in quiet})  # fmt: skip
-        console.print(printable(f"no interaction called different ({len(quiet)} judged: "
-                                f"{', '.join(pairs)}); --format markdown lists them"),
-                      markup=False, highlight=False)  # fmt: skip
+        say(console, f"no interaction called different ({len(quiet)} judged: "
+                     f"{', '.join(pairs)}); --format markdown lists them")
 
