@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..analysis import METRICS, Analysis, Config
+from ..analysis.headline import baseline_text
 from ..plan import short_names
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .safetext import md
@@ -118,16 +119,17 @@ def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {md(exp['name'])}\n")
     out.append(f"PostgreSQL {md(exp['postgres_version'])}, {exp['rounds']} rounds, seed "
-               f"{exp['seed']}, baseline **{md(a.baseline)}**. TPS of each trial; rows are "
-               "rounds (each ran every configuration once, in shuffled order); a round's "
-               "level is the geometric mean of its trials.\n")  # fmt: skip
-    if "adaptive" in a.method:
-        out.append(md(adaptive_line(a.method["adaptive"])) + "\n")
+               f"{exp['seed']}, baseline **{md(a.baseline)}**: {md(baseline_text(a))}.\n")
     out.append("## What this experiment found\n")
+    alpha = a.method["alpha"]
+    out.append(f"TPS, each verdict with its simultaneous {1 - alpha:.0%} interval.\n")
     out += [f"- {md(line['text'])}" for line in a.headline]
     out.append("")
+    if "adaptive" in a.method:
+        out.append(md(adaptive_line(a.method["adaptive"])) + "\n")
+    out.append("## TPS of every trial\n\nRows are rounds (each ran every configuration once, "
+               "in shuffled order); a round's level is the geometric mean of its trials.\n")
     out += _md_rounds(a)
-    alpha = a.method["alpha"]
     out.append(f"\n## Against the baseline\n\nSimultaneous {1 - alpha:.0%} intervals over "
                "every comparison of a metric; a verdict says \"different\" exactly when its "
                "interval leaves out no change (ratio 1).\n")  # fmt: skip
