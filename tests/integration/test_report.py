@@ -171,8 +171,8 @@ def test_terminal_report_fits_100_columns_headline_first(results: Path) -> None:
     rows = {line.split()[0]: line for line in lines[table + 1 : table + 5]}
     assert sorted(rows) == ["c01", "c02", "c03", "c04"]
     assert rows["c01"].rstrip().endswith("baseline")
-    assert " B2 " in rows["c02"] and "faster +" in rows["c02"]  # B: synchronous_commit
-    assert "B = server.synchronous_commit: B1 on, B2 off" in lines
+    assert re.search(r" (B2|B=off) ", rows["c02"]) and "faster +" in rows["c02"]
+    assert any(line.startswith("B = server.synchronous_commit") for line in lines)
 
 
 @requires_pg

@@ -85,6 +85,19 @@ def test_terminal_fits_100_columns_with_a_legend_for_long_names(tmp_path: Path) 
     assert any(line.startswith(" • clients 8 vs 1: faster, +") for line in lines)
 
 
+def test_terminal_codes_factors_but_keeps_levels_when_that_fits(tmp_path: Path) -> None:
+    a = _analysis(tmp_path, {"server.shared_buffers": ["128MB", "512MB"],
+                             "server.synchronous_commit": ["on", "off"]},
+                  [1.0, 3.0, 1.0, 3.0])  # fmt: skip
+    out = io.StringIO()
+    terminal.render_terminal(a, Console(file=out, width=100, no_color=True))
+    lines = out.getvalue().splitlines()
+    row = next(line for line in lines if line.startswith("c04"))
+    assert " A=512MB B=off " in row and "faster +" in row
+    assert "A = server.shared_buffers" in lines and "B = server.synchronous_commit" in lines
+    assert max(len(line) for line in lines) <= 100
+
+
 def test_terminal_names_configurations_in_words_when_they_fit(tmp_path: Path) -> None:
     a = _analysis(tmp_path, {"workload.clients": [1, 8]}, [1.0, 1.5])
     out = io.StringIO()

@@ -135,7 +135,7 @@ def _factor_lines(a: Analysis) -> list[dict[str, Any]]:
             also = [f"{METRICS[o['metric']][0]} {verdict_words(o)}" for o in mains
                     if o["factor"] == f and o["metric"] in ALSO and o["level"] == e["level"]
                     and o["decision"] == "different"]  # fmt: skip
-            clauses.append(clause + (f" (also {'; '.join(also)})" if also else ""))
+            clauses.append(clause + (f"; also {'; '.join(also)}" if also else ""))
         text = f"{short[f]} " + "; ".join(clauses)
         tones = {_tone(e) for e in rows}
         out.append({"kind": "factor", "factor": f, "text": text,

@@ -40,15 +40,21 @@ def letters(factors: list[str]) -> dict[str, str]:
     return {f: up[i] if i < 26 else up[i // 26 - 1] + up[i % 26] for i, f in enumerate(factors)}
 
 
-def coded_names(a: Analysis) -> tuple[dict[str, str], list[str]]:
-    """Configuration id -> what differs from the baseline as factor letters and level
-    numbers ("A2 B1"), and the legend that reads them (one line per factor)."""
-    code = letters(a.factors)
+def _levels(a: Analysis) -> dict[str, list[str]]:
+    """Each factor's levels as text, in the order configurations first show them."""
     order: dict[str, list[str]] = {f: [] for f in a.factors}
     for c in a.configurations:
         for f in a.factors:
             if str(c.levels.get(f)) not in order[f]:
                 order[f].append(str(c.levels.get(f)))
+    return order
+
+
+def coded_names(a: Analysis, numbered: bool) -> tuple[dict[str, str], list[str]]:
+    """Configuration id -> what differs from the baseline with factor letters: "A=512MB
+    B=off", or with level numbers too ("A2 B1") when `numbered`; and the legend that reads
+    them (one line per factor)."""
+    code, order = letters(a.factors), _levels(a)
     base = next((c for c in a.configurations if c.id == a.baseline), None)
     names = {}
     for c in a.configurations:
@@ -57,11 +63,12 @@ def coded_names(a: Analysis) -> tuple[dict[str, str], list[str]]:
             continue
         differs = [f for f in a.factors if base is None or str(c.levels.get(f))
                    != str(base.levels.get(f))]  # fmt: skip
-        names[c.id] = " ".join(f"{code[f]}{order[f].index(str(c.levels.get(f))) + 1}"
-                               for f in differs)  # fmt: skip
-    legend = [f"{code[f]} = {f}: " + ", ".join(f"{code[f]}{i} {lv}" for i, lv in
-                                                 enumerate(order[f], start=1))
-              for f in a.factors]  # fmt: skip
+        names[c.id] = " ".join(
+            f"{code[f]}{order[f].index(str(c.levels.get(f))) + 1}" if numbered
+            else f"{code[f]}={c.levels.get(f)}" for f in differs)  # fmt: skip
+    legend = [f"{code[f]} = {f}" + (": " + ", ".join(f"{code[f]}{i} {lv}" for i, lv in
+                                                      enumerate(order[f], start=1))
+                                    if numbered else "") for f in a.factors]  # fmt: skip
     return names, legend
 
 
@@ -154,9 +161,12 @@ def render_terminal(a: Analysis, console: Console) -> None:
     console.print()
     rows = _rows(a)
     names, legend = dict(a.names), list[str]()
-    if not _fits(a, rows, names, min(console.width, 100)):
-        names, legend = coded_names(a)
-    _print_trimmed(console, _table(a, rows, names))
+    width = min(console.width, 100)
+    for numbered in (False, True):  # words; factor letters with levels; letters and numbers
+        if _fits(a, rows, names, width):
+            break
+        names, legend = coded_names(a, numbered)
+    print_table(console, _table(a, rows, names))
     for line in legend:
         say(console, line, "    ")
     _effects_note(a, console)
@@ -164,7 +174,7 @@ def render_terminal(a: Analysis, console: Console) -> None:
         say(console, f"warning: {w}")
 
 
-def _print_trimmed(console: Console, table: Table) -> None:
+def print_table(console: Console, table: Table) -> None:
     """A table without the blanks rich pads its last column with (a log stays clean)."""
     for line in console.render_lines(table, pad=False, new_lines=False):
         text = Text()
