@@ -87,12 +87,17 @@ def _change_ticks(x: Scale) -> tuple[list[float], list[str]]:
     if x.hi / x.lo < 2.5:
         pts = ticks((x.lo - 1) * 100, (x.hi - 1) * 100, 6)
         step = pts[1] - pts[0] if len(pts) > 1 else 1.0
-        return [1 + p / 100 for p in pts], [f"{p:+,.{0 if step >= 1 else 1}f}%" for p in pts]
+        return [1 + p / 100 for p in pts], [_signed(p, 0 if step >= 1 else 1) for p in pts]
     marks = [0.01, 0.1, 0.2, 0.5, 0.8, 1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000]
     vals = [m for m in marks if x.lo <= m <= x.hi]
     while len(vals) > 8:
         vals = [v for i, v in enumerate(vals) if i % 2 == 0 or v == 1]
-    return vals, [f"{(v - 1) * 100:+,.0f}%" for v in vals]
+    return vals, [_signed((v - 1) * 100, 0) for v in vals]
+
+
+def _signed(percent: float, digits: int) -> str:
+    """A tick of a change: "+25%", "-20%", and "0%" for no change."""
+    return "0%" if round(percent, digits) == 0 else f"{percent:+,.{digits}f}%"
 
 
 def headline_plot(a: Analysis) -> dict[str, str] | None:

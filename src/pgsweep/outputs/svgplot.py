@@ -94,13 +94,16 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 def number(v: float, step: float | None = None) -> str:
     """A tick or a value: thousands separated, as many decimals as the step needs."""
-    if step is None:
-        step = abs(v) / 100 if v else 1
+    if step is None:  # a value: three significant digits, none beyond 100
+        size = abs(v)
+        if size == 0:
+            return "0"
+        return f"{v:,.{0 if size >= 100 else 1 if size >= 10 else 2 if size >= 0.1 else 3}f}"
     digits = max(0, -math.floor(math.log10(step))) if step > 0 else 0
     while digits < 4 and abs(round(step, digits) - step) > step * 1e-6:  # 2.5: one decimal
         digits += 1
     v = 0.0 if abs(v) < step * 1e-6 else v  # never "-0"
-    return f"{v:,.{min(digits, 4)}f}"
+    return f"{v:,.{digits}f}"
 
 
 # ---- rows: one line of marks per configuration (a dot plot), in percent of the width ----
