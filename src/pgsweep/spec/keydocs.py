@@ -172,8 +172,8 @@ KEYS: dict[str, Doc] = {
     "workload.standby_clients": ("Its pgbench -c, per standby.", 2, ""),
     "os.huge_pages": ("Shared memory in huge pages: reserved (the count the server asks for), "
                       "verified in the postmaster's smaps; a short reservation is retried once "
-                      "after compacting memory. \"off\" runs the server without them.", "2MB",
-                      ""),
+                      "after compacting memory, and dropping the page cache when the trial "
+                      "warms up first. \"off\" runs the server without them.", "2MB", ""),
     "os.thp": ("/sys/kernel/mm/transparent_hugepage/enabled.", "never",
                "a value the kernel's menu offers"),
     "os.thp_defrag": ("/sys/kernel/mm/transparent_hugepage/defrag.", "never",
