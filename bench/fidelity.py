@@ -36,6 +36,7 @@ from scipy import stats as sps
 from pgsweep import spec
 from pgsweep.engine.measure import sampling_rate
 from pgsweep.host import proc
+from pgsweep.host.local import LOCAL
 from pgsweep.postgres import binaries, pgbench
 from pgsweep.postgres.cluster import Cluster
 
@@ -114,7 +115,7 @@ def bare_like_pgsweep(
     a warm-up with pgbench's vacuum, then the measured run with the argv pgsweep ran
     (connection and log prefix swapped) at the sampling rate "auto" picks from this
     warm-up. Returns TPS and the sampling rate."""
-    cluster = Cluster(bins, user, folder / f"bare-{n}", sockets / f"b{n}")
+    cluster = Cluster(bins, user, folder / f"bare-{n}", sockets / f"b{n}", host=LOCAL)
     work = folder / f"work-{n}"
     work.mkdir()
     if user:
@@ -174,7 +175,7 @@ def main() -> None:
         bins = binaries.inspect(BINDIR, folder, user)
         sockets = Path(tempfile.mkdtemp(prefix="pgsweep-fid-sock-"))
         sockets.chmod(0o755)
-        cluster = Cluster(bins, user, folder / "bare", sockets / "s")
+        cluster = Cluster(bins, user, folder / "bare", sockets / "s", host=LOCAL)
         work = folder / "work"
         work.mkdir()
         if user:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pgsweep import spec
 from pgsweep.host import proc, safefs
+from pgsweep.host.local import LOCAL
 from pgsweep.postgres import binaries
 from pgsweep.postgres.cluster import Cluster
 from pgsweep.postgres.standby import Standby, upstream_socket
@@ -47,7 +48,7 @@ def main() -> None:
 def measure(folder: Path, bins: binaries.Binaries, user: proc.RunAs | None, sockets: Path,
             scale: int, repeat: int) -> None:  # fmt: skip
     safefs.private_dir(folder, 0o711)
-    primary = Cluster(bins, user, folder / "primary", sockets / f"p{scale}")
+    primary = Cluster(bins, user, folder / "primary", sockets / f"p{scale}", host=LOCAL)
     try:
         primary.create([])
         primary.start()
@@ -58,7 +59,7 @@ def measure(folder: Path, bins: binaries.Binaries, user: proc.RunAs | None, sock
         backup = []
         for i in range(repeat):
             standby = Standby(bins, user, folder / f"b{i}", sockets / f"b{scale}{i}", "s1",
-                              upstream_socket(primary))  # fmt: skip
+                              upstream_socket(primary), host=LOCAL)  # fmt: skip
             os.sync()
             backup.append(standby.clone(primary))
             standby.destroy()

@@ -17,15 +17,17 @@ fi
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
-      tests/unit/test_units.py tests/unit/test_report_builds.py)
+      tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
+      tests/unit/test_design.py)
 # real runs of mechanics the side lane takes after the build: none looks for other runs'
 # servers, and no module of the main lane that does runs before the side lane is done
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
+# alone: compare the whole machine before and after; run last, when nothing else runs
+alone=(tests/unit/test_bad_experiments.py tests/integration/test_server_levels.py)
 log=$(mktemp)
 # Beside the main pytest, at the lowest CPU priority, one after the other: the suite's one
-# PostgreSQL build (tests/prebuild.py, about 3 minutes of compiling, on tmpfs), the real
-# runs in side_real (their servers run while the main lane runs modules that do not look
-# for other runs' servers: conftest orders those later), then mypy and the pure tests.
+# PostgreSQL build (tests/prebuild.py, about 2 minutes of compiling, on tmpfs), the real
+# runs in side_real, then mypy and the pure tests.
 (
     side=0
     nice -n 19 .venv/bin/python tests/prebuild.py || side=1
@@ -40,10 +42,13 @@ pure_pid=$!
 trap 'pkill -P "$pure_pid" 2>/dev/null || true; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
-.venv/bin/pytest -q -p no:cacheprovider "${pure[@]/#/--ignore=}" \
-    "${side_real[@]/#/--ignore=}" tests || status=$?
+# the rest on both cores: modules that share a machine-wide thing in one group (conftest)
+.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup "${pure[@]/#/--ignore=}" \
+    "${side_real[@]/#/--ignore=}" "${alone[@]/#/--ignore=}" tests || status=$?
 pure_status=0
 wait "$pure_pid" || pure_status=$?
+# last, with nothing else running: the modules that compare the whole machine
+.venv/bin/pytest -q -p no:cacheprovider "${alone[@]}" || status=$?
 echo "--- the suite's build and its tests, mypy and the pure unit tests (run beside the rest) ---"
 cat "$log"
 [ "$status" -ne 0 ] && exit "$status"

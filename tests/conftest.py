@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+# pytest-xdist hands its workers COLUMNS=80; pgsweep's output off a terminal is 160 columns
+# unless COLUMNS says otherwise, and the tests read it as a user's log would hold it.
+os.environ.pop("COLUMNS", None)
+
 ROOT = Path(__file__).resolve().parents[1]
 # the account throwaway servers run as when pgsweep runs as root (scripts/setup.sh makes it)
 SERVER_USER = "pgsweep"
@@ -143,27 +147,48 @@ def stop_and_restore(run: subprocess.Popen[Any]) -> None:
 
 
 def leftovers(before_tmp: set[str], results: Path) -> list[str]:
-    """What a finished run left behind: servers, sockets under /tmp, work areas."""
+    """What a finished run left behind: servers, sockets under /tmp, work areas. Only this
+    run's: its socket folder and a work area outside the results folder carry a tag of
+    the results folder's path (workarea.run_tag), so runs of other tests beside this one
+    (scripts/test.sh runs the suite on both cores) are not taken for its leftovers."""
+    from pgsweep.host.workarea import run_tag
+
+    tag = run_tag(results)
     left = [
         f"postmaster {p} ({d})"
         for p, d in postmasters().items()
-        if "pgsweep" in d or str(results) in d or "/var/tmp/" in d
+        if str(results) in d or f"-{tag}-" in d
     ]
-    left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp if n.startswith("pgsweep-")]
+    left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp
+             if n.startswith(f"pgsweep-{tag}-")]  # fmt: skip
     left += [str(p) for p in results.glob(".pgsweep-work-*")]
     for base in (Path("/var/tmp"), TMPFS):
-        left += [str(p) for p in base.glob(f"pgsweep-work-{results.name}-*")]
+        left += [str(p) for p in base.glob(f"pgsweep-work-{results.name}-{tag}-*")]
     return left
 
 
-# Modules that check the machine for any pgsweep server or socket folder left behind: they
-# run after the other real-run modules, by which time scripts/test.sh's side lane (the
-# suite's build and its tests, run beside the main pytest) is done.
-CHECK_THE_WHOLE_MACHINE = {"test_os.py", "test_replication.py", "test_run.py", "test_safety.py"}
+# scripts/test.sh runs the suite on both cores (pytest-xdist, --dist loadgroup), beside the
+# suite's build. Modules that share one machine-wide thing run in one group, one after the
+# other: kernel values (one run at a time holds the kernel lock; the 1 GB pool is probed),
+# and the network (namespaces, interfaces added to this machine's network, TCP listeners
+# a test asserts there are none of). Everything else is free: what a run leaves behind is
+# told apart by its results folder's tag (see leftovers).
+GROUPS = {
+    "kernel": {"test_os.py", "test_hugepages.py", "test_doctor.py", "test_sysctl_ranges.py",
+               "test_storage.py"},
+    "network": {"test_replication.py", "test_hosts.py", "test_safety.py"},
+}
+# Modules that compare the whole machine before and after (every mount, loop device,
+# kernel value, postmaster and temporary folder): run alone, after the rest
+# (scripts/test.sh's last pytest).
+ALONE = {"test_bad_experiments.py", "test_server_levels.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Integration modules first, those that check the whole machine among them last, then
-    the unit tests (whose bad-file corpus compares the machine too); stable otherwise."""
-    items.sort(key=lambda item: (item.path.parent.name == "unit",
-                                 item.path.name in CHECK_THE_WHOLE_MACHINE))  # fmt: skip
+    """Each module in its group (see GROUPS); integration modules first, then the unit
+    tests; stable otherwise."""
+    for item in items:
+        group = next((g for g, mods in GROUPS.items() if item.path.name in mods),
+                     item.path.name)  # fmt: skip
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.path.parent.name == "unit")

@@ -71,6 +71,33 @@ def _on(h: SimHost, *command: str) -> str:
                           timeout=30).stdout  # fmt: skip
 
 
+def _pgbench_on(h: SimHost) -> bool:
+    """pgbench runs in the host's own network namespace (ps would see every namespace's:
+    the hosts share this machine's processes)."""
+    for pid in h.pids():
+        try:
+            if b"pgbench" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for_pgbench(h: SimHost, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not _pgbench_on(h):
+        assert time.monotonic() < deadline, "pgbench never ran on the client host"
+        time.sleep(0.1)
+
+
+def _stop(run: subprocess.Popen[str]) -> None:
+    """A run still going after a failed assertion: killed, and what it left put back."""
+    if run.poll() is None:
+        run.kill()
+        run.wait()
+        pgsweep("restore", timeout=300)
+
+
 def _nothing_left(h: SimHost) -> None:
     """Only sshd runs in the host's namespace; no work area, journal or run entry there."""
     assert len(h.pids()) == 1, _on(h, "ps", "-eo", "pid,args")
@@ -132,9 +159,7 @@ def test_pgbench_runs_on_the_client_host_and_only_it_is_admitted(
         assert "password authentication failed" in wrong.stderr
         out, err = run.communicate(timeout=300)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        _stop(run)
     assert run.returncode == 0, out + err
     rows = trials(tmp_path / "res")
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
@@ -160,10 +185,7 @@ def test_the_controller_killed_mid_trial_leaves_nothing_on_any_host(
     path = write_experiment(tmp_path, _body(h1, duration="20s", rounds=1))
     run = _start(path, tmp_path / "res")
     try:
-        deadline = time.monotonic() + 120
-        while "pgbench" not in _on(h1, "ps", "-eo", "args") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "pgbench" in _on(h1, "ps", "-eo", "args")
+        _wait_for_pgbench(h1)
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
         deadline = time.monotonic() + 30  # the agent notices its stdin end and cleans up
@@ -187,9 +209,7 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
     path = write_experiment(tmp_path, _body(h1, duration="4s", rounds=2))
     run = _start(path, tmp_path / "res")
     try:
-        deadline = time.monotonic() + 120
-        while "pgbench" not in _on(h1, "ps", "-eo", "args") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _wait_for_pgbench(h1)
         # cut this run's SSH connection: the ssh client the controller started
         found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
                                text=True)  # fmt: skip
@@ -198,9 +218,7 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
         os.kill(mine[0], signal.SIGKILL)
         out, err = run.communicate(timeout=300)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        _stop(run)
     rows = trials(tmp_path / "res")
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(rows) == 4 and len(failed) == 1, out + err

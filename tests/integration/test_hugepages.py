@@ -107,10 +107,10 @@ def test_more_pages_than_memory_fails_the_trial_and_leaves_the_pool(
         'shared_buffers = "64MB"', f'shared_buffers = "{_mem_available_gb() + 2}GB"'
     )
     res = pgsweep("run", str(write_experiment(tmp_path, body)), "--results", str(tmp_path / "r"))
-    if Path("/proc/sys/vm/overcommit_memory").read_text().strip() != "1":
-        # the kernel refuses a server whose shared memory exceeds RAM and swap: the start
-        # check of `plan` finds it before anything is made (it would fail every trial)
-        assert res.returncode == 2, res.stderr + res.stdout
+    if res.returncode == 2:
+        # the kernel refused even to map that much (more than RAM and swap, under its
+        # overcommit heuristic): the start check of `plan` found it before anything was
+        # made. Below RAM the scratch server starts, and the reservation fails each trial.
         assert "server.shared_buffers: a server with these settings does not start" in res.stderr
         assert not (tmp_path / "r").exists() and _pools() == before
         return

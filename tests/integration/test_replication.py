@@ -28,6 +28,7 @@ from conftest import (
     trials,
     write_experiment,
 )
+from pgsweep.host.workarea import run_tag
 
 HOST_LINKS = {p.name for p in Path("/sys/class/net").iterdir()}  # before any test here
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -229,12 +230,12 @@ def test_kill_9_then_restore_leaves_no_standby_namespace_or_link(
         assert "namespace pgsweep-" in res.stdout, res.stdout
         assert not _ours(), res.stdout
         assert not _standby_running(results) and not list(state_dir.glob("*.undo"))
-        assert not [d for d in postmasters().values() if f"pgsweep-work-{results.name}-" in d]
+        assert not [d for d in postmasters().values() if f"-{run_tag(results)}-" in d]
     finally:
         stop_and_restore(run)
 
 
 def _standby_running(results: Path) -> bool:
     """A standby of this test's run: its work area is named after the results folder."""
-    work = f"pgsweep-work-{results.name}-"
+    work = f"pgsweep-work-{results.name}-{run_tag(results)}-"
     return any(work in d and d.endswith("-s1/conf") for d in postmasters().values())

@@ -69,7 +69,9 @@ def test_a_a_factor_is_not_called_different(results: Path) -> None:
     sync = main[("server.synchronous_commit", "tps")]
     assert sync["verdict"].startswith("faster: +"), sync  # commits without waiting on fsync
     assert sync["decision"] == "different" and sync["ci_low"] > 1
-    assert sync["replicates"] == ROUNDS and sync["error"] == "pooled"
+    # pooled, or paired when one configuration was clearly noisier in this run (a loaded
+    # machine): either way the rounds are the replicates
+    assert sync["replicates"] == ROUNDS and sync["error"] in ("pooled", "paired")
 
 
 @requires_pg

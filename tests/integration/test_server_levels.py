@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, SERVER_USER, pgsweep, postmasters, requires_pg, trials, write_experiment
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.postgres import binaries as pgbin
 from pgsweep.postgres.cluster import Cluster
@@ -33,7 +34,7 @@ def _derived_settings(tmp: Path) -> dict[str, str]:
     user = RunAs(SERVER_USER) if os.geteuid() == 0 else None
     (tmp / "out").mkdir(mode=0o700)
     binaries = pgbin.inspect(pgbin.locate("auto", where="test"), tmp / "out", user)
-    cluster = Cluster(binaries, user, tmp / "c", tmp / "s")
+    cluster = Cluster(binaries, user, tmp / "c", tmp / "s", host=LOCAL)
     cluster.create(["--no-sync"])
     cluster.start()
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -186,6 +187,13 @@ def fallback_base() -> Path:
     return real
 
 
+def run_tag(results: Path) -> str:
+    """Six hex digits of the results folder's path: in the names of its run's socket folder
+    and of a work area outside it, so they say whose they are (and tests can tell theirs
+    from a concurrent test's)."""
+    return hashlib.sha256(os.path.realpath(results).encode()).hexdigest()[:6]
+
+
 @dataclass
 class WorkArea:
     workdir: Path  # clusters, trials, storage: root-owned 0711
@@ -212,7 +220,8 @@ class WorkArea:
         if base != results:
             note = (f"the server user {user.name if user else ''} cannot reach {results}; "
                     f"its clusters live under {base} instead")  # fmt: skip
-        prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-"
+        tag = run_tag(results)  # the folder's own: two runs' areas never share a name
+        prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-{tag}-"
         opened = base == results and not traversable_by(results, user)
         if opened:  # others pass through to the work area; listing and reading stay closed
             _set_mode(results, 0o711)
@@ -223,13 +232,14 @@ class WorkArea:
         """A remote host's work area for the run called `name` on the controller: under the
         fallback base (a remote host holds no results folder), registered like a run's."""
         base = fallback_base()
-        return cls._make(base, f"pgsweep-work-{name}-", base, user, "", False)
+        return cls._make(base, f"pgsweep-work-{name}-", base, user, "", False, name)
 
     @classmethod
     def _make(cls, base: Path, prefix: str, results: Path, user: RunAs | None, note: str,
-              opened: bool) -> WorkArea:  # fmt: skip
+              opened: bool, tag: str | None = None) -> WorkArea:  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
-        socket_root = Path(tempfile.mkdtemp(prefix="pgsweep-", dir="/tmp"))
+        tag = tag or run_tag(results)
+        socket_root = Path(tempfile.mkdtemp(prefix=f"pgsweep-{tag}-", dir="/tmp"))
         area = cls(workdir, socket_root, results.resolve(), this_run(),
                    safefs.owner_ids(user)[0], note, opened)  # fmt: skip
         for d in (workdir, socket_root):
