@@ -98,7 +98,7 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert list(lines) == data["factors"]
     sync = next(e for e in data["effects"] if e["kind"] == "main" and e["metric"] == "tps"
                 and e["factor"] == "server.synchronous_commit")  # fmt: skip
-    pct = f"{(sync['ratio'] - 1) * 100:+.0f}%"
+    pct = f"{(sync['ratio'] - 1) * 100:+,.0f}%"  # thousands separated: "+10,354%"
     assert lines["server.synchronous_commit"]["text"].startswith(
         f"synchronous_commit off vs on: faster, {pct} [")
     assert lines["server.synchronous_commit"]["contrasts"] == [sync["contrast"]]
