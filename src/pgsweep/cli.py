@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
                        ("--calibration", "an A/A session: a run of one unchanged file (give "
                         "two or more)")):  # fmt: skip
         sc.add_argument(flag, action="append", type=Path, default=[], metavar="DIR", help=what)
+    sj = sub.add_parser("schema", help="the experiment file's JSON Schema (for TOML editors)")
+    sj.add_argument("--markdown", action="store_true",
+                    help="the key reference instead (docs/reference.md)")  # fmt: skip
     sb = sub.add_parser("builds", help="list the PostgreSQL build cache, or prune it")
     sb.add_argument("--remove", nargs="+", default=[], metavar="KEY", help="remove builds")
     sb.add_argument("--prune", action="store_true",
@@ -308,21 +311,21 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _render_report(
     args: argparse.Namespace, result: Analysis, store: Results, console: Console
 ) -> None:
-    from .outputs import report
+    from .outputs import report, terminal
 
     if args.format == "terminal" and not args.output:
-        report.render_terminal(result, console)
+        terminal.render_terminal(result, console)
         return
     if args.format == "terminal":
         buffer = io.StringIO()
-        report.render_terminal(result, Console(file=buffer))
+        terminal.render_terminal(result, Console(file=buffer, width=100))
         text = buffer.getvalue()
     elif args.format == "markdown":
         text = report.render_markdown(result)
     elif args.format == "json":
         text = result.to_json() + "\n"
     else:
-        from .outputs import html as report_html  # matplotlib loads only when HTML is asked for
+        from .outputs import html as report_html
 
         text = report_html.render(result, store)
     if args.output:
@@ -417,6 +420,14 @@ def cmd_builds(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_schema(args: argparse.Namespace, console: Console) -> int:
+    from .spec import reference, schema
+
+    text = reference.markdown() if args.markdown else json.dumps(schema.json_schema(), indent=1)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
 def cmd_agent(args: argparse.Namespace, console: Console) -> int:
     from .host import agent
 
@@ -435,6 +446,7 @@ COMMANDS = {
     "export": cmd_export,
     "report": cmd_report,
     "compare": cmd_compare,
+    "schema": cmd_schema,
 }
 
 

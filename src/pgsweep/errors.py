@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Exit codes, documented in the README.
+# Exit codes, documented in docs/running.md.
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # pgsweep itself failed (a bug, or the machine refused something)
 EXIT_INPUT = 2  # invalid input: nothing was started or changed

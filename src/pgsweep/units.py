@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$")
+# the forms of a duration and a size; spec/schema.py gives them to TOML editors too
+DURATION_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$"
+_DURATION = re.compile(DURATION_PATTERN)
 MAX_SECONDS = 30 * 86400  # beyond a month a duration is a mistake (pgbench -T is an int)
 _FACTORS = {"us": 1e-6, "ms": 0.001, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0,
             "d": 86400.0, None: 1.0}  # PostgreSQL's time units (recovery_min_apply_delay)
@@ -40,7 +42,8 @@ def human_seconds(seconds: float) -> str:
     return f"{s}s"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|kB|KiB|K|MB|MiB|M|GB|GiB|G|TB|TiB|T)?\s*$")
+SIZE_PATTERN = r"^\s*(\d+(?:\.\d+)?)\s*(B|kB|KiB|K|MB|MiB|M|GB|GiB|G|TB|TiB|T)?\s*$"
+_SIZE = re.compile(SIZE_PATTERN)
 _SIZES = {None: 1, "B": 1, "kB": 1024, "KiB": 1024, "MB": 1024**2, "MiB": 1024**2,
           "GB": 1024**3, "GiB": 1024**3, "TB": 1024**4, "TiB": 1024**4,
           "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}  # zfs writes "8K"  # fmt: skip

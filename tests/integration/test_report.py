@@ -14,11 +14,14 @@ import os
 import re
 import shutil
 import sqlite3
+import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import chromium
 from conftest import pgsweep, requires_pg, run_shared
 
 SCRIPT = "<script>alert(1)</script>"
@@ -84,8 +87,21 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert set(data) == {
         "experiment", "factors", "whole_plot_factors", "baseline", "configurations",
         "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
-        "builds", "phases",
+        "builds", "phases", "names", "headline", "explain",
     }  # fmt: skip
+    assert data["explain"] == []  # issue 26's explain panels: a hook nothing fills yet
+    assert data["names"] == {"c01": "baseline", "c02": "synchronous_commit off",
+                             "c03": f"application_name {SCRIPT}",
+                             "c04": f"application_name {SCRIPT}, synchronous_commit off"}
+    # the headline restates the model's verdicts: a line per factor, first level as reference
+    lines = {h.get("factor"): h for h in data["headline"] if h["kind"] == "factor"}
+    assert list(lines) == data["factors"]
+    sync = next(e for e in data["effects"] if e["kind"] == "main" and e["metric"] == "tps"
+                and e["factor"] == "server.synchronous_commit")  # fmt: skip
+    pct = f"{(sync['ratio'] - 1) * 100:+,.0f}%"  # thousands separated: "+10,354%"
+    assert lines["server.synchronous_commit"]["text"].startswith(
+        f"synchronous_commit off vs on: faster, {pct} [")
+    assert lines["server.synchronous_commit"]["contrasts"] == [sync["contrast"]]
     assert data["replication"] == []  # no standbys in this run
     assert data["builds"] == []  # the installed PostgreSQL only: no builds table
     assert [p["config"] for p in data["phases"]] == ["c01", "c02", "c03", "c04"]
@@ -146,19 +162,34 @@ def test_markdown_has_rounds_by_configurations_with_mean_and_median(results: Pat
 
 
 @requires_pg
-def test_terminal_report_lists_verdicts(results: Path) -> None:
-    res = pgsweep("report", str(results))
+def test_terminal_report_fits_100_columns_headline_first(results: Path) -> None:
+    """In 100 columns: the headline before the table, no line longer, every configuration
+    on one line with its verdict; names too long for the column become factor letters and
+    level numbers, with a legend."""
+    res = subprocess.run([sys.executable, "-m", "pgsweep.cli", "report", str(results)],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, NO_COLOR="1", COLUMNS="100"))  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert "baseline" in res.stdout and "faster: +" in res.stdout
-    assert "server.synchronous_commit = off (vs on), averaged over the other factors: faster" in (
-        " ".join(res.stdout.split())
-    )
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, res.stdout
+    table = next(i for i, line in enumerate(lines) if line.startswith("id "))
+    first = next(i for i, line in enumerate(lines) if line.startswith(" • "))
+    assert first < table and "…" not in res.stdout
+    joined = " ".join(res.stdout.split())
+    assert "synchronous_commit off vs on: faster, +" in joined
+    rows = {line.split()[0]: line for line in lines[table + 1 : table + 5]}
+    assert sorted(rows) == ["c01", "c02", "c03", "c04"]
+    assert rows["c01"].rstrip().endswith("baseline")
+    assert re.search(r" (B2|B=off) ", rows["c02"]) and "faster +" in rows["c02"]
+    assert any(line.startswith("B = server.synchronous_commit") for line in lines)
 
 
 @requires_pg
 def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
+    """The report answers first (headline, then its plot, then folded details), is one
+    offline file, and in a real browser at 1280 and 390 px draws every plot, throws no
+    error, fits the phone's width, and zooms the per-second plots on a drag."""
+    if chromium.browser() is None:
         pytest.skip("chromium is not installed (scripts/setup.sh --dev installs it)")
     html = tmp_path / "report.html"
     res = pgsweep("report", str(results), "--format", "html", "-o", str(html))
@@ -166,39 +197,45 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
     text = html.read_text()
     # self-contained: nothing to fetch (xmlns names are identifiers, not requests)
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", text)
-    assert "<link" not in text and "@import" not in text
+    assert "<link" not in text and "@import" not in text and "url(" not in text
     assert SCRIPT not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    # the answer first: headline sentences, their plot, then the details, folded
+    order = [text.index(m) for m in ('id="headline"', 'data-plot="tps-change"',
+                                     'id="details"', "<details")]  # fmt: skip
+    assert order == sorted(order) and "<details open" not in text
+    assert "synchronous_commit off vs on: faster, +" in text
     # tpcb-like writes: its bytes-per-transaction plot is drawn
     assert 'data-plot="bytes"' in text and "data-plot-left-out" not in text
     ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "report.png"
-    flags = [
-        *("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"),
-        *("--disable-background-networking", "--disable-component-update", "--disable-sync"),
-        *("--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"),
-    ]
-    env = dict(os.environ, HOME=str(tmp_path))
-    dom = subprocess.run([browser, *flags, "--dump-dom", html.as_uri()], capture_output=True,
-                         text=True, timeout=120, env=env)  # fmt: skip
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr, dom.stderr[-2000:]
-    # the level is text in the parsed page, never an element
-    assert "<script" not in dom.stdout.replace("&lt;script", "")
-    assert "alert(1)" in dom.stdout
-    figures = dom.stdout.split('<figure class="plot"')[1:]
-    names = [f.split('data-plot="')[1].split('"')[0] for f in figures]
-    assert {"tps", "latency", "bytes", "tps-over-time", "p99-over-time"} <= set(names)
-    for name, fig in zip(names, figures, strict=True):
-        assert "<svg" in fig and fig.count("<path") >= 5, f"plot {name} is empty"
-    size = ["--window-size=1200,2400", f"--screenshot={shot}"]
-    subprocess.run(
-        [browser, *flags, *size, html.as_uri()], capture_output=True, timeout=120, env=env,
-        check=True,
-    )  # fmt: skip
-    import matplotlib.image as mpimg
+    with chromium.Page(tmp_path) as page:
+        for width in (1280, 390):
+            page.open(html.as_uri(), width)
+            seen = chromium.probe(page)
+            _drawn_and_zoomable(seen, width)
+            page.screenshot(ARTIFACTS / f"report-{width}.png", width)
+        assert page.errors() == []  # no script error, console error or warning
+    for width in (1280, 390):  # the whole page: as wide as the window, long, not blank
+        png = (ARTIFACTS / f"report-{width}.png").read_bytes()
+        shape = struct.unpack(">II", png[16:24])  # the IHDR chunk: width, height
+        assert shape[0] == width and shape[1] > 2000 and len(png) > 100_000, shape
 
-    pixels = mpimg.imread(shot)
-    assert pixels.shape[0] >= 2000 and pixels.std() > 0.05  # drawn, not a blank page
+
+def _drawn_and_zoomable(seen: dict, width: int) -> None:
+    assert seen["viewport"] == width and seen["scrollWidth"] <= width, seen  # no sideways page
+    names = [p["name"] for p in seen["plots"]]
+    assert names[0] == "tps-change" and {"tps", "latency", "bytes", "tps-over-time",
+                                          "p99-over-time"} <= set(names), names  # fmt: skip
+    for p in seen["plots"]:  # drawn: marks laid out with a size, tooltips on them
+        assert p["svgs"] >= 2 and p["drawn"] >= 4 and p["titles"] >= 4, p
+        assert p["width"] > 0.8 * min(width, 1100) - 40 and p["height"] > 60, p
+        assert p["right"] <= width, p
+    zoom = seen["zoom"]  # a drag from 1/4 to 1/2 of the plot zooms into that stretch
+    lo, hi = (float(v.replace(",", "")) for v in zoom["before"].split())
+    zlo, zhi = (float(v.replace(",", "")) for v in zoom["after"].split())
+    assert abs(zlo - (lo + (hi - lo) / 4)) < 0.05 * (hi - lo), zoom
+    assert abs(zhi - (lo + (hi - lo) / 2)) < 0.05 * (hi - lo), zoom
+    assert zoom["labelsAfter"] != zoom["labelsBefore"] and zoom["reset"] == zoom["before"]
+    assert "second" in zoom["readout"] and "TPS" in zoom["readout"], zoom
 
 
 @requires_pg

@@ -1,5 +1,5 @@
-"""Reports from numbers no real run gives on demand: a trial of 0 TPS and levels that
-matplotlib would read as mathtext render, escaped, instead of crashing."""
+"""Reports from numbers no real run gives on demand: a trial of 0 TPS and levels that a
+plotting library would read as mathtext render, escaped, instead of crashing."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_zero_tps_and_dollar_levels_render(tmp_path: Path) -> None:
     finally:
         store.close()
     svgs = "".join(re.findall(r"<svg.*?</svg>", html, flags=re.S))
-    assert "$\\notacommand{x}$" in svgs and "$5$" in svgs  # plotted as written
+    assert "$\\notacommand{x}$" in svgs and "$5$" in svgs  # plotted as written (tooltips)
     assert "$5$" in md and "0.0" in md  # the 0 TPS trial is shown, not dropped silently
 
 

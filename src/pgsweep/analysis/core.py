@@ -23,6 +23,7 @@ from ..verdict import sequential as sq
 from .builds import assertion_warning, build_rows, phase_rows
 from .checks import replication_rows, warnings
 from .design import surviving
+from .headline import config_names, headline
 from .types import METRICS, NEGLIGIBLE_BYTES, WHOLE_PLOT_COSTS, Analysis, Config
 
 
@@ -102,6 +103,8 @@ def analyse(
     out.phases = phase_rows(results, configs, alpha)
     out.warnings = assertion_warning(out.builds) + warnings(out, results)
     out.replication = replication_rows(results)
+    out.names = config_names(out)
+    out.headline = headline(out, out.names)
     return out
 
 

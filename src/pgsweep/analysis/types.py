@@ -54,6 +54,18 @@ class Analysis:
     builds: list[dict[str, Any]] = field(default_factory=list)
     # per configuration: bytes written while loading and while running (seed 3)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    # configuration id -> the levels that differ from the baseline's (headline.config_names)
+    names: dict[str, str] = field(default_factory=dict)
+    # the answer first: one sentence per factor, interaction and configuration called
+    # different, each restating a verdict above (headline.headline)
+    headline: list[dict[str, Any]] = field(default_factory=list)
+    # The explain panels (issue 26): per comparison the report calls different, what changed
+    # beside the verdict and why. Empty until analysis/explain.py fills it; the HTML report
+    # renders it between the headline plot and the details (templates/explain.html.j2),
+    # the terminal after the headline. Each panel: {"contrast": the verdict's contrast label,
+    # "config": id or None, "sentence": one line in words, "rows": [{"name", "unit",
+    # "before", "after", "change", "verdict"}, ...]} (rows as the template shows them, text).
+    explain: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)

@@ -214,12 +214,12 @@ def check_table(
                 path,
                 f"unknown key in [{layer}]",
                 expected=f"one of {known}",
-                fix="check the spelling; see the README's experiment file reference",
+                fix=f"check the spelling; see [{layer}] in docs/reference.md",
             )
         return source.error(
             path,
             f"{what} (got {value!r})",
-            fix="see the README's experiment file reference for this key",
+            fix="see this key in docs/reference.md (pgsweep schema --markdown)",
         )
 
     try:
@@ -269,6 +269,6 @@ def check_subtable(
                 where,
                 f"{what} (got {data.get(name)!r})",
                 expected=f"one of {', '.join(model.model_fields)}" if unknown else None,
-                fix="see the README's experiment file reference for this key",
+                fix="see this key in docs/reference.md (pgsweep schema --markdown)",
             ) from None
     return dict(model.model_validate(base).model_dump())

@@ -1,20 +1,18 @@
-"""`pgsweep report`: the analysis rendered for a terminal, as Markdown (the seeds' tables:
-rounds x configurations with mean and median rows, then verdicts and factor effects), or
-as JSON (the analysis itself; schema in docs/report-schema.md). HTML is report_html."""
+"""`pgsweep report` as Markdown (the headline first, then the seeds' tables: rounds x
+configurations with mean and median rows, verdicts and factor effects), and the pieces
+the other formats share. The terminal is outputs/terminal.py, HTML outputs/html.py, JSON
+the analysis itself (schema in docs/report-schema.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from ..analysis import METRICS, Analysis, Config
-from ..core import printable
+from ..analysis.headline import baseline_text
 from ..plan import short_names
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
-from .safetext import md, term
+from .safetext import md
 
 
 def levels_text(a: Analysis, c: Config) -> str:
@@ -46,36 +44,6 @@ def effect_name(e: dict[str, Any]) -> str:
         return first
     t = terms[1]
     return f"the effect of {first} at {t['factor']} = {t['level']} rather than {t['reference']}"
-
-
-def render_terminal(a: Analysis, console: Console) -> None:
-    exp = a.experiment
-    title = (f"{exp['name']}: TPS per configuration, baseline {a.baseline} "
-             f"(PostgreSQL {exp['postgres_version']})")  # fmt: skip
-    table = Table(title=term(title))
-    ci = f"{1 - a.method['alpha']:.0%} CI"
-    for col in ("config", "levels", "n", "mean", "median", ci, "CV", "p99 ms", "verdict"):
-        table.add_column(col, justify="right" if col in ("n", "mean", "median", "CV") else "left")
-    verdicts = _verdicts(a, "tps")
-    for c in a.configurations:
-        s = c.summary.get("tps") or {}
-        p99 = c.summary.get("latency.p99_ms") or {}
-        table.add_row(
-            term(c.id), term(levels_text(a, c)), str(s.get("n", 0)), _num(s.get("mean")),
-            _num(s.get("median")), _interval(s),
-            f"{s['cv']:.1%}" if s.get("cv") is not None else "-",
-            _num(p99.get("median"), 2),
-            term("baseline" if c.id == a.baseline else verdicts.get(c.id, "-")),
-        )  # fmt: skip
-    console.print(table)
-    if "adaptive" in a.method:
-        console.print(adaptive_line(a.method["adaptive"]), markup=False, highlight=False)
-    for e in a.main_effects() + a.interactions():
-        where = "averaged over the other factors" if e["kind"] == "main" else "interaction"
-        console.print(printable(f"{effect_name(e)}, {where}: {e['verdict']}"), markup=False,
-                      highlight=False)  # fmt: skip
-    for w in a.warnings:
-        console.print(f"warning: {printable(w)}", markup=False, highlight=False)
 
 
 def _md_row(cells: list[str]) -> str:
@@ -151,13 +119,17 @@ def render_markdown(a: Analysis) -> str:
     exp, out = a.experiment, []
     out.append(f"# {md(exp['name'])}\n")
     out.append(f"PostgreSQL {md(exp['postgres_version'])}, {exp['rounds']} rounds, seed "
-               f"{exp['seed']}, baseline **{md(a.baseline)}**. TPS of each trial; rows are "
-               "rounds (each ran every configuration once, in shuffled order); a round's "
-               "level is the geometric mean of its trials.\n")  # fmt: skip
+               f"{exp['seed']}, baseline **{md(a.baseline)}**: {md(baseline_text(a))}.\n")
+    out.append("## What this experiment found\n")
+    alpha = a.method["alpha"]
+    out.append(f"TPS, each verdict with its simultaneous {1 - alpha:.0%} interval.\n")
+    out += [f"- {md(line['text'])}" for line in a.headline]
+    out.append("")
     if "adaptive" in a.method:
         out.append(md(adaptive_line(a.method["adaptive"])) + "\n")
+    out.append("## TPS of every trial\n\nRows are rounds (each ran every configuration once, "
+               "in shuffled order); a round's level is the geometric mean of its trials.\n")
     out += _md_rounds(a)
-    alpha = a.method["alpha"]
     out.append(f"\n## Against the baseline\n\nSimultaneous {1 - alpha:.0%} intervals over "
                "every comparison of a metric; a verdict says \"different\" exactly when its "
                "interval leaves out no change (ratio 1).\n")  # fmt: skip

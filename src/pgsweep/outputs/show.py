@@ -18,6 +18,7 @@ from ..plan import Adaptive, Plan, short_names
 from ..store import Results
 from ..units import human_seconds
 from .safetext import term
+from .terminal import print_table
 
 
 @dataclass
@@ -71,12 +72,13 @@ def render_summary(results: Results, console: Console) -> None:
     factors = exp.factors
     levels = {c.id: c.levels for c in results.configurations()}
     title = f"{exp.name}: TPS per configuration (PostgreSQL {exp.postgres_version})"
-    table = Table(title=term(title))
-    table.add_column("config")
+    console.print(term(title))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("config", no_wrap=True)
     for header in short_names(factors).values():
         table.add_column(term(header), min_width=len(header))
     for col in ("n", "failed", "mean TPS", "median TPS", "median p99 ms"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     for s in summarize(results):
         row = [term(levels[s.id].get(name, "")) for name in factors]
         table.add_row(
@@ -88,7 +90,7 @@ def render_summary(results: Results, console: Console) -> None:
             _fmt(s.median_tps),
             f"{s.median_p99_ms:,.2f}" if s.median_p99_ms is not None else "-",
         )
-    console.print(table)
+    print_table(console, table)
     for t in results.trials():
         if t.ok:
             continue

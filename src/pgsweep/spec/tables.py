@@ -127,7 +127,7 @@ def fixed_table(source: Source, doc: dict[str, Any], table: str) -> Any:
         raise source.error(
             (table, key),
             f"{msg} (got {data.get(key)!r})",
-            fix=f"see [{table}] in the README's experiment file reference",
+            fix=f"see [{table}] in docs/reference.md (pgsweep schema --markdown)",
         ) from None
 
 
