@@ -3,7 +3,9 @@ its include_dir and a nested relative include, becomes every configuration's bas
 settings; [server] and factors override it; what pgsweep manages (paths, port, SSL,
 archiving) is not used and said so with the file's line; a setting the server does not
 know, rejects or will not start with, a library by path, a link and a loop are exit 2 at
-`plan` naming the file's line, with no server left behind."""
+`plan` naming the file's line. (That the scratch server of a failed start is gone is
+test_server_levels' question: it looks at the whole machine, in the suite's machine lane;
+this module runs beside others.)"""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, pgsweep, postmasters, requires_pg, run_shared, trials, write_experiment
+from conftest import DATA, pgsweep, requires_pg, run_shared, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
@@ -108,12 +110,8 @@ def test_what_came_from_the_file_and_what_was_not_used_is_recorded(
 
 
 def _plan_error(tmp_path: Path, body: str) -> str:
-    before = set(os.listdir("/tmp"))
-    servers = set(postmasters())
     res = pgsweep("plan", str(write_experiment(tmp_path, body)))
     assert res.returncode == 2, res.stdout + res.stderr
-    assert set(postmasters()) <= servers  # the scratch server is gone
-    assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("pgsweep-start")]
     return res.stderr
 
 
