@@ -87,9 +87,15 @@ def parse(text: str) -> SysbenchRun:
         errors=counts.get("ignored errors", (0, 0.0))[0],
         reconnects=counts.get("reconnects", (0, 0.0))[0],
         latency=latency, histogram=bins,
-        per_second=[Second(int(m[0]), int(m[1]), *map(float, m[2:7]), float(m[8]),
-                           float(m[9]), float(m[10])) for m in _SECOND.findall(text)],
+        per_second=[_second(m) for m in _SECOND.findall(text)],
     )  # fmt: skip
+
+
+def _second(m: tuple[str, ...]) -> Second:
+    """One `[ Ns ]` line's fields (m[7] is the percentile its latency is at)."""
+    tps, qps, reads, writes, other = (float(v) for v in m[2:7])
+    return Second(int(m[0]), int(m[1]), tps, qps, reads, writes, other, float(m[8]),
+                  float(m[9]), float(m[10]))  # fmt: skip
 
 
 def percentiles(bins: list[tuple[float, int]]) -> dict[str, float]:
