@@ -1,8 +1,8 @@
 """Adaptive rounds on a real run: `rounds = "auto"` looks after each round and stops long
 before its maximum of 8: a real tenfold effect is decided at the first or second look and
 a real A/A comparison can no longer find a change of 10% (futility about `[repeat]
-interest`, its default) by round 3 or 4 on an idle machine (9.5-21% CV here), 5 seen on
-a loaded CI machine; the
+interest`, its default) by round 3 or 4 on an idle machine (9.5-21% CV here); on a loaded
+CI machine 5 and 7, once stopping with its interval inside ±10% instead; the
 report calls the one and not the other, and says where the run stopped; `--resume` of a
 stopped run runs nothing.
 
@@ -17,6 +17,7 @@ arithmetic)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -48,6 +49,7 @@ precision = "2%"
 server.commit_siblings = [5, 10, 0]
 """
 
+NO_CHANGE = ("futility", "every interval inside")
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
@@ -76,7 +78,9 @@ def test_the_report_calls_the_effect_and_not_the_a_a_pair(results: Path) -> None
     seq = data["method"]["adaptive"]
     last = rounds_run(results)
     assert seq["rounds"] == last and seq["stopped_at"] == last and seq["max_rounds"] == 8
-    assert seq["reason"].startswith("futility"), seq  # the A/A pair was the one left open
+    # the A/A pair was the one left open, and it stopped as one with no change worth
+    # finding: futility, or (after more rounds on a loaded machine) its interval inside ±10%
+    assert seq["reason"].startswith(NO_CHANGE), seq
     # decided at the first or second look: its noise (3%) is far below the A/A pair's
     # (10-20%), so the model may fall back to a paired t with 2 degrees of freedom at round 3
     assert seq["decided_at"]["server.commit_siblings=0"] in (3, 4), seq
@@ -85,7 +89,8 @@ def test_the_report_calls_the_effect_and_not_the_a_a_pair(results: Path) -> None
     assert tps[0]["decision"] == "different" and tps[0]["ratio"] < 0.3, tps[0]
     assert tps[10]["decision"] != "different", tps[10]
     md = pgsweep("report", str(results), "--format", "markdown")
-    assert f"Adaptive rounds: {last} of at most 8 rounds run; futility" in md.stdout, md.stdout
+    assert re.search(rf"Adaptive rounds: {last} of at most 8 rounds run; ({'|'.join(NO_CHANGE)})",
+                     md.stdout), md.stdout
 
 
 @requires_pg
@@ -98,7 +103,8 @@ def test_resuming_a_stopped_run_runs_nothing(
     assert res.returncode == 0, res.stderr + res.stdout
     assert "0 of 24 trials to run" in res.stdout
     last = rounds_run(results)
-    assert f"adaptive rounds: stopped after round {last}: futility" in res.stdout
+    assert re.search(rf"adaptive rounds: stopped after round {last}: ({'|'.join(NO_CHANGE)})",
+                     res.stdout), res.stdout
     assert len(trials(results)) == 3 * last
 
 

@@ -68,3 +68,20 @@ def test_nothing_survives_leaves_the_design_as_it_was() -> None:
     configs = _grid({"c01", "c02"}, a=[1, 2])
     d = surviving(configs, configs[0])
     assert d.configs == configs and d.baseline is configs[0]
+
+
+def test_one_server_error_worded_two_ways_by_pgbench_is_one_cause() -> None:
+    """Both reasons come from one real run (statement_timeout = 1ms, a loaded machine):
+    pgbench words the timeout by whether a client had started. One cause, one warning;
+    another server error is another cause."""
+    from pgsweep.analysis.checks import cause
+
+    head = "pgbench failed: `/usr/lib/postgresql/15/bin/pgbench -h /tmp/s -p 5432` exited " \
+           "with code 2: pgbench: error: "  # fmt: skip
+    started = head + "client 0 script 0 aborted in command 0 query 0: ERROR:  canceling " \
+                     "statement due to statement timeout"  # fmt: skip
+    before = head + "ERROR:  canceling statement due to statement timeout"
+    assert cause(started)[0] == cause(before)[0]
+    assert cause(started)[1].startswith("pgbench failed: `pgbench ...` exited with code 2")
+    other = head + "FATAL:  terminating connection due to administrator command"
+    assert cause(other)[0] != cause(started)[0]

@@ -83,14 +83,18 @@ def _failures(results: Results) -> list[str]:
 def cause(reason: str) -> tuple[str, str]:
     """A failure reason as one line, and the key that groups reasons saying the same: the
     command it quotes cut to its program, the error its output ends with, and numbers
-    (PIDs, client ids, paths of trials) not told apart in the key."""
+    (PIDs, client ids, paths of trials) not told apart in the key. When the server said
+    why (ERROR, FATAL, PANIC), that is the cause, wherever the client put it: pgbench
+    words one statement timeout in two ways, by whether a client had started."""
     lines = reason.splitlines() or [""]
     head = re.sub(r"`(?:[^`\s]*/)?([^`\s/]+)[^`]*`", r"`\1 ...`", lines[0])
     server = [ln.strip() for ln in lines[1:] if re.search(r"(ERROR|FATAL|PANIC):", ln)]
     other = [ln.strip() for ln in lines[1:] if "error" in ln.lower()]
     detail = (server or other[-1:] or [""])[0]
     text = f"{head} {detail}".strip()
-    return re.sub(r"\d+", "N", text), text
+    said = [m.group(0) for ln in lines if (m := re.search(r"(ERROR|FATAL|PANIC):.*", ln))]
+    key = f"{head.split(':')[0]}: {' '.join(said[0].split())}" if said else text
+    return re.sub(r"\d+", "N", key), text
 
 
 def _grouped_notes(notes: list[str]) -> list[str]:
