@@ -172,6 +172,8 @@ def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
         s = exp.settings(c.levels)
         w, cluster = s["workload"], s["cluster"]
         target = cluster.target_bytes(getattr(s.get("os"), "memory_limit", None))
+        if cluster.dump is not None:  # a restore: about as long as loading as much data
+            target = cluster.dump.estimate_bytes()
         scale = max(1, target // (16 * 1024**2)) if target is not None else cluster.scale
         restore = 1.0 + 0.03 * scale if w.writes else 0.0
         # standbys are cloned again after each restore: pg_basebackup took 0.7-1.3 s at

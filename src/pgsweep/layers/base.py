@@ -56,6 +56,8 @@ class ValidationContext:
     shown: dict[tuple[str, str], str] = field(default_factory=dict)
     # what the run will do differently from what the file says, printed by plan and run
     notes: list[str] = field(default_factory=list)
+    # "server.name" -> "FILE:LINE" of a setting that came from server.include's files
+    origins: dict[str, str] = field(default_factory=dict)
     host: Host = field(kw_only=True)  # the machine the checks ask (the server's)
 
 

@@ -1,5 +1,6 @@
-"""The `cluster` layer: initdb options and data size. A change means a new cluster:
-initdb, load with `pgbench -i`, snapshot of the loaded data directory."""
+"""The `cluster` layer: initdb options and the data. A change means a new cluster:
+initdb, load with `pgbench -i` (or restore the pg_dump archive `from` names), snapshot of
+the loaded data directory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import counters, devices, metrics
 from ..core import Cost, Value
 from ..errors import PgsweepError
+from ..host import userfile
+from ..postgres import dump as pgdump
 from ..postgres.binaries import Binaries
 from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
@@ -64,6 +67,7 @@ class ClusterSettings:
     size_share: float | None  # cluster.size as a share of RAM (of os.memory_limit when set)
     data_checksums: bool
     wal_segsize: int | None
+    dump: pgdump.Dump | None = None  # cluster.from: restored instead of pgbench -i
 
     def initdb_options(self) -> list[str]:
         opts = ["--data-checksums"] if self.data_checksums else []
@@ -92,10 +96,26 @@ class ClusterLayer(ResourceLayer):
     def __init__(self) -> None:
         self.made = 0
         self.size_where = "[cluster] scale"  # the key that sets the data size, for errors
+        self.dumps: dict[str, pgdump.Dump] = {}  # cluster.from as written -> the archive
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
     ) -> dict[str, Value]:
+        base = dict(base)
+        source = base.pop("from", None)
+        if "from" in factors:
+            raise ctx.source.error(("factors", "cluster", "from"),
+                                   "cluster.from cannot be a factor (yet)",
+                                   fix="compare two data sets in two experiments")  # fmt: skip
+        if source is not None:
+            for key in ("scale", "size"):
+                if key in base or key in factors:
+                    raise ctx.source.error(
+                        ("factors", "cluster", key) if key in factors else ("cluster", key),
+                        f"cluster.{key} and cluster.from both set the data",
+                        fix=f"remove cluster.{key}: the dump's data is what is restored",
+                    )  # fmt: skip
+            self.dumps[str(source)] = _check_dump(source, ctx)
         table = check_table(ClusterTable, self.name, base, factors, ctx.source)
         key = "size" if "size" in base or "size" in factors else "scale"
         self.size_where = ctx.source.where(*(("factors", "cluster", key) if key in factors
@@ -106,7 +126,10 @@ class ClusterLayer(ResourceLayer):
                 "cluster.size and cluster.scale both set the data size",
                 fix="keep one: size computes the scale that gives that many bytes",
             )
-        return dict(table.model_dump())
+        values: dict[str, Value] = dict(table.model_dump())
+        if source is not None:
+            values["from"] = str(source)
+        return values
 
     def settings(self, values: dict[str, Value]) -> ClusterSettings:
         size = values.get("size")
@@ -117,6 +140,7 @@ class ClusterLayer(ResourceLayer):
             size_bytes=parse_size(size) if size is not None and share is None else None,
             size_share=share, data_checksums=bool(values["data_checksums"]),
             wal_segsize=int(wal) if wal is not None else None,
+            dump=self.dumps[str(values["from"])] if "from" in values else None,
         )  # fmt: skip
 
     def level_identity(self, key: str, level: Value) -> object:
@@ -189,7 +213,11 @@ class ClusterLayer(ResourceLayer):
                 cluster.set_password(client.verifier)
             target = settings.target_bytes(_memory_limit(config))
             loader = run.client(config, binaries)  # the load runs beside the server
-            server.load = _load(cluster, loader, settings.scale, target, storage.pool_devices)
+            if settings.dump is not None:
+                server.load = _restore(cluster, settings.dump, storage.pool_devices)
+            else:
+                server.load = _load(cluster, loader, settings.scale, target,
+                                    storage.pool_devices)  # fmt: skip
             cluster.take_snapshot()
             # the loaded directory is no copy: a writing workload's first trial starts from
             # the snapshot too, so no trial's data state depends on its position
@@ -278,6 +306,76 @@ def _load(
     out["load.scale"], out["load.database_bytes"] = float(scale), float(size[0] if size else 0)
     if target is not None:
         out["load.target_bytes"] = float(target)
+    return out
+
+
+def _check_dump(value: object, ctx: ValidationContext) -> pgdump.Dump:
+    """cluster.from: "dump:/abs/path" of an archive the server user may read, opened here
+    without following a link, of no newer major version than the cluster's."""
+    where = ("cluster", "from")
+    expected = '"dump:/abs/path" of a pg_dump archive (custom, directory, tar or plain SQL)'
+    text = value if isinstance(value, str) else ""
+    path = Path(text.removeprefix("dump:"))
+    if not text.startswith("dump:") or not path.is_absolute() or ".." in path.parts:
+        raise ctx.source.error(where, f"not a dump to restore (got {value!r})",
+                               expected=expected,
+                               fix="name the archive by its absolute path")  # fmt: skip
+    try:
+        found = pgdump.identify(userfile.inspect(path, ctx.user))
+    except (userfile.UserFileError, pgdump.DumpError) as exc:
+        what = str(exc) if isinstance(exc, userfile.UserFileError) else f"{path} {exc}"
+        raise ctx.source.error(where, f"the dump cannot be restored: {what}",
+                               expected=expected,
+                               fix="name a pg_dump archive (not a link) the server user may "
+                               "read, in folders it may pass through") from None  # fmt: skip
+    major = ctx.binaries.major
+    if max(found.majors) > major:
+        raise ctx.source.error(
+            where, f"{path} is a dump of PostgreSQL {found.server_version} made by pg_dump "
+            f"{found.pg_dump_version}, newer than this cluster's PostgreSQL "
+            f"{ctx.binaries.version}", fix=f"dump it again with PostgreSQL {major}'s pg_dump "
+            "(it reads newer servers), or run a newer PostgreSQL (postgres.bin)",
+        )  # fmt: skip
+    return found
+
+
+def _restore(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) -> dict[str, float]:
+    """The dump restored as the server user (pg_restore -j, or psql), then VACUUM ANALYZE
+    (as pgbench -i vacuums), pg_prewarm when installed and a checkpoint; the same counters
+    as a pgbench load, with the tables and rows restored."""
+    devs, primary = devices.for_cluster(cluster, pool)
+    before = _load_snapshot(cluster, devs)
+    started = time.monotonic()
+    argv = pgdump.restore_argv(dump, cluster.binaries.path("pg_restore"),
+                               cluster.binaries.path("psql"), cluster.pgbench_conn_args())
+    timeout = 600 + dump.estimate_bytes() / 5e6  # 5 MB/s at the slowest
+    res = cluster.host.run(argv, out=cluster.scratch / "restore.out", timeout=timeout,
+                           user=cluster.user)  # fmt: skip
+    why = pgdump.restore_failure(dump, res)
+    if why:
+        raise ServerError(f"restoring {dump.path} failed: {why}")
+    restored = time.monotonic() - started
+    with cluster.connect() as conn:
+        conn.execute("VACUUM ANALYZE")
+        has_prewarm = conn.execute(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
+        ).fetchone()
+        if has_prewarm and has_prewarm[0]:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("CHECKPOINT")
+        size = conn.execute("SELECT pg_database_size('postgres')").fetchone()
+        rows = conn.execute(
+            "SELECT count(*), coalesce(sum(greatest(reltuples, 0)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'm') "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+            "AND n.nspname NOT LIKE 'pg_toast%'").fetchone()  # fmt: skip
+    deltas = counters.delta(before, _load_snapshot(cluster, devs))
+    out = {f"load.{k}": v for k, v in deltas.items()}
+    out.update(metrics.io(deltas, primary, 0))
+    out["load.seconds"], out["load.restore_seconds"] = time.monotonic() - started, restored
+    out["load.database_bytes"] = float(size[0] if size else 0)
+    out["load.dump_bytes"] = float(dump.bytes)
+    out["load.tables"], out["load.rows"] = (float(rows[0]), float(rows[1])) if rows else (0, 0)
     return out
 
 

@@ -40,10 +40,12 @@ class Place:
 
 
 def data_bytes(config: Mapping[str, Any]) -> int:
-    """The loaded database: cluster.size, or about 16 MiB per scale unit and 24 MiB more
-    (MACHINE-NOTES: scale 10 157 MB, scale 200 3.0 GB)."""
+    """The loaded database: the dump's guess, cluster.size, or about 16 MiB per scale unit
+    and 24 MiB more (MACHINE-NOTES: scale 10 157 MB, scale 200 3.0 GB)."""
     cluster = config["cluster"]
     limit = getattr(config.get("os"), "memory_limit", None)
+    if cluster.dump is not None:  # cluster.from: guessed from the archive's size
+        return int(cluster.dump.estimate_bytes()) + 24 * 1024**2
     return int(cluster.target_bytes(limit) or cluster.scale * 16 * 1024**2 + 24 * 1024**2)
 
 

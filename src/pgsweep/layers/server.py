@@ -14,6 +14,7 @@ from ..core import Cost, Value, printable
 from ..errors import PgsweepError
 from ..postgres.cluster import Cluster, ServerError
 from ..postgres.startcheck import DERIVED, StartChecker, StartFailure
+from . import server_include
 from .base import Layer, ValidationContext
 from .context import TrialContext, TrialFailure
 
@@ -39,6 +40,11 @@ SSL = {"ssl", "ssl_cert_file", "ssl_key_file", "ssl_ca_file", "ssl_crl_file", "s
        "ssl_dh_params_file", "ssl_passphrase_command", "ssl_passphrase_command_supports_reload"}
 # postgresql.conf's directives (not settings): pgsweep reads no other configuration file
 DIRECTIVES = {"include", "include_dir", "include_if_exists"}
+# A production postgresql.conf's archiving and recovery commands run programs (and would
+# ship the throwaway clusters' WAL to its backups): not used from server.include
+ARCHIVING = {"archive_mode", "archive_command", "archive_library", "restore_command",
+             "archive_cleanup_command", "recovery_end_command", "primary_conninfo",
+             "primary_slot_name"}
 # Settings that load code from a path the file names: refused. Libraries to preload must
 # be named as installed (`pg_stat_statements`), never by path.
 LOADS_CODE = {"dynamic_library_path"}
@@ -72,20 +78,26 @@ class ServerLayer(Layer):
     ) -> dict[str, Value]:
         catalog = ctx.binaries.settings
         self._contexts = {name: s.context for name, s in catalog.items()}
+        base = dict(base)
+        included = server_include.merge(base, factors, ctx, _unused_why)
         base = _drop_overridden(base, ctx)
-        checks: list[tuple[tuple[str, ...], str, list[Any]]]
-        checks = [(("server", k), k, [v]) for k, v in base.items()]
+        checks: list[tuple[tuple[str, ...] | str, str, list[Any]]]
+        checks = [(where, name, [value]) for name, (value, where) in included.items()]
+        checks += [(("server", k), k, [v]) for k, v in base.items()]
         checks += [(("factors", "server", k), k, levels) for k, levels in factors.items()]
-        seen: dict[str, tuple[str, ...]] = {}
+        seen: dict[str, tuple[str, ...] | str] = {}
         for path, raw, values in checks:
             name = raw.lower()
             if name in seen and seen[name] != path:
-                raise ctx.source.error(
-                    path, f"{raw} names the setting {name} again (setting names ignore case)",
+                raise _error(
+                    ctx, path, f"{raw} names the setting {name} again (setting names ignore case)",
                     fix=f"set {name} once: in [server], or as a factor",
                 )  # fmt: skip
             seen[name] = path
-            ctx.where[f"server.{name}"] = path
+            if isinstance(path, str):
+                ctx.origins[f"server.{name}"] = path
+            else:
+                ctx.where[f"server.{name}"] = path
             self.renames[raw] = name
             self._check_name(path, name, ctx)
             if ctx.catalog_deferred and name not in ctx.binaries.settings:
@@ -94,26 +106,27 @@ class ServerLayer(Layer):
             for value in values:
                 meaning = self.check_value(path, name, value, ctx)
                 if meaning in meanings:
-                    raise ctx.source.error(
-                        path, f"the levels {meanings[meaning]!r} and {value!r} mean the same "
+                    raise _error(
+                        ctx, path, f"the levels {meanings[meaning]!r} and {value!r} mean the same "
                         f"{name} ({meaning!r})", fix="keep one of them",
                     )  # fmt: skip
                 meanings[meaning] = value
-        return {k.lower(): base[k] for k in base}
+        return {**{n: v for n, (v, _) in included.items()}, **{k.lower(): base[k] for k in base}}
 
     def canonical_key(self, key: str) -> str:
         return self.renames.get(key, key)
 
-    def _check_name(self, path: tuple[str, ...], name: str, ctx: ValidationContext) -> None:
+    def _check_name(self, path: tuple[str, ...] | str, name: str,
+                    ctx: ValidationContext) -> None:  # fmt: skip
         catalog = ctx.binaries.settings
         if name in LOADS_CODE:
-            raise ctx.source.error(
-                path, f"{name} would load code from a path the file names",
+            raise _error(
+                ctx, path, f"{name} would load code from a path the file names",
                 fix=f"remove {name}; install extensions where PostgreSQL looks for them",
             )  # fmt: skip
         if name in MANAGED | SSL | DIRECTIVES:
-            raise ctx.source.error(
-                path, f"{_overridden_why(name)}: it cannot be a factor",
+            raise _error(
+                ctx, path, f"{_overridden_why(name)}: it cannot be a factor",
                 fix=f"remove {name} from [factors]",
             )  # fmt: skip
         if name in catalog:
@@ -121,8 +134,8 @@ class ServerLayer(Layer):
         if "." in name:  # an extension's setting
             if _CUSTOM.match(name):
                 return
-            raise ctx.source.error(
-                path, f"{name!r} is not a setting name",
+            raise _error(
+                ctx, path, f"{name!r} is not a setting name",
                 expected="letters, digits and underscores, joined by dots for an extension's "
                 "setting (e.g. pg_prewarm.autoprewarm)",
             )  # fmt: skip
@@ -132,8 +145,8 @@ class ServerLayer(Layer):
         if hidden == "settable":  # context unknown: changes restart the server, the safe way
             return
         if hidden == "read-only":
-            raise ctx.source.error(
-                path,
+            raise _error(
+                ctx,                 path,
                 f"{name} cannot be changed: it is fixed when PostgreSQL is built or "
                 "when initdb runs",
                 fix="remove it (build options are a layer of their own)",
@@ -142,26 +155,26 @@ class ServerLayer(Layer):
         hint = (
             f"did you mean {' or '.join(close)}?" if close else "see `postgres --describe-config`"
         )
-        raise ctx.source.error(
-            path,
+        raise _error(
+                ctx,             path,
             f"PostgreSQL {ctx.binaries.version} has no setting named {name!r}",
             expected="a setting from the server's own catalog",
             fix=hint,
         )
 
     @staticmethod
-    def check_value(path: tuple[str, ...], name: str, value: Any, ctx: ValidationContext) -> str:
+    def check_value(path: tuple[str, ...] | str, name: str, value: Any,
+                    ctx: ValidationContext) -> str:  # fmt: skip
         """The value as the server reads it (base units), or an error naming the key."""
         if name in PRELOADS and any(c in str(value) for c in "/$\\"):
-            raise ctx.source.error(
-                path, f"{name} names a library by path or variable ({value!r})",
+            raise _error(
+                ctx, path, f"{name} names a library by path or variable ({value!r})",
                 expected="installed libraries by name, e.g. 'pg_stat_statements'",
                 fix="install the library and name it without a path",
             )  # fmt: skip
         if not isinstance(value, str | int | float | bool):
-            raise ctx.source.error(
-                path, f"{name} must be a string, number or boolean, not {type(value).__name__}"
-            )
+            raise _error(ctx, path, f"{name} must be a string, number or boolean, not "
+                         f"{type(value).__name__}")  # fmt: skip
         text = as_pg_value(value)
         try:
             return ctx.checker.canonical(name, text)
@@ -171,8 +184,8 @@ class ServerLayer(Layer):
             if setting and setting.vartype in ("INTEGER", "REAL"):
                 kind = setting.vartype.lower()
                 expected = f"{kind} between {setting.min} and {setting.max} (base units)"
-            raise ctx.source.error(
-                path,
+            raise _error(
+                ctx,                 path,
                 f"PostgreSQL rejects {name} = {text!r}: {exc.what}",
                 expected=expected,
                 fix=_FIXES.get(
@@ -310,15 +323,31 @@ def start_each(configs: Sequence[Mapping[str, Any]], ctx: ValidationContext) -> 
 
 def _start_error(failure: StartFailure, ctx: ValidationContext) -> PgsweepError:
     named = failure.names() or list(failure.settings)
-    paths = [ctx.where[f"server.{n}"] for n in named if f"server.{n}" in ctx.where]
+    paths: list[tuple[str, ...] | str] = [ctx.where[f"server.{n}"] for n in named
+                                          if f"server.{n}" in ctx.where]  # fmt: skip
+    paths += [ctx.origins[f"server.{n}"] for n in named if f"server.{n}" in ctx.origins]
     levels = ", ".join(f"{n} = {v!r}" for n, v in sorted(failure.settings.items()))
-    return ctx.source.error(
-        paths[0] if paths else ("server",),
+    return _error(
+        ctx, paths[0] if paths else ("server",),
         f"a server with these settings does not start ({levels or 'no settings'}): "
         + "; ".join(failure.messages),
         fix="change the level(s) the server's message names: every configuration of the "
         "full factorial must start",
     )
+
+
+def _error(ctx: ValidationContext, path: tuple[str, ...] | str, what: str,
+           **kw: Any) -> PgsweepError:  # fmt: skip
+    """An error at a key of the experiment file, or at a line of server.include's files."""
+    return PgsweepError(what, where=path, **kw) if isinstance(path, str) else ctx.source.error(
+        path, what, **kw)
+
+
+def _unused_why(name: str) -> str | None:
+    """Why a setting of server.include's files is not used (None: it is)."""
+    if name in ARCHIVING:
+        return "it runs programs and ships WAL elsewhere"
+    return _overridden_why(name) if name in MANAGED | SSL | DIRECTIVES else None
 
 
 def _overridden_why(name: str) -> str:

@@ -1,0 +1,64 @@
+"""sysbench's output, parsed from runs captured here (sysbench 1.0.20, its PostgreSQL
+driver, against PostgreSQL 15 over a private socket; tests/data/sysbench/README)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import DATA
+from pgsweep.postgres.sysbench import SysbenchParseError, parse, percentiles
+
+SB = DATA / "sysbench"
+
+
+def test_read_write_run_with_histogram() -> None:
+    run = parse((SB / "oltp_read_write-histogram.out").read_text())
+    assert run.version == "1.0.20"
+    # oltp_read_write: 14 reads, 4 writes, BEGIN and COMMIT per transaction; two threads
+    # on two 2,000-row tables deadlock now and then (20 here), and sysbench retries those
+    assert run.queries == 87880 and run.transactions == 4376 and run.errors == 20
+    assert run.queries == pytest.approx(20 * run.transactions, rel=0.01)
+    assert run.tps == pytest.approx(run.transactions / run.seconds, rel=0.01)
+    assert run.qps == pytest.approx(20 * run.tps, rel=0.01)
+    assert [s.t for s in run.per_second] == [1, 2, 3]
+    assert [s.threads for s in run.per_second] == [2, 2, 1]  # one thread done in the last
+    assert all(s.qps == pytest.approx(20 * s.tps, rel=0.02) for s in run.per_second)
+    assert [s.errors for s in run.per_second] == [5, 6, 9]
+    assert sum(s.tps for s in run.per_second) == pytest.approx(run.transactions, rel=0.05)
+    # every event is in the histogram, and its p99 is sysbench's own 99th percentile
+    assert sum(c for _, c in run.histogram) == run.transactions
+    lat = run.latency
+    assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+    assert lat["min"] <= lat["avg"] <= lat["max"]
+    printed = float(next(line.split()[-1] for line in
+                         (SB / "oltp_read_write-histogram.out").read_text().splitlines()
+                         if "99th percentile" in line))  # fmt: skip
+    assert lat["p99"] == pytest.approx(printed, abs=0.005)  # printed to 2 decimals
+    m = run.metrics()
+    assert m["tps"] == run.tps == 1456.38 and m["sysbench.qps"] == run.qps == 29247.37
+    assert m["tx.failed"] == 20
+
+
+def test_point_select_run_one_query_a_transaction() -> None:
+    run = parse((SB / "oltp_point_select.out").read_text())
+    assert run.queries == run.transactions and len(run.per_second) == 1  # 2 s: one report
+    assert not run.histogram and "p50" not in run.latency and "p95" in run.latency
+
+
+def test_rated_run_skips_queue_lines() -> None:
+    text = (SB / "oltp_read_write-rate.out").read_text()
+    run = parse(text)
+    assert len(run.per_second) == 2
+    assert run.tps == pytest.approx(200, rel=0.25)  # --rate=200
+
+
+def test_output_without_summary_is_refused() -> None:
+    text = (SB / "oltp_read_write-histogram.out").read_text()
+    with pytest.raises(SysbenchParseError):
+        parse(text.split("SQL statistics")[0])
+
+
+def test_percentiles_from_bins() -> None:
+    bins = [(1.0, 50), (2.0, 40), (3.0, 9), (10.0, 1)]
+    assert percentiles(bins) == {"p50": 1.0, "p90": 2.0, "p95": 3.0, "p99": 3.0, "p99.9": 10.0}
+    assert percentiles([]) == {}
