@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+# pytest-xdist hands its workers COLUMNS=80; pgsweep's output off a terminal is 160 columns
+# unless COLUMNS says otherwise, and the tests read it as a user's log would hold it.
+os.environ.pop("COLUMNS", None)
+
 ROOT = Path(__file__).resolve().parents[1]
 # the account throwaway servers run as when pgsweep runs as root (scripts/setup.sh makes it)
 SERVER_USER = "pgsweep"

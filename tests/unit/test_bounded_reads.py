@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, SERVER_USER
-from pgsweep.engine import measure
+from pgsweep.engine import measure, sides
 from pgsweep.host import bounded, proc, safefs
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.layers.context import TrialFailure
 from pgsweep.store import TrialRecord
@@ -99,7 +100,8 @@ def test_a_huge_sparse_pgbench_output_is_refused_and_its_tail_still_quoted(
     record = TrialRecord("t", 1, 1, "c01", "ok", "", "")
     budget = bounded.Budget(measure.OUTPUT_BUDGET, "a trial's pgbench output")
     with pytest.raises(TrialFailure, match=r"pgbench's output was not read: pgbench\.out holds"):
-        measure._outputs(res, "pgbench", budget, record)
+        here = sides.Side(LOCAL, tmp_path, [], None, (0, 0), False, 0)
+        measure._outputs(res, "pgbench", budget, record, here)
     assert res.tail().endswith("the last line") and res.last_line().startswith("progress:")
     assert _peak_mib() - before < 64
 

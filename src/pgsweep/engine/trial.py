@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 
 from ..errors import PgsweepError
-from ..host import safefs
 from ..layers.base import Layer
 from ..layers.context import Demand, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Configuration, Trial
@@ -39,8 +38,9 @@ def run_trial(
     first_of_config: bool,
 ) -> TrialRecord:
     started = now()
-    (run.workdir / "trials").mkdir(mode=0o711, exist_ok=True)
-    trial_dir = safefs.private_dir(run.workdir / "trials" / trial.id, 0o711)
+    if run.host.lstat(run.workdir / "trials") is None:
+        run.host.private_dir(run.workdir / "trials", 0o711)
+    trial_dir = run.host.private_dir(run.workdir / "trials" / trial.id, 0o711)
     record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
     events: list[str] = []
     ctx: TrialContext | None = None
@@ -67,6 +67,7 @@ def run_trial(
         if ctx is not None:
             ctx.server.settings = None  # whatever runs now is unknown: start it afresh
     _finish(record, ctx, events, log_offset, trial_dir)
+    run.host.remove_tree(trial_dir)
     return record
 
 
@@ -90,4 +91,3 @@ def _finish(record: TrialRecord, ctx: TrialContext | None, events: list[str],
         if ctx.server.load and not record.load:  # a new cluster's load phase, saved once
             record.load, ctx.server.load = {ctx.cluster.root.name: ctx.server.load}, {}
     record.finished_at = now()
-    safefs.remove_tree(trial_dir)

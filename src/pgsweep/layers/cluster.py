@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..collect import counters, devices, metrics
 from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..host import proc
 from ..postgres.binaries import Binaries
 from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
@@ -232,8 +231,8 @@ def _pgbench_init(cluster: Cluster, client: Binaries, scale: int) -> None:
     argv = [client.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
-    res = proc.run(argv, out=cluster.scratch / "load.out", timeout=120 + scale * 5,
-                   user=cluster.user)  # fmt: skip
+    res = cluster.host.run(argv, out=cluster.scratch / "load.out", timeout=120 + scale * 5,
+                           user=cluster.user)  # fmt: skip
     if not res.ok:
         raise ServerError(f"loading the data failed: {res.describe_failure()}")
 

@@ -200,10 +200,11 @@ class WorkloadLayer(Layer):
         if not self.scripts:
             return
         folder = run.workdir / "scripts"
-        folder.mkdir(mode=0o711, exist_ok=True)
+        if run.host.lstat(folder) is None:
+            run.host.private_dir(folder, 0o711)
         for i, (script, (src, text)) in enumerate(self.scripts.items()):
             frozen = folder / f"{i}-{src.name}"
-            safefs.write_file(frozen, text, 0o400, safefs.owner_ids(run.user))
+            run.host.write_file(frozen, text, 0o400, run.host.ids(run.user))
             self.frozen[script] = frozen
 
 
