@@ -54,6 +54,8 @@ class Analysis:
     builds: list[dict[str, Any]] = field(default_factory=list)
     # per configuration: bytes written while loading and while running (seed 3)
     phases: list[dict[str, Any]] = field(default_factory=list)
+    # a sharded or merged folder: its host groups, their rounds, the configuration x group test
+    fleet: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)

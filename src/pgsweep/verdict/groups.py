@@ -10,14 +10,14 @@ What the round blocks cannot say is whether the effect is the same on every mach
 without, an F test on the within-round noise (rounds within groups are its replicates:
 a group needs two rounds to add to it). When it is significant, each group's effect of
 each configuration against the baseline is compared with the rest of the fleet's
-(Bonferroni over groups and configurations) and the groups that disagree are named, with
-their effect and the others'. Checked on recorded noise with simulated host offsets:
-bench/fleet_verdicts.py."""
+(Bonferroni over groups and configurations) and the groups that disagree are named,
+step by step, with their effect and the others'. Checked on recorded noise with simulated
+host offsets: bench/fleet_verdicts.py."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -90,9 +90,29 @@ def interaction(obs: Observations, group_of_round: list[str], alpha: float = ALP
     f = ((rss0 - rss1) / (df0 - df1)) / (rss1 / df1)
     p = float(sps.f.sf(f, df0 - df1, df1))
     effects = _per_group(obs, y, group_of_round, groups, math.sqrt(rss1 / df1), df1)
-    disagree = [e for e in effects if e.p_adjusted < alpha] if p < alpha else []
+    disagree: list[GroupEffect] = []
+    if p < alpha:  # name the groups that stand out, one at a time (see _outliers)
+        disagree = _outliers(obs, group_of_round, effects, alpha)
     return Interaction(groups, rounds, float(f), (df0 - df1, df1), p, p < alpha, effects,
                        disagree)  # fmt: skip
+
+
+def _outliers(obs: Observations, group_of_round: list[str], effects: list[GroupEffect],
+              alpha: float) -> list[GroupEffect]:  # fmt: skip
+    """Step down: the group whose effect is farthest from the rest's (smallest adjusted
+    p) is named when that p is below alpha; its rounds leave, and the test is made again
+    on the remaining groups while it still says "differs". One group unlike the others
+    is named alone, not the others with it (each of which also differs from a "rest"
+    that holds it)."""
+    worst = min(effects, key=lambda e: e.p_adjusted)
+    if worst.p_adjusted >= alpha:
+        return []
+    keep = [r for r, g in enumerate(group_of_round) if g != worst.group]
+    if len({group_of_round[r] for r in keep}) < 2:
+        return [worst]
+    rest = replace(obs, values=obs.values[:, keep], period_list=None)
+    again = interaction(rest, [group_of_round[r] for r in keep], alpha)
+    return [worst, *again.disagree] if again.differs else [worst]
 
 
 def _per_group(obs: Observations, y: np.ndarray, group_of_round: list[str], groups: list[str],
