@@ -162,3 +162,30 @@ def test_tampered_or_foreign_shards_are_refused(fleet: Path) -> None:
     assert "not an empty folder" in _refused(str(s1), str(s2), "--results", str(full))
     assert (full / "x").read_text() == "mine"
     assert not out.exists()  # nothing was made by the refused merges
+
+
+@pytest.mark.parametrize("body,args,says", [
+    (BODY.replace("rounds = 4", 'rounds = "auto"\nmax_rounds = 6'), ["--shard", "1/2"],
+     'rounds = "auto" looks at every round'),
+    (BODY, ["--shards", "5"], "4 rounds cannot give each of 5 groups a round"),
+    (BODY, ["--shard", "3/2"], "is not K/N"),
+])  # fmt: skip
+def test_shards_refused_before_anything_runs(tmp_path: Path, body: str, args: list[str],
+                                             says: str) -> None:  # fmt: skip
+    path = write_experiment(tmp_path, body)
+    res = pgsweep("plan", str(path), *args)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    if "--shards" not in args:
+        res = pgsweep("run", str(path), *args, "--results", str(tmp_path / "r"))
+        assert res.returncode == 2 and says in res.stderr, res.stderr
+        assert not (tmp_path / "r").exists()
+
+
+def test_group_needs_a_shard(tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, BODY)
+    res = pgsweep("run", str(path), "--group", "a", "--results", str(tmp_path / "r"))
+    assert res.returncode == 2 and "--group names the group of a shard" in res.stderr
+    res = pgsweep("run", str(path), "--shard", "1/2", "--group", "../x", "--results",
+                  str(tmp_path / "r"))  # fmt: skip
+    assert res.returncode == 2 and "cannot name a group" in res.stderr
+    assert not (tmp_path / "r").exists()
