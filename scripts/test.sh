@@ -10,46 +10,61 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/pytest -q -p no:cacheprovider "$@"
 fi
 
-# The unit tests that touch nothing outside their own memory (planner, parsers, statistics
-# and their simulations) run beside the rest, at the lowest CPU priority: the suite's time
-# is the real runs', and these make no file, process or mount the others compare before
-# and after.
+# Three lanes run at once, each one pytest after the other in it; then the machine lane,
+# alone. Which module goes where is about what it shares with the machine:
+# - pure: unit tests that touch nothing outside their own memory (planner, parsers,
+#   statistics and their simulations), at the lowest CPU priority, after the suite's one
+#   PostgreSQL build (tests/prebuild.py, about 2 minutes of compiling, on tmpfs) and the
+#   real runs of mechanics that need it;
+# - network: the modules that make namespaces, veth links and TCP listeners, and the
+#   engine's real runs;
+# - rest (every module not named here): runs whose leftovers are told apart by their
+#   results folder's tag (conftest.leftovers), so they never look at another run's;
+# - machine, alone and last: modules that change kernel values, huge page pools, mounts,
+#   loop devices or cgroups, or compare every server, process, shared memory segment and
+#   folder on the machine before and after (another lane's server would be one of them;
+#   a reserved huge page pool would be taken by another lane's server).
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
       tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
-      tests/unit/test_design.py)
-# real runs of mechanics the side lane takes after the build: none looks for other runs'
-# servers, and no module of the main lane that does runs before the side lane is done
+      tests/unit/test_design.py tests/unit/test_shards.py tests/unit/test_fleet_verdicts.py)
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
-# alone: compare the whole machine before and after; run last, when nothing else runs
-alone=(tests/unit/test_bad_experiments.py tests/integration/test_server_levels.py)
-log=$(mktemp)
-# Beside the main pytest, at the lowest CPU priority, one after the other: the suite's one
-# PostgreSQL build (tests/prebuild.py, about 2 minutes of compiling, on tmpfs), the real
-# runs in side_real, then mypy and the pure tests.
+network=(tests/integration/test_replication.py tests/integration/test_hosts.py
+         tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
+         tests/integration/test_adaptive_real.py tests/integration/test_lost_baseline.py)
+machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
+         tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
+         tests/integration/test_storage.py tests/integration/test_counters.py
+         tests/integration/test_nonroot.py tests/integration/test_safety.py
+         tests/integration/test_run.py tests/unit/test_bad_experiments.py
+         tests/integration/test_server_levels.py)
+pytest=(.venv/bin/pytest -q -p no:cacheprovider)
+logs=$(mktemp -d)
 (
     side=0
     nice -n 19 .venv/bin/python tests/prebuild.py || side=1
-    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${side_real[@]}" || side=1
+    nice -n 19 "${pytest[@]}" "${side_real[@]}" || side=1
     nice -n 19 .venv/bin/mypy || side=1
-    nice -n 19 .venv/bin/pytest -q -p no:cacheprovider "${pure[@]}" || side=1
+    nice -n 19 "${pytest[@]}" "${pure[@]}" || side=1
     exit "$side"
-) >"$log" 2>&1 &
+) >"$logs/pure" 2>&1 &
 pure_pid=$!
+"${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
+network_pid=$!
 # set -e holds inside the trap too: every command in it must succeed or the suite's exit
 # status becomes the trap's. The suite's build cache goes with the suite.
-trap 'pkill -P "$pure_pid" 2>/dev/null || true; kill "$pure_pid" 2>/dev/null || true; rm -f "$log"
+trap 'for p in "$pure_pid" "$network_pid"; do pkill -P "$p" 2>/dev/null || true
+      kill "$p" 2>/dev/null || true; done; rm -rf "$logs"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
-# the rest on both cores: modules that share a machine-wide thing in one group (conftest)
-.venv/bin/pytest -q -p no:cacheprovider -n 2 --dist loadgroup "${pure[@]/#/--ignore=}" \
-    "${side_real[@]/#/--ignore=}" "${alone[@]/#/--ignore=}" tests || status=$?
-pure_status=0
-wait "$pure_pid" || pure_status=$?
-# last, with nothing else running: the modules that compare the whole machine
-.venv/bin/pytest -q -p no:cacheprovider "${alone[@]}" || status=$?
-echo "--- the suite's build and its tests, mypy and the pure unit tests (run beside the rest) ---"
-cat "$log"
-[ "$status" -ne 0 ] && exit "$status"
-exit "$pure_status"
+skip=("${pure[@]}" "${side_real[@]}" "${network[@]}" "${machine[@]}")
+"${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
+wait "$network_pid" || status=1
+wait "$pure_pid" || status=1
+"${pytest[@]}" "${machine[@]}" || status=1
+for lane in network pure; do
+    echo "--- the $lane lane (run beside the rest) ---"
+    cat "$logs/$lane"
+done
+exit "$status"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-# pytest-xdist hands its workers COLUMNS=80; pgsweep's output off a terminal is 160 columns
-# unless COLUMNS says otherwise, and the tests read it as a user's log would hold it.
+# pgsweep's output off a terminal is 160 columns unless COLUMNS says otherwise (a CI's
+# runner or a test runner's plugin may set it): the tests read it as a user's log holds it.
 os.environ.pop("COLUMNS", None)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,28 +167,7 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
     return left
 
 
-# scripts/test.sh runs the suite on both cores (pytest-xdist, --dist loadgroup), beside the
-# suite's build. Modules that share one machine-wide thing run in one group, one after the
-# other: kernel values (one run at a time holds the kernel lock; the 1 GB pool is probed),
-# and the network (namespaces, interfaces added to this machine's network, TCP listeners
-# a test asserts there are none of). Everything else is free: what a run leaves behind is
-# told apart by its results folder's tag (see leftovers).
-GROUPS = {
-    "kernel": {"test_os.py", "test_hugepages.py", "test_doctor.py", "test_sysctl_ranges.py",
-               "test_storage.py"},
-    "network": {"test_replication.py", "test_hosts.py", "test_safety.py"},
-}
-# Modules that compare the whole machine before and after (every mount, loop device,
-# kernel value, postmaster and temporary folder): run alone, after the rest
-# (scripts/test.sh's last pytest).
-ALONE = {"test_bad_experiments.py", "test_server_levels.py"}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each module in its group (see GROUPS); integration modules first, then the unit
-    tests; stable otherwise."""
-    for item in items:
-        group = next((g for g, mods in GROUPS.items() if item.path.name in mods),
-                     item.path.name)  # fmt: skip
-        item.add_marker(pytest.mark.xdist_group(group))
+    """Integration modules first, then the unit tests; stable otherwise. (scripts/test.sh
+    says which modules run beside which: see its lanes.)"""
     items.sort(key=lambda item: item.path.parent.name == "unit")
