@@ -32,7 +32,8 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
-         tests/integration/test_adaptive_real.py tests/integration/test_lost_baseline.py)
+         tests/integration/test_adaptive_real.py tests/integration/test_lost_baseline.py
+         tests/integration/test_fleet_hosts.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_storage.py tests/integration/test_counters.py

@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                     "fleet; `merge` joins the shards' folders)")  # fmt: skip
     sr.add_argument("--group", metavar="NAME", help="with --shard: the host group's name "
                     "(default shardK)")  # fmt: skip
+    sr.add_argument("--inventory", type=Path, metavar="INV",
+                    help="an Ansible inventory: each group's host runs a shard, all at once; "
+                    "the shards come back merged into --results (the [fleet] extra)")  # fmt: skip
+    sr.add_argument("--groups", metavar="A,B", help="with --inventory: the groups to use "
+                    "(default: every group with hosts)")  # fmt: skip
     _device_options(sr)
     sm = sub.add_parser("merge", help="join the shard folders of one experiment into one folder")
     sm.add_argument("shards", type=Path, nargs="+", metavar="DIR")
@@ -214,6 +219,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         exp = against.combine(before, exp, args.against)
     spec.check_adaptive(exp)
     exp.grant = grant
+    if args.inventory is not None:
+        return _run_fleet(args, exp, console)
     shard = _shard(args)
     if shard is not None or args.group:
         from .engine import plans
@@ -254,6 +261,28 @@ def _shard(args: argparse.Namespace) -> Shard | None:
                                fix="write e.g. --shards 3")  # fmt: skip
         return Shard(1, args.shards)
     return Shard.parse(args.shard) if args.shard else None
+
+
+def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console) -> int:
+    from .engine import fleet, plans
+
+    if args.shard or args.group or args.resume or args.results is None:
+        raise PgsweepError("--inventory runs every shard itself, into a new --results folder",
+                           fix="pgsweep run FILE --inventory INV --results DIR "
+                           "(without --shard, --group, --resume)")  # fmt: skip
+    wanted = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
+    plans.apply_shard(exp, max(2, len(wanted)), None)  # refuses what a fleet cannot run
+    outcome = fleet.dispatch(exp, args.inventory, wanted, args.results)
+    for line in fleet.describe(outcome):
+        console.print(line, markup=False)
+    if outcome.merged is None:
+        console.print("no group's shard came back: nothing to merge", markup=False)
+        return EXIT_FAILED_TRIALS
+    store = show.open_store(outcome.folder)
+    show.render_summary(store, console)
+    store.close()
+    bad = [g for g, why in outcome.groups.items() if why != "ok"]
+    return EXIT_FAILED_TRIALS if bad else EXIT_OK
 
 
 def cmd_merge(args: argparse.Namespace, console: Console) -> int:
