@@ -93,3 +93,20 @@ def test_an_unknown_group_is_refused(hosts: list[SimHost], tmp_path: Path) -> No
                   "--groups", "alpha,gamma", "--results", str(tmp_path / "r"))  # fmt: skip
     assert res.returncode == 2 and "no group 'gamma'" in res.stderr, res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_an_unreachable_group_is_named_and_the_others_kept(hosts: list[SimHost],
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    path = write_experiment(tmp_path, BODY)
+    inv = _inventory(tmp_path, hosts)
+    gone = hosts[1].address.rsplit(".", 1)[0] + ".99"  # no host has this address
+    inv.write_text(inv.read_text().replace(f"ansible_host={hosts[1].address}",
+                                           f"ansible_host={gone}"))  # fmt: skip
+    out = tmp_path / "fleet"
+    res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
+    assert res.returncode == 3, res.stderr + res.stdout
+    assert "alpha: ok" in res.stdout and re.search(r"beta: .*unreachable|beta: .*UNREACHABLE|"
+                                                   r"beta: .*ssh", res.stdout, re.I | re.S)
+    assert "rounds missing (their group failed): 3-4" in res.stdout
+    rows = trials(out)
+    assert {r["round"] for r in rows} == {1, 2} and {r["host_group"] for r in rows} == {"alpha"}
