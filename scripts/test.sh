@@ -17,7 +17,10 @@ fi
 #   PostgreSQL build (tests/prebuild.py, about 2 minutes of compiling, on tmpfs) and the
 #   real runs of mechanics that need it;
 # - network: the modules that make namespaces, veth links and TCP listeners, and the
-#   engine's real runs;
+#   engine's real runs; the modules that make filesystems on loop devices too (test_storage
+#   counts every pgsweep mount, loop device and zfs-fuse: test_engine_real's are here, one
+#   after the other, and no other lane makes any), and test_examples (plan refuses a ZFS
+#   experiment while a zfs-fuse pgsweep did not start runs: test_storage's);
 # - rest (every module not named here): runs whose leftovers are told apart by their
 #   results folder's tag (conftest.leftovers), so they never look at another run's;
 # - machine, alone and last: modules that change kernel values, huge page pools, mounts,
@@ -32,11 +35,11 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
-         tests/integration/test_adaptive_real.py tests/integration/test_lost_baseline.py
+         tests/integration/test_storage.py tests/integration/test_counters.py
+         tests/unit/test_examples.py tests/integration/test_adaptive_real.py
          tests/integration/test_fleet_hosts.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
-         tests/integration/test_storage.py tests/integration/test_counters.py
          tests/integration/test_nonroot.py tests/integration/test_safety.py
          tests/integration/test_run.py tests/unit/test_bad_experiments.py
          tests/integration/test_server_levels.py)

@@ -172,6 +172,11 @@ class RemoteHost(Host):
 
     def _lost(self, why: str) -> str:
         err = b""
+        if self._proc is not None:
+            # its stdout ended: ssh is on its way out, and what it says (a host key it
+            # refused) is on stderr once it has gone; a loaded machine reaps it later
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
         if self._proc is not None and self._proc.poll() is not None and self._proc.stderr:
             with contextlib.suppress(OSError):
                 err = self._proc.stderr.read()[-2000:]
