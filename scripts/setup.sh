@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up pgsweep on a Debian/Ubuntu machine: PostgreSQL server packages (through apt,
 # when missing and we are root), then a Python virtual environment from the lockfile.
-# Usage: scripts/setup.sh [--dev]     (--dev adds the test and lint tools)
+# Usage: scripts/setup.sh [--dev]     (--dev adds the test and lint tools, and Ansible)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +53,11 @@ fi
 # told not to write .pyc files itself, PYTHONDONTWRITEBYTECODE, as on some CI machines.)
 .venv/bin/python -m pip install -q --no-compile --disable-pip-version-check --require-hashes \
     -r "$lock"
+# --dev: fleets are tested for real, through Ansible (the [fleet] extra, its own lockfile)
+if [ "${1:-}" = "--dev" ]; then
+    .venv/bin/python -m pip install -q --no-compile --disable-pip-version-check \
+        --require-hashes -r requirements-fleet.lock
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>/dev/null \
     || .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 warm='import pgsweep.cli, pgsweep.analysis, pgsweep.outputs.html, pgsweep.outputs.export'

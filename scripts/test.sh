@@ -31,12 +31,14 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
       tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
-      tests/unit/test_design.py tests/unit/test_sysbench_parse.py)
+      tests/unit/test_design.py tests/unit/test_sysbench_parse.py tests/unit/test_shards.py
+      tests/unit/test_fleet_verdicts.py)
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py tests/integration/test_adaptive_real.py)
+         tests/unit/test_examples.py tests/integration/test_adaptive_real.py
+         tests/integration/test_fleet_hosts.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_nonroot.py tests/integration/test_safety.py

@@ -30,7 +30,7 @@ from .host import folders, journal
 from .host.blockdev import Grant
 from .outputs import show
 from .outputs.progress import ConsoleReporter
-from .plan import estimate_parts
+from .plan import Shard, estimate_parts, fleet_estimate, round_spans
 from .store import Results
 
 if TYPE_CHECKING:
@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
         "--noise-from", type=Path, metavar="DIR",
         help="a pilot or earlier results folder: print the rounds needed to detect a difference",
     )  # fmt: skip
+    fleet = sp.add_mutually_exclusive_group()
+    fleet.add_argument("--shard", metavar="K/N", help="the plan of shard K of N (run --shard)")
+    fleet.add_argument("--shards", type=int, metavar="N",
+                       help="the rounds each of N shards runs, and the fleet's ETA")  # fmt: skip
     _device_options(sp)
     sr = sub.add_parser("run", help="run an experiment")
     sr.add_argument("file", type=Path)
@@ -67,7 +71,20 @@ def _parser() -> argparse.ArgumentParser:
         help="measure DIR's configurations again, interleaved with FILE's in every round; "
         "the change is the factor run.against (before = DIR, after = FILE)",
     )  # fmt: skip
+    sr.add_argument("--shard", metavar="K/N",
+                    help="run only the rounds the plan gives shard K of N (one host group of a "
+                    "fleet; `merge` joins the shards' folders)")  # fmt: skip
+    sr.add_argument("--group", metavar="NAME", help="with --shard: the host group's name "
+                    "(default shardK)")  # fmt: skip
+    sr.add_argument("--inventory", type=Path, metavar="INV",
+                    help="an Ansible inventory: each group's host runs a shard, all at once; "
+                    "the shards come back merged into --results (the [fleet] extra)")  # fmt: skip
+    sr.add_argument("--groups", metavar="A,B", help="with --inventory: the groups to use "
+                    "(default: every group with hosts)")  # fmt: skip
     _device_options(sr)
+    sm = sub.add_parser("merge", help="join the shard folders of one experiment into one folder")
+    sm.add_argument("shards", type=Path, nargs="+", metavar="DIR")
+    sm.add_argument("--results", type=Path, required=True, help="the new merged folder")
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
@@ -161,6 +178,9 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     exp = spec.load(args.file)
     spec.check_adaptive(exp)
     exp.grant = _grant(args)
+    shard = _shard(args)
+    if shard is not None:
+        plans.apply_shard(exp, shard.n, shard.k if args.shard else None)
     where = plans.preflight(exp, args.results or Path("results") / exp.name)
     plan = plans.plan_for(exp, where)
     from .engine import clients
@@ -172,11 +192,14 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
                          "reached and checked: root, the same pgsweep, pgbench, the user")
     notes = (
         []
-        if exp.seed_given
+        if exp.seed_given or exp.shard is not None
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
     notes += exp.notes + show.build_notes(buildprep.planned(exp))
-    show.render_plan(plan, estimate_parts(plan, plans.trial_costs(exp, plan)), console, notes)
+    costs = plans.trial_costs(exp, plan)
+    show.render_plan(plan, estimate_parts(plan, costs), console, notes)
+    if shard is not None:
+        show.render_fleet(plan, fleet_estimate(plan, costs), args.shard and shard.k, console)
     from .analysis import planning
 
     for line in planning.lines(exp, plan, args.noise_from):
@@ -199,6 +222,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         exp = against.combine(before, exp, args.against)
     spec.check_adaptive(exp)
     exp.grant = grant
+    if args.inventory is not None:
+        return _run_fleet(args, exp, console)
+    shard = _shard(args)
+    if shard is not None or args.group:
+        from .engine import plans
+
+        plans.apply_shard(exp, shard.n if shard else 1, shard.k if shard else None, args.group)
     results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
     from .engine.run import run
 
@@ -223,6 +253,53 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if outcome.failed or outcome.lost:
         console.print(f"{outcome.failed} of {outcome.total} trials failed (exit code 3)")
         return EXIT_FAILED_TRIALS
+    return EXIT_OK
+
+
+def _shard(args: argparse.Namespace) -> Shard | None:
+    """--shard K/N (run, plan) or --shards N (plan): N groups, and K when given."""
+    if getattr(args, "shards", None) is not None:
+        if not 1 <= args.shards <= 9999:
+            raise PgsweepError(f"--shards {args.shards} is not a number of groups",
+                               fix="write e.g. --shards 3")  # fmt: skip
+        return Shard(1, args.shards)
+    return Shard.parse(args.shard) if args.shard else None
+
+
+def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console) -> int:
+    from .engine import fleet, plans
+
+    if args.shard or args.group or args.resume or args.results is None:
+        raise PgsweepError("--inventory runs every shard itself, into a new --results folder",
+                           fix="pgsweep run FILE --inventory INV --results DIR "
+                           "(without --shard, --group, --resume)")  # fmt: skip
+    wanted = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
+    plans.apply_shard(exp, max(2, len(wanted)), None)  # refuses what a fleet cannot run
+    outcome = fleet.dispatch(exp, args.inventory, wanted, args.results)
+    for line in fleet.describe(outcome):
+        console.print(line, markup=False)
+    if outcome.merged is None:
+        console.print("no group's shard came back: nothing to merge", markup=False)
+        return EXIT_FAILED_TRIALS
+    store = show.open_store(outcome.folder)
+    show.render_summary(store, console)
+    store.close()
+    bad = [g for g, why in outcome.groups.items() if why != "ok"]
+    return EXIT_FAILED_TRIALS if bad else EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace, console: Console) -> int:
+    from .store import merge
+
+    done = merge.merge(args.shards, args.results)
+    console.print(f"merged {done.shards} of {done.of} shards ({done.trials} trials) into "
+                  f"{done.folder}", markup=False)  # fmt: skip
+    if done.missing:
+        console.print(f"rounds no shard here ran: {round_spans(done.missing)} (merge again "
+                      "with their shards' folders once they are done)", markup=False)  # fmt: skip
+    store = show.open_store(done.folder)
+    show.render_summary(store, console)
+    store.close()
     return EXIT_OK
 
 
@@ -447,6 +524,7 @@ COMMANDS = {
     "report": cmd_report,
     "compare": cmd_compare,
     "schema": cmd_schema,
+    "merge": cmd_merge,
 }
 
 

@@ -24,17 +24,28 @@ cache serves it again; the clusters made with it are rebuilt.
 
 Never sequential blocks (all rounds of one cluster, then the next): measured on this
 machine's noise through pgsweep's own analysis, that order called a cluster factor with no
-effect "different" 20-61% of the time."""
+effect "different" 20-61% of the time.
+
+Shards (a fleet): the same plan spread over N host groups, each running complete rounds
+(every configuration once per round, in that round's own shuffled order). Group K runs a
+contiguous block of rounds, the first `rounds % N` groups one more than the rest;
+contiguous, so a whole plot's rebuild schedule stays within one group (an instance is
+never shared by two machines). Every shard computes the whole plan from the same file and
+seed, then runs its block: rounds are nested in groups, which is what the verdicts' round
+blocks need (a group's offset is part of each of its rounds' level)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import random
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .core import Cost, Value
+from .errors import PgsweepError
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class Plan:
     why_not_alive: str = ""  # the reason when they cannot be
     adaptive: Adaptive | None = None  # rounds = "auto": `rounds` is the maximum
     rebuild_every: int = 0  # rounds one instance of each group serves; 0: the whole run
+    shards: int = 1  # host groups the rounds are spread over: a fleet when > 1
 
     @property
     def replicated(self) -> bool:
@@ -97,8 +109,17 @@ class Plan:
         return self.instances() >= 2
 
     def period(self, round_: int) -> int:
-        """The instance period (from 0) a round belongs to: batches rebuild every visit."""
-        return period_of(round_, self.rebuild_every if self.keep_alive else 1)
+        """The instance period (from 0) a round belongs to: batches rebuild every visit; a
+        fleet's groups keep their own schedules (fleet_periods)."""
+        every = self.rebuild_every if self.keep_alive else 1
+        if self.shards > 1:
+            return fleet_periods(self.rounds, self.shards, every)[round_ - 1]
+        return period_of(round_, every)
+
+    def shard_trials(self, k: int) -> list[Trial]:
+        """The trials group K (from 1) runs: its block of rounds, in plan order."""
+        mine = set(shard_rounds(self.rounds, self.shards)[k - 1])
+        return [t for t in self.trials if t.round in mine]
 
     def instances(self) -> int:
         """Instances of each whole-plot group the run makes."""
@@ -140,6 +161,10 @@ class Plan:
             f["cost"] = Cost(f["cost"]).name.lower()
         data["replicated"] = self.replicated  # whole plots on two or more instances per level
         data["instances"] = self.instances()
+        if self.shards > 1:
+            data["shard_rounds"] = shard_rounds(self.rounds, self.shards)
+        else:
+            del data["shards"]  # plans of one machine read as they always did
         return json.dumps(data, indent=1, sort_keys=True)
 
 
@@ -178,6 +203,7 @@ def expand(factors: list[PlanFactor]) -> list[Configuration]:
 def make_plan(
     factors: list[PlanFactor], rounds: int, seed: int, rebuild: str | int = "once",
     keep_alive: bool = True, why_not_alive: str = "", adaptive: Adaptive | None = None,
+    shards: int = 1,
 ) -> Plan:  # fmt: skip
     """`rebuild`: "once" (one instance per level), "per_round", or every N rounds (N >= 1)."""
     every = {"once": 0, "per_round": 1}.get(rebuild) if isinstance(rebuild, str) else rebuild
@@ -207,7 +233,74 @@ def make_plan(
         Trial(f"r{r}-{c.id}", order, r, c.id) for order, (r, c) in enumerate(sequence, start=1)
     )
     return Plan(seed, rounds, rebuild_words(every), tuple(factors), tuple(configs), trials,
-                keep_alive, why_not_alive, adaptive, every)  # fmt: skip
+                keep_alive, why_not_alive, adaptive, every, shards)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Shard:
+    """`--shard K/N`: this run is group K (from 1) of N."""
+
+    k: int
+    n: int
+
+    def __str__(self) -> str:
+        return f"{self.k}/{self.n}"
+
+    @classmethod
+    def parse(cls, text: str, flag: str = "--shard") -> Shard:
+        m = re.fullmatch(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*", text)
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise PgsweepError(f"{flag} {text!r} is not K/N with 1 <= K <= N", where=flag,
+                               expected="e.g. --shard 2/3 (the second of three groups)",
+                               fix="write --shard K/N")  # fmt: skip
+        return cls(int(m.group(1)), int(m.group(2)))
+
+
+def shard_rounds(rounds: int, shards: int) -> list[list[int]]:
+    """The rounds each group runs, from group 1: contiguous blocks whose sizes differ by
+    one at most, the larger first."""
+    if shards < 1 or rounds < shards:
+        raise ValueError(f"{rounds} rounds cannot give each of {shards} groups a round")
+    base, extra = divmod(rounds, shards)
+    out, start = [], 1
+    for k in range(shards):
+        size = base + (1 if k < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def fleet_periods(rounds: int, shards: int, rebuild_every: int) -> tuple[int, ...]:
+    """The instance period of every round (index 0 is round 1) when each group keeps its
+    own rebuild schedule: periods count within a group's rounds, never span two groups."""
+    out: list[int] = []
+    offset = 0
+    for block in shard_rounds(rounds, shards):
+        local = [period_of(i + 1, rebuild_every) for i in range(len(block))]
+        out += [offset + p for p in local]
+        offset += max(local) + 1
+    return tuple(out)
+
+
+def round_spans(rounds: list[int]) -> str:
+    """[1, 2, 3, 5] -> "1-3, 5"."""
+    spans: list[list[int]] = []
+    for r in sorted(rounds):
+        if spans and spans[-1][1] == r - 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def parse_spans(text: str) -> list[int]:
+    """"1-3, 5" -> [1, 2, 3, 5] (ValueError when it is not such a list)."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -231,3 +324,17 @@ def estimate_parts(plan: Plan, costs: dict[str, TrialCost]) -> tuple[float, floa
 
 def estimate_seconds(plan: Plan, costs: dict[str, TrialCost]) -> float:
     return sum(estimate_parts(plan, costs))
+
+
+def fleet_estimate(plan: Plan, costs: dict[str, TrialCost]) -> list[float]:
+    """Rough wall time of each group's shard (its trials, and its builds: every group makes
+    its own instances); the fleet's is the longest, as the groups run at once."""
+    first: dict[int, float] = {}
+    for c in plan.configurations:
+        first.setdefault(c.group, costs[c.id].build)
+    out = []
+    for k, block in enumerate(shard_rounds(plan.rounds, plan.shards), start=1):
+        trials = sum(costs[t.config].measure for t in plan.shard_trials(k))
+        periods = {plan.period(r) for r in block}
+        out.append(trials + sum(first.values()) * len(periods))
+    return out

@@ -198,7 +198,11 @@ def environment_differences(a: Results, b: Results) -> list[str]:
 
     def facts(s: Results) -> dict[str, str]:
         env = s.environment()
-        out = {f.name: f.value for f in env if f.scope == "host" and f.name in ENV_KEYS}
+        hosts: dict[str, list[str]] = {}  # a merged fleet's hosts are "host@GROUP"
+        for f in env:
+            if f.scope.split("@")[0] == "host" and f.name in ENV_KEYS:
+                hosts.setdefault(f.name, []).append(f.value)
+        out = {k: " / ".join(dict.fromkeys(v)) for k, v in hosts.items()}
         out["postgres_version"] = s.experiment().postgres_version
         models = sorted({f.value for f in env if f.scope.startswith("cluster-")
                          and f.name.endswith((".model", "pgdata.fstype"))})  # fmt: skip

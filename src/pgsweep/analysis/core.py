@@ -18,7 +18,9 @@ import numpy as np
 
 from .. import verdict as sm
 from ..errors import PgsweepError
+from ..plan import fleet_periods
 from ..store import TPS, Results
+from ..verdict import groups
 from ..verdict import sequential as sq
 from .builds import assertion_warning, build_rows, phase_rows
 from .checks import replication_rows, warnings
@@ -39,7 +41,13 @@ def analyse(
     configs = _load(results)
     design = surviving(configs, _baseline(configs, baseline))
     kept, base = design.configs, design.baseline  # lost configurations leave the design
-    rounds = list(range(1, int(plan.get("rounds", 1)) + 1))
+    rounds = results.rounds_here()  # a shard's own, the merged shards', or every round
+    fleet_of = results.group_of_round()
+    if int(plan.get("shards", 1)) > 1:  # each group made its own instances
+        periods = fleet_periods(int(plan["rounds"]), int(plan["shards"]), every)
+        every_or_fleet: int | tuple[int, ...] = tuple(periods[r - 1] for r in rounds)
+    else:
+        every_or_fleet = every
     adaptive = plan.get("adaptive")
     seq = ran = None
     notes: list[str] = list(design.notes)
@@ -59,12 +67,15 @@ def analyse(
     comparisons: list[dict[str, Any]] = []
     effects: list[dict[str, Any]] = []
     tps_model = None
+    fleet: dict[str, Any] = {}
     for metric, (label, higher, _) in METRICS.items():
-        obs = _observations(kept, metric, rounds, base, higher, whole, every)
+        obs = _observations(kept, metric, rounds, base, higher, whole, every_or_fleet)
         if obs is None:
             continue
         model = sm.fit(obs)
         tps_model = model if metric == TPS else tps_model
+        if metric == TPS and fleet_of:
+            fleet = fleet_rows(obs, [fleet_of.get(r, "?") for r in rounds], kept, alpha)
         _summaries(kept, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
         both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))
@@ -103,6 +114,10 @@ def analyse(
     out.phases = phase_rows(results, configs, alpha)
     out.warnings = assertion_warning(out.builds) + warnings(out, results)
     out.replication = replication_rows(results)
+    out.fleet = fleet
+    if fleet:
+        for row in (*comparisons, *effects):  # what every verdict rests on
+            row["groups"], row["rounds"] = len(fleet["groups"]), fleet["rounds_total"]
     out.names = config_names(out)
     out.headline = headline(out, out.names)
     return out
@@ -160,7 +175,7 @@ def replicated(plan: dict[str, Any], every: int) -> bool:
 
 def _observations(
     configs: list[Config], metric: str, rounds: list[int], base: Config, higher: bool,
-    whole: list[str], every: int,
+    whole: list[str], every: int | tuple[int, ...],
 ) -> sm.Observations | None:  # fmt: skip
     values = np.full((len(configs), len(rounds)), np.nan)
     for i, c in enumerate(configs):
@@ -170,8 +185,31 @@ def _observations(
                 values[i, j] = v
     if np.count_nonzero(~np.isnan(values)) < 2:
         return None
+    given = every if isinstance(every, tuple) else None  # a fleet's periods
     return sm.Observations(values, [c.levels for c in configs], configs.index(base), higher,
-                           tuple(whole), every)  # fmt: skip
+                           tuple(whole), every if isinstance(every, int) else 1,
+                           given)  # fmt: skip
+
+
+def fleet_rows(obs: sm.Observations, group_of: list[str], configs: list[Config],
+               alpha: float) -> dict[str, Any]:  # fmt: skip
+    """The host groups of a sharded or merged folder, the rounds each ran, and the
+    configuration x group test on TPS (verdict.groups), as plain data."""
+    test = groups.interaction(obs, group_of, alpha)
+
+    def row(e: groups.GroupEffect) -> dict[str, Any]:
+        return {"config": configs[e.config].id, "group": e.group, "rounds": e.rounds,
+                "ratio": e.ratio, "others": e.others, "p_adjusted": e.p_adjusted}  # fmt: skip
+
+    return {
+        "groups": test.groups, "rounds": test.rounds,
+        "rounds_total": sum(test.rounds.values()),
+        "interaction": {"f": test.f if math.isfinite(test.f) else None, "df": list(test.df),
+                        "p": test.p if math.isfinite(test.p) else None,
+                        "differs": test.differs, "why_not": test.why_not,
+                        "effects": [row(e) for e in test.effects],
+                        "disagree": [row(e) for e in test.disagree]},
+    }  # fmt: skip
 
 
 def complete_rounds(results: Results, n_configs: int) -> int:

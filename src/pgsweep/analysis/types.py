@@ -66,6 +66,8 @@ class Analysis:
     # "config": id or None, "sentence": one line in words, "rows": [{"name", "unit",
     # "before", "after", "change", "verdict"}, ...]} (rows as the template shows them, text).
     explain: list[dict[str, Any]] = field(default_factory=list)
+    # a sharded or merged folder: its host groups, their rounds, the configuration x group test
+    fleet: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=str, allow_nan=False)

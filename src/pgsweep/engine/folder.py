@@ -29,6 +29,8 @@ def fingerprint(exp: Experiment) -> str:
     extra: dict[str, Any] = {"adaptive": asdict(exp.adaptive)} if exp.adaptive else {}
     if exp.against is not None:  # the before side: the very file measured again
         extra["against"] = hashlib.sha256(exp.against_text.encode()).hexdigest()
+    if exp.shard is not None:  # group K of N: another K or N is another run
+        extra["shard"] = str(exp.shard)
     return json.dumps(
         extra  # keys older runs lack are left out when unused
         | {

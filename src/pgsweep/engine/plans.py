@@ -7,16 +7,28 @@ durations."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..core import Cost
+from ..errors import PgsweepError
 from ..host import safefs, workarea
 from ..layers.base import ResourceLayer
-from ..plan import Plan, PlanFactor, TrialCost, estimate_parts, make_plan
+from ..plan import (
+    Plan,
+    PlanFactor,
+    Shard,
+    TrialCost,
+    estimate_parts,
+    make_plan,
+    round_spans,
+    shard_rounds,
+)
 from ..spec import Experiment
 from ..units import human_seconds
 
@@ -49,7 +61,68 @@ def plan_for(exp: Experiment, where: Path | None = None) -> Plan:
     factors = plan_factors(exp)
     reason = why_not_alive(exp, where) if where is not None else ""
     every = rebuild_every(exp, factors, not reason)
-    return make_plan(factors, exp.rounds, exp.seed, every, not reason, reason, exp.adaptive)
+    return make_plan(factors, exp.rounds, exp.seed, every, not reason, reason, exp.adaptive,
+                     shards(exp))  # fmt: skip
+
+
+def shards(exp: Experiment) -> int:
+    """Host groups the rounds are spread over (`run --shard K/N`: N)."""
+    return int(exp.shard.n) if exp.shard is not None else 1
+
+
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def shard_seed(text: str) -> int:
+    """The seed of a fleet whose file gives none: drawn from the file's text, so every
+    shard, on whatever machine, computes the same plan."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") % 2**31
+
+
+def apply_shard(exp: Experiment, shards_n: int, k: int | None = None, group: str = "") -> None:
+    """`run --shard K/N [--group NAME]`, `plan --shards N`: checked, then recorded on the
+    experiment. A fleet needs a fixed number of rounds, at least one per group: an
+    adaptive run looks at every round as it finishes, and groups finishing at their own
+    pace would each decide alone (so rounds = "auto" is refused, not split)."""
+    if group and k is None:
+        raise PgsweepError("--group names the group of a shard: it needs --shard K/N",
+                           fix="pgsweep run FILE --shard K/N --group NAME")  # fmt: skip
+    where = exp.source.where("repeat", "rounds")
+    if exp.adaptive is not None:
+        raise PgsweepError(
+            'rounds = "auto" looks at every round as it finishes: groups finishing at their '
+            "own pace would each decide alone", where=where,
+            expected="a fixed number of rounds for a sharded run",
+            fix=f"rounds = {2 * shards_n} (two per group), or run without --shard",
+        )  # fmt: skip
+    if exp.against is not None:
+        raise PgsweepError("--against measures one folder again on one machine: it cannot be "
+                           "sharded", fix="run it without --shard")  # fmt: skip
+    if exp.rounds < shards_n:
+        raise PgsweepError(
+            f"{exp.rounds} rounds cannot give each of {shards_n} groups a round", where=where,
+            expected="at least one round per group", fix=f"rounds = {2 * shards_n} (two per group)",
+        )  # fmt: skip
+    name = group or (f"shard{k}" if k is not None else "")
+    if k is not None and not GROUP_NAME.fullmatch(name):
+        raise PgsweepError(f"--group {name!r} cannot name a group", where="--group",
+                           expected="letters, digits, - _ and . (at most 64, starting with a "
+                           "letter or digit)", fix="choose another name")  # fmt: skip
+    if not exp.seed_given:
+        exp.seed = shard_seed(exp.source.text)
+        exp.notes.append(f"no seed in the file: every shard uses {exp.seed}, drawn from the "
+                         "file's text, so all compute the same plan")  # fmt: skip
+    exp.shard = Shard(k if k is not None else 1, shards_n)
+    exp.group = name
+
+
+def shard_facts(exp: Experiment) -> dict[str, str]:
+    """What a shard's results folder records of it (environment scope "fleet"): the
+    fleet's size, this shard's number, group and rounds; `merge` checks them."""
+    assert exp.shard is not None
+    rounds = shard_rounds(exp.rounds, exp.shard.n)[exp.shard.k - 1]
+    return {"shards": str(exp.shard.n), "shard": str(exp.shard.k), "group": exp.group,
+            "rounds": round_spans(rounds)}  # fmt: skip
 
 
 def resumed_plan(exp: Experiment, stored: dict[str, Any]) -> Plan:
@@ -60,7 +133,7 @@ def resumed_plan(exp: Experiment, stored: dict[str, Any]) -> Plan:
     if every is None:
         every = 1 if stored.get("rebuild") == "per_round" else 0
     return make_plan(plan_factors(exp), exp.rounds, exp.seed, int(every), keep,
-                     stored.get("why_not_alive", ""), exp.adaptive)  # fmt: skip
+                     stored.get("why_not_alive", ""), exp.adaptive, shards(exp))  # fmt: skip
 
 
 def plan_factors(exp: Experiment) -> list[PlanFactor]:

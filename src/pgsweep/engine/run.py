@@ -24,7 +24,7 @@ from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
 from . import buildprep, clients
 from .folder import check_results_folder, new_store, resume_store
-from .plans import claim_host, plan_for, preflight, resumed_plan
+from .plans import claim_host, plan_for, preflight, resumed_plan, shard_facts
 from .resources import Resources
 from .signals import signals_ignored, stopped_by_signals
 from .trial import run_trial
@@ -108,22 +108,29 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
                      exp.canonical, exp.builds, host=LOCAL, client_side=side)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
-    outcome = Outcome(area.results, len(plan.trials), 0)
+    # every trial, or the rounds of this run's shard
+    mine = plan.shard_trials(exp.shard.k) if exp.shard is not None else list(plan.trials)
+    outcome = Outcome(area.results, len(mine), 0)
     try:
         if not store.has_environment("host"):
             host = environment.host(exp.binaries, area.private, exp.user)
             store.save_environment("host", host)
             store.save_environment("roles", roles(exp, client))
+        if exp.shard is not None and not store.has_environment("fleet"):
+            store.save_environment("fleet", shard_facts(exp))
         if exp.notes and not store.has_environment("notes"):  # what runs otherwise than written
             store.save_environment("notes", {f"{i:02d}": n for i, n in enumerate(exp.notes, 1)})
         notes += exp.notes + ([area.note] if area.note else [])
+        if exp.shard is not None:
+            notes.append(f"shard {exp.shard} (group {exp.group}): rounds "
+                         f"{shard_facts(exp)['rounds']} of {plan.rounds}")  # fmt: skip
         if not plan.keep_alive:
             notes.append(f"whole-plot groups run as batches, rebuilt each round: "
                          f"{plan.why_not_alive}")  # fmt: skip
         for layer in exp.layers:
             layer.record_inputs(area.results)
         done = store.done_trials()
-        todo = [t for t in plan.trials if t.id not in done]
+        todo = [t for t in mine if t.id not in done]
         if plan.adaptive and todo:  # a resumed run that had stopped has nothing left to do
             complete, why = _look(area.results)
             if why and complete < plan.adaptive.max_rounds:
@@ -164,6 +171,8 @@ def _trials(
                            config.id not in recorded)  # fmt: skip
         if record.status == "ok":
             recorded.add(config.id)
+        if exp.shard is not None:  # each trial names the group that ran it
+            record.host_group, record.shard = exp.group, exp.shard.k
         store.save_trial(record)
         reporter.trial_finished(trial, record, n + 1)
         if ctx.client_side is not None and n + 1 < len(todo):

@@ -1,6 +1,7 @@
 """`pgsweep export`: the results as tidy tables, one row per trial, per trial-second or per
 latency bin. Every row carries the experiment, configuration, the level of every factor (one
-column each), round and trial, so pandas or DuckDB can read a file without joins."""
+column each), host group (a sharded or merged fleet's; empty on one machine), round and
+trial, so pandas or DuckDB can read a file without joins."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def _trial_keys(results: Results) -> dict[str, dict[str, Any]]:
     return {
         t.id: {"experiment": name, "config_id": t.config_id}
         | levels[t.config_id]
-        | {"round": t.round, "trial_id": t.id}
+        | {"group": t.host_group, "round": t.round, "trial_id": t.id}
         for t in results.trials()
     }
 

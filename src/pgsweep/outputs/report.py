@@ -46,6 +46,43 @@ def effect_name(e: dict[str, Any]) -> str:
     return f"the effect of {first} at {t['factor']} = {t['level']} rather than {t['reference']}"
 
 
+def _pct(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}"
+
+
+def fleet_lines(a: Analysis) -> list[str]:
+    """A sharded or merged folder: how many groups and rounds the verdicts rest on, and
+    whether the effect is the same on every group (verdict.groups)."""
+    f = a.fleet
+    if not f:
+        return []
+    ran = ", ".join(f"{g} {n}" for g, n in f["rounds"].items())
+    if len(f["groups"]) == 1:
+        return [f"one host group ({ran} of {a.experiment['rounds']} rounds): a shard's "
+                "verdicts; `pgsweep merge` joins the shards for the fleet's"]  # fmt: skip
+    out = [f"host groups: {len(f['groups'])} ({ran} rounds); every verdict rests on "
+           f"{len(f['groups'])} groups and {f['rounds_total']} rounds, its effect estimated "
+           "within rounds, so a group's own speed is no part of it"]  # fmt: skip
+    test = f["interaction"]
+    if test["p"] is None:
+        out.append(f"configuration x group: not tested ({test['why_not']})")
+    elif not test["differs"]:
+        out.append(f"configuration x group: no evidence that the effect differs between groups "
+                   f"(F = {test['f']:.2f} on {test['df'][0]} and {test['df'][1]} df, "
+                   f"p = {test['p']:.2g})")  # fmt: skip
+    else:
+        out.append(f"configuration x group: the effect differs between groups (F = "
+                   f"{test['f']:.2f} on {test['df'][0]} and {test['df'][1]} df, p = "
+                   f"{test['p']:.2g}); the verdicts are the groups' average")  # fmt: skip
+        out += [f"  {e['config']} on {e['group']}: {_pct(e['ratio'])} against the baseline, "
+                f"{_pct(e['others'])} on the other groups (p = {e['p_adjusted']:.2g}, adjusted)"
+                for e in test["disagree"]]  # fmt: skip
+        if not test["disagree"]:
+            out.append("  no single group stands out from the rest (each against the others, "
+                       "adjusted for the number of comparisons)")  # fmt: skip
+    return out
+
+
 def _md_row(cells: list[str]) -> str:
     """A Markdown table row; every cell is text (safetext.md): a level such as
     "<img src=...>" or "[x](http://...)" is shown as written, never rendered."""
@@ -153,6 +190,9 @@ def render_markdown(a: Analysis) -> str:
         out.append(_md_row(["---"] * 5))
         out += [_md_row([e["label"], effect_name(e), e["verdict"], e["error"],
                          str(e["replicates"])]) for e in rows]  # fmt: skip
+    if a.fleet:
+        out.append("\n## Host groups\n")
+        out += [md(line) for line in fleet_lines(a)]
     out += _md_replication(a)
     out += _md_table(a, "Builds", BUILDS_NOTE, builds_table) if a.builds else []
     out += _md_table(a, "Bytes written by phase", PHASES_NOTE, phases_table) if a.phases else []

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core import printable
-from ..plan import Adaptive, Plan, short_names
+from ..plan import Adaptive, Plan, round_spans, shard_rounds, short_names
 from ..store import Results
 from ..units import human_seconds
 from .safetext import term
@@ -40,7 +40,7 @@ def open_store(results: Path) -> Results:
 def summarize(results: Results) -> list[ConfigSummary]:
     exp = results.experiment()
     all_trials = results.trials()
-    rounds = exp.rounds
+    rounds = len(results.rounds_here())  # a shard's, or the merged shards'
     if exp.plan.get("adaptive"):  # it may have stopped early: out of the rounds it ran
         rounds = max((t.round for t in all_trials), default=0)
     p99_by_trial = results.metric("latency.p99_ms", ok_only=True)
@@ -153,6 +153,23 @@ def render_plan(plan: Plan, estimate: tuple[float, float], console: Console,
     console.print(f"estimated duration: {human_seconds(trials + builds)} ({parts})")
     for note in notes:
         console.print(f"note: {note}", markup=False)
+
+
+def render_fleet(plan: Plan, seconds: list[float], mine: int | None,
+                 console: Console) -> None:  # fmt: skip
+    """`plan --shards N` / `--shard K/N`: the rounds each shard runs and its time; the
+    fleet's is the longest shard's, the groups running at once."""
+    table = Table(title=f"{plan.shards} shards (host groups), each running complete rounds")
+    for col in ("shard", "rounds", "trials", "estimated"):
+        table.add_column(col, justify="right")
+    for k, (block, secs) in enumerate(zip(shard_rounds(plan.rounds, plan.shards), seconds,
+                                          strict=True), start=1):  # fmt: skip
+        mark = " (this run)" if mine == k else ""
+        table.add_row(f"{k}/{plan.shards}{mark}", round_spans(block),
+                      str(len(plan.shard_trials(k))), human_seconds(secs))  # fmt: skip
+    console.print(table)
+    console.print(f"fleet ETA: {human_seconds(max(seconds))} with every shard running at once "
+                  f"(one machine: {human_seconds(sum(seconds))})", markup=False)  # fmt: skip
 
 
 def render_builds(root: Path, entries: list[Any], console: Console) -> None:

@@ -145,7 +145,7 @@ def _headline(a: Analysis, console: Console) -> None:
 
 
 def render_terminal(a: Analysis, console: Console) -> None:
-    from .report import adaptive_line
+    from .report import adaptive_line, fleet_lines
 
     exp = a.experiment
     console.print(Text(printable(f"{exp['name']} · PostgreSQL {exp['postgres_version']} · "
@@ -170,6 +170,8 @@ def render_terminal(a: Analysis, console: Console) -> None:
     for line in legend:
         say(console, line, "    ")
     _effects_note(a, console)
+    for line in fleet_lines(a):
+        say(console, line)
     for w in a.warnings:
         say(console, f"warning: {w}")
 

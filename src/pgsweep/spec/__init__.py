@@ -24,7 +24,7 @@ from ..host.local import LOCAL
 from ..host.proc import RunAs
 from ..layers import all_layers
 from ..layers.base import Layer, Source, ValidationContext
-from ..plan import Adaptive
+from ..plan import Adaptive, Shard
 from ..postgres import binaries as pgbin
 from . import hosts
 from .tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
@@ -71,6 +71,8 @@ class Experiment:
     builds: dict[Any, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what runs otherwise than written
     topology: hosts.Topology = field(default_factory=hosts.Topology)  # [hosts], [roles]
+    shard: Shard | None = None  # `run --shard K/N`: this run is group K of a fleet of N
+    group: str = ""  # the name of that group (`run --group`; default "shardK")
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)

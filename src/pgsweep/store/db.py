@@ -96,6 +96,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (trial_id, standby, second)
     )
     """,
+    # 6: the host group and shard that ran each trial (`run --shard K/N`, `merge`)
+    """
+    ALTER TABLE trial ADD COLUMN host_group TEXT;
+    ALTER TABLE trial ADD COLUMN shard INTEGER
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # keys of txlog.Reduction.seconds, in the order of the `second` table's columns
@@ -127,6 +132,8 @@ class TrialRecord:
     effective: dict[str, str] = field(default_factory=dict)
     server_started_at: str | None = None
     pgbench_argv: str | None = None
+    host_group: str | None = None  # the group that ran it, in a sharded run
+    shard: int | None = None
     samples: list[
         tuple[float, float, float | None, float | None, int | None, float | None, int | None]
     ] = field(default_factory=list)
@@ -250,6 +257,8 @@ class Store:
             "latency_stddev_ms",
             "server_started_at",
             "pgbench_argv",
+            "host_group",
+            "shard",
         ]
         values = [getattr(t, c) for c in cols]
         cols += ["events_json", "effective_json"]

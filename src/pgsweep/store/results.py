@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from ..errors import PgsweepError, internal
 from ..host import folders
+from ..plan import parse_spans
 from .db import SCHEMA_VERSION, Store, newer_schema
 
 # The one metric name that does not live in the metric table: pgbench's own summary TPS of
@@ -74,6 +75,8 @@ class Trial:
     effective: dict[str, str]  # settings in force that are not at their default
     server_started_at: str | None
     pgbench_argv: tuple[str, ...] | None
+    host_group: str | None = None  # the host group that ran it (a shard, a merged fleet)
+    shard: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -301,6 +304,33 @@ class Results:
             )
         ]
 
+    def fleet(self) -> dict[str, str]:
+        """What a sharded or merged folder records of its fleet (environment scope "fleet":
+        shards, and shard, group, rounds; merged: groups, rounds); {} for one machine."""
+        rows = self._rows("SELECT name, value FROM environment WHERE scope = 'fleet'")
+        return {r["name"]: r["value"] for r in rows}
+
+    def rounds_here(self) -> list[int]:
+        """The rounds this folder is for: all of the plan's, or a shard's (or shards')."""
+        spans = self.fleet().get("rounds")
+        if spans is None:
+            return list(range(1, self.experiment().rounds + 1))
+        return parse_spans(spans)
+
+    def group_of_round(self) -> dict[int, str]:
+        """Round -> the host group that ran it, in a sharded or merged folder ({} else)."""
+        rows = self._rows("SELECT DISTINCT round, host_group FROM trial "
+                          "WHERE host_group IS NOT NULL")  # fmt: skip
+        return {int(r["round"]): str(r["host_group"]) for r in rows}
+
+    def table_rows(self, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Every row of one table as stored, with its column names (store.merge copies
+        shards through this; nothing that reports reads it)."""
+        if table not in COPIED_TABLES:
+            raise internal(f"{table} is not a table of trials", fix="report this")
+        cur = self._db.execute(f"SELECT * FROM {table}")
+        return [d[0] for d in cur.description], [tuple(r) for r in cur.fetchall()]
+
     def artifact_names(self, trial_id: str) -> list[str]:
         rows = self._rows("SELECT name FROM artifact WHERE trial_id = ? ORDER BY name", (trial_id,))
         return [r["name"] for r in rows]
@@ -314,6 +344,8 @@ class Results:
 
 
 _PARSED = ("events", "effective", "pgbench_argv")  # stored as JSON text
+COPIED_TABLES = ("trial", "sample", "counter", "metric", "second", "latency_bin",
+                 "standby_second", "artifact", "load_counter", "environment")  # fmt: skip
 
 
 def _trial(r: sqlite3.Row) -> Trial:

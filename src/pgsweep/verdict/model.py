@@ -39,6 +39,7 @@ class Observations:
     higher_is_better: bool = True
     whole_plot_factors: tuple[str, ...] = ()
     rebuild_every: int = 1  # rounds one instance of each whole plot serves; 0: the whole run
+    period_list: tuple[int, ...] | None = None  # a fleet's: each round's period, given
 
     def __post_init__(self) -> None:
         v = np.array(self.values, dtype=float)
@@ -60,13 +61,17 @@ class Observations:
         return int(self.values.shape[1])
 
     def periods(self) -> list[int]:
-        """The instance period of each round (pgsweep.plan.period_of)."""
+        """The instance period of each round (pgsweep.plan.period_of; a fleet's groups
+        keep their own, pgsweep.plan.fleet_periods)."""
+        if self.period_list is not None:
+            return list(self.period_list)
         n = self.rebuild_every
         return [r // n if n > 0 else 0 for r in range(self.n_rounds)]
 
     def first_rounds(self, rounds: int) -> Observations:
         """The experiment as it stood after `rounds` rounds (for sequential looks)."""
-        return replace(self, values=self.values[:, :rounds])
+        given = self.period_list[:rounds] if self.period_list is not None else None
+        return replace(self, values=self.values[:, :rounds], period_list=given)
 
 
 @dataclass(frozen=True)

@@ -212,3 +212,49 @@ def whole_plot(design: Design, rounds: int, source: Source, reps: int, seed: int
             hits[c.label] = hits.get(c.label, 0) + (c.decision == "different")
             info[c.label] = (c.error, c.replicates)
     return {k: (v / reps, *info[k]) for k, v in hits.items()}
+
+
+def fleet(design: Design, rounds: int, groups: int, source: Source, reps: int, seed: int,
+          offset_sd: float = 0.10, noise_spread: float = 0.0,
+          effect: dict[tuple[int, int], float] | None = None) -> dict[str, float]:  # fmt: skip
+    """A/A (or A/B with `effect`: (configuration, group from 0) -> ratio) over a fleet: the
+    plan sharded over `groups` host groups; each group draws its own noise stream (its own
+    machine), moved by a log-normal offset of SD `offset_sd` and, with `noise_spread`, its
+    noise scaled by exp(N(0, noise_spread)). Counts experiments with any "different" in
+    the report's families, with the configuration x group test saying "differs", with a
+    group named as disagreeing, and ("naive") with a t test on all trials of the first two
+    configurations that ignores rounds and groups."""
+    from scipy import stats as sps
+
+    from .groups import interaction
+
+    factors = [PlanFactor(n, lv, Cost.CLUSTER if wp else Cost.NOTHING)
+               for n, lv, wp in design.factors]  # fmt: skip
+    n = {"report": 0, "baseline": 0, "interaction": 0, "named": 0, "naive": 0}
+    for rng in seeds(seed, reps):
+        plan = make_plan(factors, rounds, int(rng.integers(2**31)), design.rebuild,
+                         design.keep_alive, shards=groups)  # fmt: skip
+        index = {c.id: i for i, c in enumerate(plan.configurations)}
+        values = np.empty((len(plan.configurations), rounds))
+        group_of = [""] * rounds
+        for g in range(groups):
+            mine = plan.shard_trials(g + 1)
+            logs = np.log(source(len(mine), rng))
+            scale = math.exp(rng.normal(0, noise_spread)) if noise_spread else 1.0
+            logs = logs.mean() + scale * (logs - logs.mean()) + rng.normal(0, offset_sd)
+            for t, v in zip(mine, logs, strict=True):
+                i = index[t.config]
+                values[i, t.round - 1] = math.exp(v) * (effect or {}).get((i, g), 1.0)
+                group_of[t.round - 1] = f"g{g + 1}"
+        levels = [dict(c.levels) for c in plan.configurations]
+        obs = Observations(values, levels, 0, True, design.whole_plot(), plan.rebuild_every,
+                           tuple(plan.period(r) for r in range(1, rounds + 1)))  # fmt: skip
+        fams = report_families(fit(obs))
+        hit = [any(c.decision == "different" for c in f.contrasts) for f in fams]
+        n["baseline"] += hit[0]
+        n["report"] += any(hit)
+        test = interaction(obs, group_of)
+        n["interaction"] += test.differs
+        n["named"] += bool(test.disagree)
+        n["naive"] += float(sps.ttest_ind(values[0], values[1]).pvalue) < 0.05
+    return {k: v / reps for k, v in n.items()}

@@ -1,0 +1,189 @@
+"""`run FILE --inventory INV`: one experiment over a fleet, dispatched through Ansible.
+
+The inventory is read by Ansible itself (`ansible-inventory --list`, INI or YAML, its
+connection variables honoured); each selected group is one host group, whose one host
+runs the server (a file that places other roles is refused: a group is not yet a copy of
+a topology). ansible-runner (the [fleet] extra) runs one playbook against every group at
+once: it checks that the host's pgsweep (`pgsweep_bin`, default `pgsweep` on PATH) is
+this version, copies the frozen file, starts the group's shard (`run --shard K/N --group
+NAME`) as an async job, waits for it and fetches the shard's folder back. The shards are
+then merged (store.merge) into the fleet folder. No retry: a host that fails or cannot
+be reached has its rounds named missing, the others' are kept. Each host's kernel
+changes are put back by its own run, as on one machine. Every process starts through
+the local Host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import PgsweepError
+from ..host import safefs
+from ..host.api import scratch_path
+from ..host.local import LOCAL
+from ..plan import round_spans, shard_rounds
+from ..spec import Experiment
+from ..store import merge
+
+RESERVED = ("all", "ungrouped")
+SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
+
+
+@dataclass
+class FleetOutcome:
+    folder: Path  # the merged fleet folder
+    groups: dict[str, str]  # group -> "ok", or why its rounds are missing
+    missing: list[int] = field(default_factory=list)
+    merged: merge.Merged | None = None
+
+
+def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -> dict[str, str]:
+    """Group -> its one host, from the inventory as Ansible reads it."""
+    if exp.topology.remote:
+        raise PgsweepError("a fleet group runs the whole experiment on its one host: this file "
+                           "places roles on other hosts", where=str(exp.source.path),
+                           fix="remove [roles] to run it over an inventory")  # fmt: skip
+    res = LOCAL.run([_tool("ansible-inventory"), "-i", str(inventory), "--list"],
+                    out=scratch / "inventory.json", timeout=120, env=_env())  # fmt: skip
+    if res.returncode != 0:
+        raise PgsweepError(f"Ansible could not read the inventory: {res.tail()}",
+                           where=str(inventory), fix="check it with ansible-inventory -i "
+                           f"{inventory} --list")  # fmt: skip
+    data: dict[str, Any] = json.loads(LOCAL.output(scratch / "inventory.json"))
+    found = {g: list(v["hosts"]) for g, v in data.items() if g not in ("_meta", *RESERVED)
+             and isinstance(v, dict) and v.get("hosts")}  # fmt: skip
+    names = wanted or sorted(found)
+    out: dict[str, str] = {}
+    for g in names:
+        if g not in found:
+            raise PgsweepError(f"the inventory has no group {g!r} with hosts", where=str(inventory),
+                               expected=f"one of {', '.join(sorted(found)) or '(none)'}",
+                               fix="name groups of the inventory with --groups a,b")  # fmt: skip
+        if len(found[g]) != 1:
+            raise PgsweepError(f"group {g!r} has {len(found[g])} hosts: a host group is one "
+                               "machine here (the server)", where=str(inventory),
+                               fix="give each group one host")  # fmt: skip
+        out[g] = found[g][0]
+    if len(out) < 2:
+        raise PgsweepError("a fleet needs two host groups at least", where=str(inventory),
+                           fix="add groups, or run on one machine without --inventory")  # fmt: skip
+    return out
+
+
+def _tool(name: str) -> str:
+    """Ansible's commands beside this pgsweep (its venv, where the extra installs them),
+    else on PATH."""
+    here = Path(sys.executable).parent / name
+    path = str(here) if here.is_file() else shutil.which(name)
+    if path is None:
+        raise PgsweepError(f"{name} is not installed: the fleet extra is needed",
+                           fix="pip install 'pgsweep[fleet]' (scripts/setup.sh --dev)")  # fmt: skip
+    return path
+
+
+def _env() -> dict[str, str]:
+    """What Ansible needs beyond the small environment processes get (host.proc): a UTF-8
+    locale (it refuses any other), this venv's commands first, the user's SSH agent and
+    ANSIBLE_* settings."""
+    env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    env |= {k: v for k, v in os.environ.items()
+            if k.startswith("ANSIBLE_") or k == "SSH_AUTH_SOCK"}  # fmt: skip
+    return env
+
+
+def _playbook(names: dict[str, str], fetched: Path) -> list[dict[str, Any]]:
+    """One play over every group's host: check, copy, run the shard (async), fetch."""
+    shard = {k: f"{{{{ pgsweep_shards[inventory_hostname].{k} }}}}" for k in ("k", "group")}
+    bin_ = "{{ pgsweep_bin | default('pgsweep') }}"
+    return [{
+        "hosts": ":".join(names), "gather_facts": False, "tasks": [
+            {"name": "pgsweep version", "command": {"argv": [bin_, "--version"]},
+             "register": "version", "changed_when": False},
+            {"name": "the same pgsweep", "assert": {
+                "that": [f"version.stdout == 'pgsweep {__version__}'"],
+                "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
+            {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
+             "register": "work"},
+            {"name": "the frozen file", "copy": {"src": "experiment.toml",
+                                                 "dest": "{{ work.path }}/experiment.toml",
+                                                 "mode": "0600"}},
+            {"name": "shard", "command": {"argv": [
+                bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
+                "--group", shard["group"], "--results", "{{ work.path }}/results"]},
+             "async": int(SHARD_TIMEOUT), "poll": 5, "register": "ran",
+             "failed_when": "ran.rc not in [0, 3]"},  # 3: some trials failed, kept
+            {"name": "fetch", "fetch": {"src": "{{ work.path }}/results/{{ item }}",
+                                        "dest": f"{fetched}/{shard['group']}/", "flat": True},
+             "loop": ["experiment.toml", "plan.json", "results.db"]},
+            {"name": "clean up", "file": {"path": "{{ work.path }}", "state": "absent"}},
+        ],
+    }]  # fmt: skip
+
+
+def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path) -> FleetOutcome:
+    """Run every group's shard at once through Ansible, fetch them, merge them."""
+    results = safefs.trusted_target(results, "the fleet's results folder")
+    scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
+    try:
+        hosts = groups(exp, inventory, wanted, scratch)
+        n = len(hosts)
+        if exp.rounds < n:
+            raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
+                               where=exp.source.where("repeat", "rounds"),
+                               fix=f"rounds = {2 * n} (two per group)")  # fmt: skip
+        fetched = LOCAL.private_dir(scratch / "shards")
+        project = LOCAL.private_dir(scratch / "run")
+        LOCAL.private_dir(project / "project")
+        LOCAL.write_file(project / "project" / "experiment.toml", exp.source.text)
+        LOCAL.write_file(project / "project" / "fleet.json",
+                         json.dumps(_playbook(hosts, fetched)))  # fmt: skip
+        shards = {h: {"k": f"{k}/{n}", "group": g} for k, (g, h) in enumerate(hosts.items(), 1)}
+        LOCAL.private_dir(project / "env")
+        LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
+        res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", "fleet.json",
+                         "--inventory", str(inventory.absolute()), "--ident", "fleet"],
+                        out=scratch / "runner.out", timeout=SHARD_TIMEOUT,
+                        env=_env())  # fmt: skip
+        status = _status(project, hosts, fetched, res.returncode)
+        done = [fetched / g for g, why in status.items() if why == "ok"]
+        outcome = FleetOutcome(results, status)
+        if done:
+            outcome.merged = merge.merge(done, results)
+        ran = {r for k, g in enumerate(hosts, 1) if status[g] == "ok"
+               for r in shard_rounds(exp.rounds, n)[k - 1]}  # fmt: skip
+        outcome.missing = [r for r in range(1, exp.rounds + 1) if r not in ran]
+        return outcome
+    finally:
+        LOCAL.remove_tree(scratch)
+
+
+def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dict[str, str]:
+    """Group -> "ok" (its shard's folder came back), or the first failure Ansible
+    reported for its host (ansible-runner's job events)."""
+    why: dict[str, str] = {}
+    events = project / "artifacts" / "fleet" / "job_events"
+    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
+        ev = json.loads(LOCAL.output(path))
+        data = ev.get("event_data", {})
+        host = data.get("host")
+        if ev.get("event") in ("runner_on_failed", "runner_on_unreachable") and host not in why:
+            result = data.get("res", {})
+            msg = result.get("msg") or result.get("stderr") or ev.get("event")
+            why[host] = f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
+    back = {g for g in hosts if LOCAL.lstat(fetched / g / "results.db") is not None}
+    return {g: "ok" if g in back and h not in why else why.get(h, f"ansible-runner exit {rc}")
+            for g, h in hosts.items()}  # fmt: skip
+
+
+def describe(outcome: FleetOutcome) -> list[str]:
+    lines = [f"{g}: {why}" for g, why in outcome.groups.items()]
+    if outcome.missing:
+        lines.append(f"rounds missing (their group failed): {round_spans(outcome.missing)}")
+    return lines

@@ -1,0 +1,112 @@
+"""A fleet dispatched through Ansible (ansible-runner, from the package registry) to two
+SSH hosts on this machine (tests/sshhosts.py): each group's host ran its shard, the
+shards came back merged, every planned trial once with its group."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, trials, write_experiment
+
+pytestmark = [requires_pg, pytest.mark.postgres]
+WORK_ON_TMPFS = True
+ROOT = Path(__file__).resolve().parents[2]
+PGSWEEP = str(ROOT / ".venv" / "bin" / "pgsweep")
+
+if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists():
+    pytest.skip("needs root and sshd (scripts/setup.sh --dev)", allow_module_level=True)
+if not (ROOT / ".venv" / "bin" / "ansible-runner").exists():
+    pytest.skip("needs the fleet extra (scripts/setup.sh --dev)", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sshhosts import SimHost, ssh_hosts  # noqa: E402
+
+BODY = """
+[experiment]
+name = "fleet"
+seed = 9
+[cluster]
+scale = 1
+[workload]
+script = "select-only"
+clients = 2
+jobs = 2
+duration = "1s"
+warmup = "0s"
+[factors]
+server.synchronous_commit = ["on", "off"]
+[repeat]
+rounds = 4
+"""
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[list[SimHost]]:
+    with ssh_hosts(2) as made:
+        yield made
+
+
+def _inventory(folder: Path, hosts: list[SimHost]) -> Path:
+    lines = []
+    for group, h in zip(("alpha", "beta"), hosts, strict=True):
+        args = (f"-F /dev/null -o UserKnownHostsFile={h.known_hosts} "
+                "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes")  # fmt: skip
+        lines.append(f"[{group}]\n{h.name} ansible_host={h.address} ansible_user=root "
+                     f"ansible_ssh_private_key_file={h.identity} "
+                     f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
+                     "ansible_python_interpreter=/usr/bin/python3\n")  # fmt: skip
+    path = folder / "inventory.ini"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_each_group_runs_its_shard_and_comes_back_merged(hosts: list[SimHost],
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    path = write_experiment(tmp_path, BODY)
+    inv = _inventory(tmp_path, hosts)
+    out = tmp_path / "fleet"
+    res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "alpha: ok" in res.stdout and "beta: ok" in res.stdout
+    plan = pgsweep("plan", str(path), "--shards", "2")
+    order = re.search(r"run order: (.*)", plan.stdout).group(1).split()  # type: ignore[union-attr]
+    rows = trials(out)
+    assert sorted(r["id"] for r in rows) == sorted(order)  # every planned trial, once
+    assert {r["round"]: r["host_group"] for r in rows} == {1: "alpha", 2: "alpha",
+                                                           3: "beta", 4: "beta"}  # fmt: skip
+    # each shard ran on its own host: the host facts name that host's hostname
+    rep = pgsweep("show", str(out), "--env")
+    assert "host@alpha" in rep.stdout and "host@beta" in rep.stdout
+    # nothing left: the hosts' work folders (their /tmp is this machine's) and ours
+    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
+
+
+def test_an_unknown_group_is_refused(hosts: list[SimHost], tmp_path: Path) -> None:
+    path = write_experiment(tmp_path, BODY)
+    res = pgsweep("run", str(path), "--inventory", str(_inventory(tmp_path, hosts)),
+                  "--groups", "alpha,gamma", "--results", str(tmp_path / "r"))  # fmt: skip
+    assert res.returncode == 2 and "no group 'gamma'" in res.stderr, res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_unreachable_group_is_named_and_the_others_kept(hosts: list[SimHost],
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    path = write_experiment(tmp_path, BODY)
+    inv = _inventory(tmp_path, hosts)
+    gone = hosts[1].address.rsplit(".", 1)[0] + ".99"  # no host has this address
+    inv.write_text(inv.read_text().replace(f"ansible_host={hosts[1].address}",
+                                           f"ansible_host={gone}"))  # fmt: skip
+    out = tmp_path / "fleet"
+    res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
+    assert res.returncode == 3, res.stderr + res.stdout
+    assert "alpha: ok" in res.stdout and re.search(r"beta: .*unreachable|beta: .*UNREACHABLE|"
+                                                   r"beta: .*ssh", res.stdout, re.I | re.S)
+    assert "rounds missing (their group failed): 3-4" in res.stdout
+    rows = trials(out)
+    assert {r["round"] for r in rows} == {1, 2} and {r["host_group"] for r in rows} == {"alpha"}
