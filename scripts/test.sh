@@ -35,6 +35,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_fleet_verdicts.py)
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
+         tests/integration/test_fleet_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py tests/integration/test_adaptive_real.py
