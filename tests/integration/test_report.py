@@ -87,7 +87,7 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
     assert set(data) == {
         "experiment", "factors", "whole_plot_factors", "baseline", "configurations",
         "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
-        "builds", "phases", "names", "headline", "explain",
+        "builds", "phases", "names", "headline", "explain", "fleet",
     }  # fmt: skip
     assert data["explain"] == []  # issue 26's explain panels: a hook nothing fills yet
     assert data["names"] == {"c01": "baseline", "c02": "synchronous_commit off",
