@@ -249,6 +249,18 @@ class ClusterLayer(ResourceLayer):
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
 
 
+def _settle(conn: Any) -> Any:
+    """After loading: pg_prewarm where the server has it, a checkpoint (the load's pages
+    written, not left to a window), and the database's size row."""
+    has_prewarm = conn.execute(
+        "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
+    ).fetchone()
+    if has_prewarm and has_prewarm[0]:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+    conn.execute("CHECKPOINT")
+    return conn.execute("SELECT pg_database_size('postgres')").fetchone()
+
+
 def _database_bytes(cluster: Cluster) -> int:
     with cluster.connect() as conn:
         row = conn.execute("SELECT pg_database_size('postgres')").fetchone()
@@ -292,13 +304,7 @@ def _load(
     started = time.monotonic()
     _pgbench_init(cluster, client, scale)
     with cluster.connect() as conn:
-        has_prewarm = conn.execute(
-            "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
-        ).fetchone()
-        if has_prewarm and has_prewarm[0]:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("CHECKPOINT")
-        size = conn.execute("SELECT pg_database_size('postgres')").fetchone()
+        size = _settle(conn)
     deltas = counters.delta(before, _load_snapshot(cluster, devs))
     out = {f"load.{k}": v for k, v in deltas.items()}
     out.update(metrics.io(deltas, primary, 0))
@@ -357,13 +363,7 @@ def _restore(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) -> dic
     restored = time.monotonic() - started
     with cluster.connect() as conn:
         conn.execute("VACUUM ANALYZE")
-        has_prewarm = conn.execute(
-            "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_prewarm'"
-        ).fetchone()
-        if has_prewarm and has_prewarm[0]:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("CHECKPOINT")
-        size = conn.execute("SELECT pg_database_size('postgres')").fetchone()
+        size = _settle(conn)
         rows = conn.execute(
             "SELECT count(*), coalesce(sum(greatest(reltuples, 0)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'm') "
