@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..host import safefs
 from ..host.remote import Target
 from ..layers.base import Source
+from .tables import validated
 
 LOCAL = "local"
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -94,14 +95,14 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
                                expected='lower-case letters, digits, - and _ (not "local")')
         if not isinstance(table, dict):
             raise source.error(("hosts", name), f"[hosts.{name}] must be a table with ssh = ...")
-        t = _model(source, HostTable, table, ("hosts", name))
+        t = validated(source, HostTable, table, ("hosts", name))
         ident = Path(t.identity_file) if t.identity_file else None
         known = Path(t.known_hosts) if t.known_hosts else None
         targets[name] = Target(name, t.ssh, ident, known, t.pgsweep)
     roles = doc.get("roles", {})
     if not isinstance(roles, dict):
         raise source.error(("roles",), "[roles] must be a table")
-    r = _model(source, RolesTable, roles, ("roles",))
+    r = validated(source, RolesTable, roles, ("roles",))
     for key, names in (("server", [r.server]), ("client", [r.client]),
                        ("standbys", r.standbys)):  # fmt: skip
         for n in names:
@@ -121,23 +122,6 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
     notes = tuple(f"{source.where('hosts', n)}: host {n} has no role; it is not contacted"
                   for n in targets if n not in used)  # fmt: skip
     return Topology(targets, r.client, notes)
-
-
-def _model(source: Source, model: type[BaseModel], data: dict[str, Any],
-           path: tuple[str, ...]) -> Any:  # fmt: skip
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = str(err["loc"][0]) if err["loc"] else ""
-        if err["type"] == "extra_forbidden":
-            raise source.error((*path, key), f"unknown key in [{'.'.join(path)}]",
-                               expected=f"one of {', '.join(model.model_fields)}") from None
-        if err["type"] == "missing":
-            raise source.error(path, f"[{'.'.join(path)}] needs the key {key!r}",
-                               fix=f'add {key} = "..."') from None  # fmt: skip
-        raise source.error((*path, key), str(err["msg"]).removeprefix("Value error, "),
-                           expected=None) from None
 
 
 def check_files(source: Source, topo: Topology) -> None:

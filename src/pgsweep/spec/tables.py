@@ -106,29 +106,29 @@ def fixed_table(source: Source, doc: dict[str, Any], table: str) -> Any:
     data = doc.get(table, {})
     if not isinstance(data, dict):
         raise source.error((table,), f"[{table}] must be a table")
+    return validated(source, model, data, (table,))
+
+
+def validated(source: Source, model: type[BaseModel], data: dict[str, Any],
+              path: tuple[str, ...]) -> Any:  # fmt: skip
+    """A table through its model; the first thing pydantic refuses as the file's error,
+    naming the key and its line."""
+    name = ".".join(path)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else ""
         if err["type"] == "extra_forbidden":
-            raise source.error(
-                (table, key),
-                f"unknown key in [{table}]",
-                expected=f"one of {', '.join(model.model_fields)}",
-            ) from None
+            raise source.error((*path, key), f"unknown key in [{name}]",
+                               expected=f"one of {', '.join(model.model_fields)}") from None
         if err["type"] == "missing":
-            raise source.error(
-                (table,),
-                f"[{table}] needs the key {key!r}",
-                fix=f'add e.g. {key} = "my-experiment" to [{table}]',
-            ) from None
+            raise source.error(path, f"[{name}] needs the key {key!r}",
+                               fix=f'add {key} = "..." to [{name}]') from None
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise source.error(
-            (table, key),
-            f"{msg} (got {data.get(key)!r})",
-            fix=f"see [{table}] in docs/reference.md (pgsweep schema --markdown)",
-        ) from None
+        raise source.error((*path, key), f"{msg} (got {data.get(key)!r})",
+                           fix=f"see [{path[0]}] in docs/reference.md (pgsweep schema "
+                               "--markdown)") from None  # fmt: skip
 
 
 def adaptive_rounds(source: Source, doc: dict[str, Any], rep: RepeatTable,
