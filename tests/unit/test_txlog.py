@@ -127,3 +127,19 @@ def test_a_cut_log_fails(tmp_path: Path) -> None:
     log.write_text("0 1 100 0 1700000000 5\n0 2 10")
     with pytest.raises(txlog.LogError, match="newline"):
         txlog.parse([log])
+
+
+def test_a_short_line_never_reads_past_its_own_newline() -> None:
+    """The kernel reads without bounds checks: a line with too few fields must stop at its
+    newline. It read the next fields past it, into the next line (which it then swallowed
+    whole) or, at the end of the buffer, into memory after it (a segfault seen in the
+    suite when those bytes held no newline for a page)."""
+    from pgsweep.collect.txlog_kernels import parse_chunk
+
+    text = b"0 2 100 0\n0 3 120 0 1700000000 7\n"
+    buf = np.frombuffer(text, np.uint8)
+    lat, end = np.zeros(2, np.int32), np.zeros(2, np.int64)
+    lag, retries = np.zeros(2, np.int32), np.zeros(2, np.int32)
+    parsed, bad, _, _ = parse_chunk(buf, 0, len(text), lat, end, lag, retries, 0)
+    assert (parsed, bad) == (1, 0)  # the short line is bad, the next one is read as itself
+    assert lat[0] == 120 and end[0] == 1700000000 * 1000000 + 7

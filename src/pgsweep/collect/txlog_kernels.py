@@ -18,13 +18,21 @@ _MAX_US = 2**31 - 1  # latencies and lags are kept as int32 (35 minutes)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def read_number(buf, i):  # type: ignore[no-untyped-def]
-    """The decimal number at buf[i:], the index after it, and how many digits it had."""
+def read_number(buf, i, e):  # type: ignore[no-untyped-def]
+    """The decimal number at buf[i:e], the index after it, and how many digits it had."""
     v, j = 0, i
-    while 48 <= buf[j] <= 57:
+    while j < e and 48 <= buf[j] <= 57:
         v = v * 10 + (buf[j] - 48)
         j += 1
     return v, j, j - i
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def after(buf, i, e):  # type: ignore[no-untyped-def]
+    """The index after the separator at i (a space), or e: a read never crosses the line's
+    newline at e, so a short line cannot take the next line's bytes, or those after the
+    buffer's end (there is no bounds check in the compiled loop)."""
+    return i + 1 if i < e and buf[i] == 32 else e
 
 
 @numba.njit(cache=True, nogil=True)
@@ -34,45 +42,45 @@ def parse_chunk(buf, start, stop, lat, end, lag, retries, out):  # type: ignore[
     most fields)."""
     i, n, bad, fmin, fmax = start, out, -1, 99, 0
     while i < stop:
-        line_start, ok = i, True
-        _, i, d0 = read_number(buf, i)  # client_id
-        ok = d0 > 0 and buf[i] == 32
-        _, i, d1 = read_number(buf, i + 1)  # transaction_no
-        ok = ok and d1 > 0 and buf[i] == 32
-        i += 1
+        line_start, e = i, i
+        while buf[e] != 10:  # stops at the chunk's last newline at the latest
+            e += 1
+        _, i, d0 = read_number(buf, i, e)  # client_id
+        ok = d0 > 0 and i < e and buf[i] == 32
+        _, i, d1 = read_number(buf, after(buf, i, e), e)  # transaction_no
+        ok = ok and d1 > 0 and i < e and buf[i] == 32
+        i = after(buf, i, e)
         c = buf[i]
         if 48 <= c <= 57:
-            lat_v, i, _ = read_number(buf, i)
+            lat_v, i, _ = read_number(buf, i, e)
         else:  # a word names the outcome: failed, skipped, serialization, deadlock
-            nxt = buf[i + 1]
+            nxt = buf[i + 1] if i + 1 < e else 0
             lat_v = -1 if c == 102 else -2 if c == 115 and nxt == 107 else -3 if c == 115 else -4
             ok = ok and (c == 102 or c == 115 or c == 100)
-            while buf[i] != 32 and buf[i] != 10:
+            while i < e and buf[i] != 32:
                 i += 1
-        ok = ok and buf[i] == 32
-        _, i, d3 = read_number(buf, i + 1)  # script_no
-        ok = ok and d3 > 0 and buf[i] == 32
-        epoch, i, d4 = read_number(buf, i + 1)
-        ok = ok and d4 > 0 and buf[i] == 32
-        us, i, d5 = read_number(buf, i + 1)
+        ok = ok and i < e and buf[i] == 32
+        _, i, d3 = read_number(buf, after(buf, i, e), e)  # script_no
+        ok = ok and d3 > 0 and i < e and buf[i] == 32
+        epoch, i, d4 = read_number(buf, after(buf, i, e), e)
+        ok = ok and d4 > 0 and i < e and buf[i] == 32
+        us, i, d5 = read_number(buf, after(buf, i, e), e)
         ok = ok and d5 > 0
         nf, lag_v, ret_v = 6, -1, 0
-        if ok and buf[i] == 32:
-            lag_v, i, d6 = read_number(buf, i + 1)
+        if ok and i < e and buf[i] == 32:
+            lag_v, i, d6 = read_number(buf, i + 1, e)
             nf, ok = 7, d6 > 0
-            if ok and buf[i] == 32:
-                ret_v, i, d7 = read_number(buf, i + 1)
+            if ok and i < e and buf[i] == 32:
+                ret_v, i, d7 = read_number(buf, i + 1, e)
                 nf, ok = 8, d7 > 0
-        ok = ok and buf[i] == 10 and lat_v <= _MAX_US and lag_v <= _MAX_US
+        ok = ok and i == e and lat_v <= _MAX_US and lag_v <= _MAX_US
         if ok:
             fmin, fmax = min(fmin, nf), max(fmax, nf)
             lat[n], end[n], lag[n], retries[n] = lat_v, epoch * 1000000 + us, lag_v, ret_v
             n += 1
         elif bad < 0:
             bad = line_start
-        while buf[i] != 10:
-            i += 1
-        i += 1
+        i = e + 1
     return n - out, bad, fmin, fmax
 
 
