@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from cliserver import CliServer
+
 # pgsweep's output off a terminal is 160 columns unless COLUMNS says otherwise (a CI's
 # runner or a test runner's plugin may set it): the tests read it as a user's log holds it.
 os.environ.pop("COLUMNS", None)
@@ -38,6 +40,13 @@ requires_pg = pytest.mark.skipif(
 
 
 TMPFS = Path("/dev/shm")
+
+# Tests of mechanics (resume, signals, readers, shards, hosts, safety) run their pgbench
+# rate-limited (`rate = 200` in their files, marked "conftest.MECHANICS"): a trial at full
+# speed keeps both cores busy for its whole length, taking them from the tests running
+# beside it, and these tests look at what pgsweep did, not at how fast the server went.
+# Tests of verdicts, effects and counters run at full speed.
+MECHANICS = "rate = 200"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,12 +71,20 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
+def open_base(module: str) -> str:
+    """Where a folder open to the server user is made: on tmpfs for a module about
+    mechanics (WORK_ON_TMPFS: a results folder the server user can pass through holds its
+    run's work area, whose snapshot restores cost a disk's unlinks otherwise), else /tmp."""
+    tmpfs = getattr(sys.modules[module], "WORK_ON_TMPFS", False) and TMPFS.is_dir()
+    return str(TMPFS) if tmpfs else "/tmp"
+
+
 @pytest.fixture
-def open_dir() -> Iterator[Path]:
+def open_dir(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A root-owned folder the server user can pass through and read (pytest's own are
     closed to other users): for files the server user must reach, and results folders
     whose work area should live inside them, as on a user's machine."""
-    d = Path(tempfile.mkdtemp(prefix="pgsweep-test-open-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="pgsweep-test-open-", dir=open_base(request.module.__name__)))
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
@@ -79,8 +96,29 @@ def write_experiment(folder: Path, body: str, name: str = "exp.toml") -> Path:
     return path
 
 
+_cli_server: CliServer | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_fork_server() -> Iterator[None]:
+    """Started before any test looks at the machine's processes, so a test that compares
+    every process before and after sees it in both. PGSWEEP_TEST_FORK=0 turns it off."""
+    global _cli_server
+    if os.environ.get("PGSWEEP_TEST_FORK", "1") != "0":
+        _cli_server = CliServer()
+    yield
+    if _cli_server is not None:
+        _cli_server.close()
+        _cli_server = None
+
+
 def pgsweep(*args: str, timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """The CLI as a process of its own: forked from the suite's fork server (tests/cliserver
+    .py: the imports done once), or a fresh interpreter when a call needs what only
+    subprocess.run offers (its keyword arguments)."""
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    if _cli_server is not None and not kw:
+        return _cli_server.run(list(args), env, timeout)
     return subprocess.run(
         [sys.executable, "-m", "pgsweep.cli", *args],
         capture_output=True,
