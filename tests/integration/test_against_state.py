@@ -23,6 +23,7 @@ scale = 1
 [workload]
 clients = 2
 duration = "1s"
+rate = 200  # conftest.MECHANICS
 warmup = "0s"
 [repeat]
 rounds = 2

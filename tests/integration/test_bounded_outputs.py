@@ -27,6 +27,7 @@ def test_a_script_that_inflates_pgbench_output_fails_its_trial(
         [workload]
         script = "inflate.sql"
         duration = "1s"
+        rate = 200  # conftest.MECHANICS
         warmup = "0s"
         [repeat]
         rounds = 1

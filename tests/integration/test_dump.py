@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SERVER_USER, pgsweep, requires_pg, run_shared, trials, write_experiment
+from conftest import (
+    SERVER_USER,
+    open_base,
+    pgsweep,
+    requires_pg,
+    run_shared,
+    trials,
+    write_experiment,
+)
 from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.postgres import binaries as pgbin
@@ -47,7 +55,7 @@ INSERT INTO orders (item, qty) VALUES (:id, 1);
 def dumps() -> Iterator[Path]:
     """A folder (root's, 0755) with shop.dump (pg_dump -Fc) and shop.sql (plain) of a
     real server's database, made as the server user, and the writing script."""
-    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-dump-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-dump-", dir=open_base(__name__)))
     try:
         _make_dumps(folder)
         yield folder
@@ -100,6 +108,7 @@ def _body(source: str, extra: str = "", factors: str = "") -> str:
         clients = 1
         jobs = 1
         duration = "1s"
+        rate = 200  # conftest.MECHANICS
         warmup = "0s"
         [factors]
         {factors}

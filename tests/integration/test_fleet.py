@@ -30,6 +30,7 @@ script = "select-only"
 clients = 2
 jobs = 2
 duration = "1s"
+rate = 200  # conftest.MECHANICS
 warmup = "0s"
 [factors]
 server.synchronous_commit = ["on", "off"]

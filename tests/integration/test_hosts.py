@@ -57,6 +57,7 @@ def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "") ->
         [workload]
         script = "select-only"
         duration = "{duration}"
+        rate = 200  # conftest.MECHANICS
         warmup = "0s"
         {extra}
         [factors]

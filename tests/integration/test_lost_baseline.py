@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import open_base, pgsweep, requires_pg, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 WORK_ON_TMPFS = True
@@ -24,7 +24,7 @@ WORK_ON_TMPFS = True
 
 @pytest.fixture(scope="module")
 def results() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-open-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-open-", dir=open_base(__name__)))
     folder.chmod(0o755)  # the server user reads the script
     (folder / "sleep.sql").write_text("SELECT pg_sleep(0.005);\n")
     path = write_experiment(folder, """

@@ -41,6 +41,7 @@ script = "point.sql"
 clients = 1
 jobs = 1
 duration = "1s"
+rate = 200  # conftest.MECHANICS
 warmup = "0s"
 [repeat]
 rounds = 2
@@ -59,7 +60,7 @@ def _theirs() -> tuple[int, int]:
 def folder() -> Iterator[Path]:
     """A folder the server user can pass through and read (the custom script must be
     readable by it): results folders in it are as on a user's machine."""
-    d = Path(tempfile.mkdtemp(prefix="pgsweep-test-readers-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="pgsweep-test-readers-", dir="/dev/shm"))  # conftest.open_base
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)

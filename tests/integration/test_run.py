@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import leftovers, pgsweep, postmasters, requires_pg, trials, write_experiment
+from pgsweep.host.workarea import run_tag
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 
@@ -57,6 +58,7 @@ def _experiment(
         clients = 2
         jobs = 2
         duration = "{duration}"
+        rate = 200  # conftest.MECHANICS
         warmup = "{warmup}"
         {extra}
         [factors]
@@ -251,7 +253,9 @@ def test_kill9_then_cleanup_then_resume(tmp_path: Path, state_dir: Path) -> None
     before = set(os.listdir("/tmp"))
     path, results, run, _, _ = _interrupt_mid_trial(tmp_path, 2, signal.SIGKILL)
     assert run.returncode == -signal.SIGKILL
-    orphans = {p: d for p, d in postmasters().items() if "cluster-" in d}
+    tag = run_tag(results)  # this run's servers, not those of tests beside it
+    orphans = {p: d for p, d in postmasters().items()
+               if "cluster-" in d and (str(results) in d or f"-{tag}-" in d)}  # fmt: skip
     assert orphans, "kill -9 should leave the trial's server running"
     res = pgsweep("cleanup")
     assert res.returncode == 0 and "stopped postmaster" in res.stdout

@@ -64,6 +64,7 @@ def _experiment(folder: Path, extra: str = "", factors: str = "", rounds: int = 
         clients = 2
         jobs = 2
         duration = "2s"
+        rate = 200  # conftest.MECHANICS
         warmup = "0s"
         {extra}
         [factors]

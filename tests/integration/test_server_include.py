@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, pgsweep, requires_pg, run_shared, trials, write_experiment
+from conftest import DATA, open_base, pgsweep, requires_pg, run_shared, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
@@ -30,7 +30,7 @@ def confs() -> Iterator[Path]:
     """A folder (root's, 0755) holding postgresql.conf (Debian's stock file, which ends
     with include_dir = 'conf.d') and conf.d/: one file with a tuned setting and a
     production archive_command, one including extra.conf by a relative path."""
-    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-include-", dir="/tmp"))
+    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-include-", dir=open_base(__name__)))
     try:
         folder.chmod(0o755)
         shutil.copyfile(DATA / "debian" / "postgresql-15-stock.conf", folder / "postgresql.conf")
@@ -61,6 +61,7 @@ def _body(include: str, factors: str = 'server.shared_buffers = ["128MB", "256MB
         [workload]
         script = "select-only"
         duration = "1s"
+        rate = 200  # conftest.MECHANICS
         warmup = "0s"
         [factors]
         {factors}
