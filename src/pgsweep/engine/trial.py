@@ -20,7 +20,7 @@ from ..plan import Configuration, Trial
 from ..postgres import pgbench
 from ..postgres.cluster import ServerError
 from ..store import TrialRecord
-from . import measure
+from . import measure, measure_sysbench
 from .folder import now
 from .resources import Resources
 
@@ -55,7 +55,8 @@ def run_trial(
             layer.attach(settings[layer.name], ctx)
         for layer in layers:
             layer.verify(settings[layer.name], ctx)
-        measure.measure(ctx, trial_dir, record, first_of_config)
+        window = measure_sysbench if ctx.demand.sysbench_workload is not None else measure
+        window.measure(ctx, trial_dir, record, first_of_config)
     except TrialFailure as exc:
         record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail
     except Exception as exc:

@@ -1,5 +1,6 @@
-"""The `workload` layer: which pgbench script, how many clients, for how long. Changing it
-costs nothing; it decides the pgbench command line of the trial."""
+"""The `workload` layer: which tool (pgbench, or sysbench), which script or test, how many
+clients, for how long. Changing it costs nothing; it decides the command line of the
+trial."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..core import Cost, Value
 from ..host import safefs, userfile
 from ..host.userfile import UserFileError
-from ..postgres import pgbench
+from ..postgres import pgbench, sysbench
 from ..postgres.pgbench import Workload
 from ..units import parse_duration
+from . import workload_tools as tools
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
 
@@ -36,7 +38,11 @@ PGBENCH_TABLES = (
 class WorkloadTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    tool: Literal["pgbench", "sysbench"] = Field("pgbench", description="the program that runs it")
     script: str = Field("tpcb-like", description="tpcb-like | simple-update | select-only | path")
+    test: str | None = Field(None, description="sysbench: oltp_read_write (default), ...")
+    tables: int = Field(1, ge=1, le=10_000, description="sysbench --tables")
+    table_size: int = Field(10_000, ge=1, le=1_000_000_000, description="sysbench --table-size")
     clients: int = Field(1, ge=1, le=10_000)
     jobs: int = Field(1, ge=1, le=1_000)
     duration: int | float | str = Field("30s")
@@ -104,6 +110,15 @@ class WorkloadSettings:
     writes: bool  # the script changes data: each trial starts from the snapshot
     standby_script: str | None = None  # a read load on each standby during the window
     standby_clients: int = 1
+    tool: str = "pgbench"  # or "sysbench": then test, tables and table_size are its own
+    test: str | None = None
+    tables: int = 1
+    table_size: int = 10_000
+
+    def sysbench(self) -> sysbench.Workload:
+        assert self.test is not None, "validate gives sysbench its test"
+        return sysbench.Workload(self.test, self.tables, self.table_size, self.clients,
+                                 self.duration_s, self.rate)  # fmt: skip
 
     def pgbench(self, script_path: str) -> pgbench.Workload:
         return pgbench.Workload(
@@ -134,6 +149,15 @@ class WorkloadLayer(Layer):
         table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
         for key in factors:  # other layers refusing a combination name the factor's line
             ctx.where[f"workload.{key}"] = ("factors", "workload", key)
+        tools.check_keys(base, factors, table.tool, ctx.source)
+        if table.tool == "sysbench":
+            tools.require(ctx.source)
+            tests: list[tuple[tuple[str, ...], str]]
+            tests = [(("workload", "test"), table.test or tools.DEFAULT_TEST)]
+            tests += [(("factors", "workload", "test"), t) for t in factors.get("test", [])]
+            tools.check_tests(tests, ctx)
+            tools.check_data(table.tool, ctx.source)
+            return {**table.model_dump(), "test": table.test or tools.DEFAULT_TEST}
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
         standby: list[tuple[tuple[str, ...], str | None]]
@@ -171,9 +195,11 @@ class WorkloadLayer(Layer):
             latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
             protocol=str(values["protocol"]), prewarm=bool(values["prewarm"]),
             latency_log=log if isinstance(log, float) else str(log),
-            max_tries=int(values["max_tries"]), writes=pgbench.writes(script, custom),
+            max_tries=int(values["max_tries"]), writes=_writes(values, script, custom),
             standby_script=str(values["standby_script"]) if values.get("standby_script") else None,
-            standby_clients=int(values["standby_clients"]),
+            standby_clients=int(values["standby_clients"]), tool=str(values["tool"]),
+            test=str(values["test"]) if values.get("test") else None,
+            tables=int(values["tables"]), table_size=int(values["table_size"]),
         )  # fmt: skip
 
     def level_identity(self, key: str, level: Value) -> object:
@@ -209,6 +235,8 @@ class WorkloadLayer(Layer):
 
 
     def prepare(self, settings: WorkloadSettings, trial: TrialContext) -> Demand:
+        if settings.tool == "sysbench":
+            return Demand(sysbench_workload=settings.sysbench())
         script = str(self.frozen.get(settings.script, settings.script))
         if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:
             _prewarm(trial)
@@ -220,6 +248,12 @@ class WorkloadLayer(Layer):
 
 
 MAX_SCRIPT_BYTES = 1 << 20
+
+
+def _writes(values: dict[str, Value], script: str, custom: str | None) -> bool:
+    if values.get("tool") == "sysbench":
+        return sysbench.TESTS[str(values["test"])]
+    return pgbench.writes(script, custom)
 
 
 def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> tuple[Path, str]:
