@@ -5,6 +5,7 @@ trial's record (the tool and its version, read back from its own output)."""
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 from typing import Any
 
 from ..store import Results
@@ -27,8 +28,8 @@ def workload_info(results: Results, comparisons: list[dict[str, Any]]) -> dict[s
                        if t.effective.get("workload.tool") == tool
                        and "workload.tool_version" in t.effective})  # fmt: skip
     judged = [METRICS[m][0] for m in RATES if any(c["metric"] == m for c in comparisons)]
-    return {"tool": tool, "versions": versions,
-            "what": "per configuration" if varied else str(table.get(key, default)),
+    what = "per configuration" if varied else str(table.get(key, default))
+    return {"tool": tool, "versions": versions, "what": Path(what).name if "/" in what else what,
             "judged": judged or ["TPS"]}  # fmt: skip
 
 

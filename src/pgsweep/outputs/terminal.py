@@ -153,7 +153,7 @@ def render_terminal(a: Analysis, console: Console) -> None:
                                  f"{exp['rounds']} rounds"), style="bold"))  # fmt: skip
     console.print(Text(printable(f"baseline {a.baseline}: {baseline_text(a)}")))
     if workload_line(exp):
-        console.print(Text(printable(workload_line(exp))))
+        say(console, workload_line(exp))
     console.print()
     _headline(a, console)
     if "adaptive" in a.method:
