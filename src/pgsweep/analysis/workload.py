@@ -21,7 +21,8 @@ def workload_info(results: Results, comparisons: list[dict[str, Any]]) -> dict[s
     doc = tomllib.loads(results.experiment().file_text)
     table = doc.get("workload", {})
     tool = str(table.get("tool", "pgbench"))
-    key, default = ("test", "oltp_read_write") if tool == "sysbench" else ("script", "tpcb-like")
+    key, default = {"sysbench": ("test", "oltp_read_write"),
+                    "pgreplay": ("replay", "")}.get(tool, ("script", "tpcb-like"))  # fmt: skip
     varied = key in doc.get("factors", {}).get("workload", {}) or f"workload.{key}" in doc.get(
         "factors", {})  # fmt: skip
     versions = sorted({t.effective["workload.tool_version"] for t in results.trials(ok_only=True)
@@ -43,5 +44,7 @@ def workload_line(exp: dict[str, Any]) -> str:
     if len(w["versions"]) > 1:
         tool += f" (versions {', '.join(w['versions'])})"
     words = {label: RATES[m] for m, (label, _, _) in METRICS.items() if m in RATES}
+    if w["tool"] == "pgreplay":  # its trials' TPS column holds replayed statements/s
+        words["TPS"] = "here replayed statements/s"
     judged = [f"{label} ({words.get(label, '')})".replace(" ()", "") for label in w["judged"]]
     return f"workload: {tool}, {w['what']}; verdicts on {' and '.join(judged)}"

@@ -30,8 +30,8 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
 
 def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
              record_settings: bool) -> None:  # fmt: skip
-    server, cluster, w = trial.server, trial.cluster, trial.demand.sysbench_workload
-    assert w is not None, "the workload layer prepares every sysbench trial"
+    server, cluster, w = trial.server, trial.cluster, trial.demand.tool_workload
+    assert isinstance(w, sysbench.Workload), "the workload layer prepares every sysbench trial"
     settings = trial.settings["workload"]
     found = program()
     if found is None:

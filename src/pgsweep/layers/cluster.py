@@ -223,6 +223,8 @@ class ClusterLayer(ResourceLayer):
             else:
                 server.load = _load(cluster, loader, settings.scale, target,
                                     storage.pool_devices)  # fmt: skip
+            if workload is not None and workload.replay_roles:  # a replay's sessions' roles
+                _roles(cluster, workload.replay_roles)
             cluster.take_snapshot()
             # the loaded directory is no copy: a writing workload's first trial starts from
             # the snapshot too, so no trial's data state depends on its position
@@ -264,6 +266,17 @@ def _settle(conn: Any) -> Any:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
     conn.execute("CHECKPOINT")
     return conn.execute("SELECT pg_database_size('postgres')").fetchone()
+
+
+def _roles(cluster: Cluster, roles: Sequence[str]) -> None:
+    """The roles a captured log's sessions connect as (superusers of a throwaway cluster:
+    the data is pgsweep's, loaded or restored without owners), before the snapshot."""
+    with cluster.connect() as conn:
+        have = {r[0] for r in conn.execute("SELECT rolname FROM pg_roles").fetchall()}
+        for role in roles:
+            if role not in have:
+                conn.execute(f'CREATE ROLE "{role.replace(chr(34), chr(34) * 2)}" LOGIN '
+                             "SUPERUSER")  # fmt: skip
 
 
 def _database_bytes(cluster: Cluster) -> int:

@@ -1,7 +1,7 @@
-"""Which program drives the workload (`workload.tool`): pgbench, the default, or sysbench.
-The checks of the keys each tool owns, the tool's presence on this machine (named with the
-Debian package that provides it), and sysbench's own test names; the workload layer calls
-these from `validate` and `check_configurations`."""
+"""Which program drives the workload (`workload.tool`): pgbench, the default, sysbench or
+pgreplay. The checks of the keys each tool owns, the tool's presence on this machine
+(named with the Debian package that provides it), and sysbench's own test names; the
+workload layer calls these from `validate`."""
 
 from __future__ import annotations
 
@@ -11,16 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from ..host import proc, safefs
-from ..postgres import sysbench
+from ..postgres import pgreplay, sysbench
 from ..tomlpos import key_line
 from .base import Source, ValidationContext
 
-TOOLS = ("pgbench", "sysbench")
-SYSBENCH_KEYS = ("test", "tables", "table_size")
-# pgbench's own options: with sysbench they would silently mean nothing, so they are refused
-PGBENCH_KEYS = ("script", "jobs", "protocol", "latency_limit", "latency_log", "max_tries",
-                "standby_script", "standby_clients", "prewarm")  # fmt: skip
-DATA_KEYS = ("tool", "tables", "table_size")  # they shape the loaded data: not factors
+TOOLS = ("pgbench", "sysbench", "pgreplay")
+PACKAGES = {"sysbench": sysbench.PACKAGE, "pgreplay": pgreplay.PACKAGE}
+# Each tool's own options: with another tool they would silently mean nothing, so they are
+# refused; a replay's log decides who connects, when and for how long, so it refuses these
+# of pgbench's and sysbench's too
+OWN_KEYS = {
+    "pgbench": ("script", "jobs", "protocol", "latency_limit", "latency_log", "max_tries",
+                "standby_script", "standby_clients", "prewarm"),
+    "sysbench": ("test", "tables", "table_size"),
+    "pgreplay": ("replay", "replay_speed"),
+}  # fmt: skip
+NOT_REPLAYED = ("clients", "duration", "warmup", "rate")
+DATA_KEYS = ("tool", "tables", "table_size", "replay")  # they shape the data: not factors
 DEFAULT_TEST = "oltp_read_write"
 
 
@@ -32,13 +39,23 @@ def check_keys(base: Mapping[str, Any], factors: Mapping[str, list[Any]], tool: 
             raise source.error(("factors", "workload", key), f"workload.{key} cannot be a "
                                "factor: it decides the data every configuration is loaded "
                                "with", fix="compare it in two experiment files")  # fmt: skip
-    theirs, owner = (SYSBENCH_KEYS, "sysbench") if tool == "pgbench" else (PGBENCH_KEYS, "pgbench")
-    for key in theirs:
+    for owner, keys in OWN_KEYS.items():
+        for key in keys if owner != tool else ():
+            if key in base or key in factors:
+                raise source.error(_path(key, factors), f"workload.{key} is an option of "
+                                   f"{owner}, and workload.tool is {tool!r}",
+                                   fix=f'set workload.tool = "{owner}", or remove '
+                                   f"workload.{key}")  # fmt: skip
+    for key in NOT_REPLAYED if tool == "pgreplay" else ():
         if key in base or key in factors:
-            path = ("factors", "workload", key) if key in factors else ("workload", key)
-            raise source.error(path, f"workload.{key} is an option of {owner}, and "
-                               f"workload.tool is {tool!r}", fix=f'set workload.tool = '
-                               f'"{owner}", or remove workload.{key}')  # fmt: skip
+            raise source.error(_path(key, factors), f"workload.{key} does not apply to a "
+                               "replay: the captured log says who connects, when and for "
+                               "how long", fix=f"remove workload.{key}; replay_speed sets "
+                               "the pace")  # fmt: skip
+
+
+def _path(key: str, factors: Mapping[str, list[Any]]) -> tuple[str, ...]:
+    return ("factors", "workload", key) if key in factors else ("workload", key)
 
 
 def check_tests(tests: Sequence[tuple[tuple[str, ...], str]], ctx: ValidationContext) -> None:
@@ -68,19 +85,20 @@ def program(name: str = "sysbench") -> Path | None:
     return None
 
 
-def require(source: Source) -> Path:
-    """sysbench's path, or exit 2 naming the package that provides it."""
-    found = program()
+def require(source: Source, tool: str) -> Path:
+    """The tool's path, or exit 2 naming the package that provides it."""
+    found = program(tool)
     if found is None:
-        raise source.error(("workload", "tool"), "workload.tool is sysbench, which is not "
+        raise source.error(("workload", "tool"), f"workload.tool is {tool}, which is not "
                            "installed on this machine", fix=f"apt-get install "
-                           f"{sysbench.PACKAGE} (scripts/setup.sh installs it)")  # fmt: skip
+                           f"{PACKAGES[tool]} (scripts/setup.sh installs it)")  # fmt: skip
     return found
 
 
 def check_data(tool: str, source: Source) -> None:
     """sysbench loads its own tables (`sysbench TEST prepare`): cluster.scale, size and
-    from set pgbench's data or a dump's, so with sysbench they are refused."""
+    from set pgbench's data or a dump's, so with sysbench they are refused (a replay runs
+    on either: the data the log was captured on)."""
     if tool != "sysbench":
         return
     for key in ("from", "size", "scale"):

@@ -118,12 +118,11 @@ def _build() -> list[tuple[str, str, str]]:
 
 def _workload() -> list[tuple[str, str, str]]:
     """The workload tools besides pgbench (workload.tool)."""
-    from ..layers.workload_tools import program
-    from ..postgres import sysbench
+    from ..layers.workload_tools import PACKAGES, program
 
-    found = program()
-    return [("workload", "sysbench", str(found) if found
-             else f"missing (apt-get install {sysbench.PACKAGE})")]  # fmt: skip
+    found = {tool: program(tool) for tool in PACKAGES}
+    return [("workload", tool, str(path) if path else f"missing (apt-get install "
+             f"{PACKAGES[tool]})") for tool, path in found.items()]  # fmt: skip
 
 
 def _storage() -> list[tuple[str, str, str]]:
