@@ -150,8 +150,8 @@ def test_every_statement_is_replayed_and_twice_as_fast_at_2x(
 
 
 def _keep(results: Path, capture: Path, trial: str) -> None:
-    """The capture and a replay's output, left in test-artifacts/pgreplay/ (as pgreplay 1.2
-    printed them here: the parser's tests read copies kept in tests/data/pgreplay/)."""
+    """The capture and a replay's output, left in test-artifacts/pgreplay/ (the parser's
+    tests read copies of one such run kept in tests/data/pgreplay/)."""
     into = ARTIFACTS / "pgreplay"
     into.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(capture / "capture.csv", into / "capture.csv")
