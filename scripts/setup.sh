@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up pgsweep on a Debian/Ubuntu machine: PostgreSQL server packages (through apt,
-# when missing and we are root), then a Python virtual environment from the lockfile.
+# Set up pgsweep on a Debian/Ubuntu machine: PostgreSQL server packages, sysbench and
+# pgreplay (through apt, when missing and we are root), then a Python virtual environment.
 # Usage: scripts/setup.sh [--dev]     (--dev adds the test and lint tools, and Ansible)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,9 @@ command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 ls /usr/lib/postgresql/*/bin/pgbench >/dev/null 2>&1 || need+=(postgresql postgresql-contrib)
 ls /usr/lib/postgresql/*/lib/pg_prewarm.so >/dev/null 2>&1 || need+=(postgresql-contrib)
+# workload.tool = "sysbench" runs Debian's sysbench (its PostgreSQL driver is built in)
+command -v sysbench >/dev/null || need+=(sysbench)
+command -v pgreplay >/dev/null || need+=(pgreplay)  # workload.tool = "pgreplay"
 if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless browser
     command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
     # the storage layer's tests build every filesystem it supports on loop devices

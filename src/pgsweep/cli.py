@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     ss = sub.add_parser("show", help="summarise a results folder")
     ss.add_argument("results", type=Path)
     ss.add_argument("--env", action="store_true", help="show the recorded environment")
+    ss.add_argument("--commands", action="store_true",
+                    help="each trial's workload tool, its version and its command line")
     sub.add_parser("cleanup", help="remove clusters and sockets left by runs that were killed")
     sd = sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
     sd.add_argument("--host", metavar="NAME", help="ask the host [hosts.NAME] of FILE instead")
@@ -307,6 +309,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     store = show.open_store(args.results)
     if args.env:
         show.render_environment(store, console)
+    elif args.commands:
+        show.render_commands(store, console)
     else:
         show.render_summary(store, console)
     store.close()

@@ -80,7 +80,7 @@ def test_the_corpus_is_large_and_covers_every_layer() -> None:
                 "mode", "sync_standbys", "network", "bandwidth", "max_lag", "delay",
                 "standby_script", "standby_clients", "min_rounds", "max_rounds", "decide",
                 "precision", "alpha", "margin", "baseline", "rate", "latency_limit",
-                "max_tries"):  # fmt: skip
+                "max_tries", "tool", "test", "tables", "table_size"):  # fmt: skip
         assert f"\n{key} = " in text or f".{key} = " in text, key
 
 

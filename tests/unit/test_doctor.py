@@ -11,6 +11,7 @@ import pytest
 
 from conftest import pgsweep
 from pgsweep.collect import devices
+from pgsweep.layers.workload_tools import program
 
 
 def _snapshot() -> dict[str, str]:
@@ -46,6 +47,8 @@ def test_doctor_reports_kernel_files_verbatim_and_changes_nothing() -> None:
             for line in res.stdout.splitlines() if len(cells := line.split("│")) >= 5}  # fmt: skip
     assert rows["network: netem"] == ("yes" if netem else "no: replication.delay is refused")
     assert rows["network: tc"] == ("yes" if shutil.which("tc") else "no (apt-get install iproute2)")
+    assert rows["sysbench"] == str(program())  # workload.tool = "sysbench" (its package)
+    assert rows["pgreplay"] == str(program("pgreplay"))
     for fs, tool in (("ext4", "mkfs.ext4"), ("xfs", "mkfs.xfs"), ("btrfs", "mkfs.btrfs")):
         found = shutil.which(tool)
         assert f"storage │ {fs} │ {found}" in out if found else f"no {tool}" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA
+from pgsweep.postgres import sysbench
 from pgsweep.postgres.sysbench import SysbenchParseError, parse, percentiles
 
 SB = DATA / "sysbench"
@@ -35,8 +36,11 @@ def test_read_write_run_with_histogram() -> None:
                          if "99th percentile" in line))  # fmt: skip
     assert lat["p99"] == pytest.approx(printed, abs=0.005)  # printed to 2 decimals
     m = run.metrics()
-    assert m["tps"] == run.tps == 1456.38 and m["sysbench.qps"] == run.qps == 29247.37
-    assert m["tx.failed"] == 20
+    assert run.tps == 1456.38 and m["sysbench.qps"] == run.qps == 29247.37
+    # a deadlock sysbench ignores is a transaction begun again: pgbench's retries
+    assert m["tx.retries"] == m["sysbench.errors"] == 20 and m["tx.failed"] == 0
+    assert m["tx.ok"] == 4376 and m["latency.p99_ms"] == lat["p99"]
+    assert m["latency.mean_ms"] == lat["avg"] and "latency.avg_ms" not in m
 
 
 def test_point_select_run_one_query_a_transaction() -> None:
@@ -62,3 +66,40 @@ def test_percentiles_from_bins() -> None:
     bins = [(1.0, 50), (2.0, 40), (3.0, 9), (10.0, 1)]
     assert percentiles(bins) == {"p50": 1.0, "p90": 2.0, "p95": 3.0, "p99": 3.0, "p99.9": 10.0}
     assert percentiles([]) == {}
+
+
+def test_pgsweeps_own_window_into_its_names() -> None:
+    """The window as pgsweep runs it (its command line, tests/data/sysbench/README)."""
+    run = parse((SB / "pgsweep-oltp_read_write.out").read_text())
+    assert (run.transactions, run.tps, run.errors) == (2288, 761.16, 11)
+    assert [s.t for s in run.per_second] == [1, 2, 3]
+    assert [s.latency_pct_ms for s in run.per_second] == [4.65, 4.33, 5.00]  # --percentile=99
+    assert sum(c for _, c in run.histogram) == run.transactions
+    m = run.metrics()
+    assert m["tx.retries"] == m["sysbench.errors"] == 11 and m["tx.ok"] == 2288
+    assert m["latency.p99_ms"] == pytest.approx(4.65, abs=0.005)
+    assert m["sysbench.queries"] / m["tx.ok"] == pytest.approx(20, rel=0.01)
+
+
+def test_command_lines() -> None:
+    w = sysbench.Workload("oltp_read_only", tables=3, table_size=500, clients=4, seconds=7,
+                          rate=99.6)  # fmt: skip
+    conn = sysbench.conn_args(["-h", "/tmp/s/c1", "-p", "5432", "-U", "pgsweep"])
+    assert conn == ["--pgsql-host=/tmp/s/c1", "--pgsql-port=5432", "--pgsql-user=pgsweep"]
+    common = ["/usr/bin/sysbench", "oltp_read_only", "--db-driver=pgsql", *conn,
+              "--pgsql-db=postgres", "--tables=3", "--table-size=500"]  # fmt: skip
+    assert w.prepare_argv("/usr/bin/sysbench", conn) == [*common, "prepare"]
+    run = w.argv("/usr/bin/sysbench", conn, seconds=2)
+    assert run[: len(common)] == common and run[-1] == "run"
+    assert {"--threads=4", "--time=2", "--report-interval=1", "--histogram=on",
+            "--percentile=99", "--rate=100"} == set(run[len(common):-1])  # fmt: skip
+    unlimited = sysbench.Workload("oltp_read_only", 1, 1, 1, 1)
+    assert not any(a.startswith("--rate") for a in unlimited.argv("sb", conn, seconds=1))
+
+
+def test_tests_that_write_are_known() -> None:
+    assert not sysbench.TESTS["oltp_read_only"] and not sysbench.TESTS["oltp_point_select"]
+    assert all(sysbench.TESTS[t] for t in ("oltp_read_write", "oltp_update_index",
+                                            "oltp_write_only", "oltp_insert", "oltp_delete"))
+    # every name is a bare name: nothing sysbench could take for a script's path
+    assert all(t.isidentifier() and "." not in t for t in sysbench.TESTS)

@@ -27,6 +27,7 @@ from .checks import replication_rows, warnings
 from .design import surviving
 from .headline import config_names, headline
 from .types import METRICS, NEGLIGIBLE_BYTES, WHOLE_PLOT_COSTS, Analysis, Config
+from .workload import workload_info
 
 
 def analyse(
@@ -98,6 +99,7 @@ def analyse(
     info |= {"rounds": plan.get("rounds"), "rebuild": plan.get("rebuild"),
              "rebuild_every": every, "replicated": replicated(plan, every),
              "keep_alive": plan.get("keep_alive", True)}  # fmt: skip
+    info["workload"] = workload_info(results, comparisons)  # the tool and what it judged
     method = {"alpha": alpha, "families": "baseline and effects judged together: alpha for "
               "all of a metric's verdicts",
               "critical": "single-step max-|t| (simultaneous intervals)",

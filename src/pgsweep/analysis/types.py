@@ -10,6 +10,7 @@ from typing import Any
 # metric -> (label, higher is better, unit); values per trial come from trial.tps or metric
 METRICS: dict[str, tuple[str, bool, str]] = {
     "tps": ("TPS", True, "tx/s"),
+    "sysbench.qps": ("QPS", True, "queries/s"),  # sysbench's queries/s (issue 27)
     "latency.p50_ms": ("p50 latency", False, "ms"),
     "latency.p95_ms": ("p95 latency", False, "ms"),
     "latency.p99_ms": ("p99 latency", False, "ms"),

@@ -96,6 +96,8 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
             written = trial.settings["server"]  # the configuration's own settings
             record.environment[record.config_id] = environment.settings(db, written)
     summary = pgbench.parse_summary(out)
+    trial.effective["workload.tool"] = "pgbench"  # with its version, per trial (issue 27)
+    trial.effective["workload.tool_version"] = summary.version or "?"
     record.tps, record.transactions = summary.tps, summary.transactions
     record.failed_transactions = summary.failed
     record.latency_avg_ms, record.latency_stddev_ms = (

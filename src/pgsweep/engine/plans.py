@@ -18,6 +18,7 @@ from typing import Any
 from ..core import Cost
 from ..errors import PgsweepError
 from ..host import safefs, workarea
+from ..layers import room
 from ..layers.base import ResourceLayer
 from ..plan import (
     Plan,
@@ -247,6 +248,8 @@ def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
         target = cluster.target_bytes(getattr(s.get("os"), "memory_limit", None))
         if cluster.dump is not None:  # a restore: about as long as loading as much data
             target = cluster.dump.estimate_bytes()
+        elif w.tool == "sysbench":  # its prepare: about as long as pgbench -i as much data
+            target = room.data_bytes(s)
         scale = max(1, target // (16 * 1024**2)) if target is not None else cluster.scale
         restore = 1.0 + 0.03 * scale if w.writes else 0.0
         # standbys are cloned again after each restore: pg_basebackup took 0.7-1.3 s at

@@ -17,10 +17,10 @@ from ..errors import PgsweepError
 from ..layers.base import Layer
 from ..layers.context import Demand, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Configuration, Trial
-from ..postgres import pgbench
+from ..postgres import pgbench, sysbench
 from ..postgres.cluster import ServerError
 from ..store import TrialRecord
-from . import measure
+from . import measure, measure_pgreplay, measure_sysbench
 from .folder import now
 from .resources import Resources
 
@@ -55,7 +55,10 @@ def run_trial(
             layer.attach(settings[layer.name], ctx)
         for layer in layers:
             layer.verify(settings[layer.name], ctx)
-        measure.measure(ctx, trial_dir, record, first_of_config)
+        tool = ctx.demand.tool_workload  # sysbench or pgreplay instead of pgbench (issue 27)
+        window = (measure_sysbench if isinstance(tool, sysbench.Workload) else
+                  measure_pgreplay if tool is not None else measure)  # fmt: skip
+        window.measure(ctx, trial_dir, record, first_of_config)
     except TrialFailure as exc:
         record.status, record.reason, record.log_tail = "failed", exc.reason, exc.log_tail
     except Exception as exc:

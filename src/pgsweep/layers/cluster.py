@@ -1,12 +1,12 @@
 """The `cluster` layer: initdb options and the data. A change means a new cluster:
-initdb, load with `pgbench -i` (or restore the pg_dump archive `from` names), snapshot of
-the loaded data directory."""
+initdb, load with `pgbench -i` (or restore the pg_dump archive `from` names, or `sysbench
+TEST prepare` with workload.tool = "sysbench"), snapshot of the loaded data directory."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,14 @@ from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import userfile
 from ..postgres import dump as pgdump
+from ..postgres import sysbench
 from ..postgres.binaries import Binaries
 from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
 from . import room
 from .base import ResourceLayer, ValidationContext, check_table
 from .context import RunContext, Server, Storage, TrialContext, TrialFailure
+from .workload_tools import program as sysbench_program
 
 
 class ClusterTable(BaseModel):
@@ -213,11 +215,16 @@ class ClusterLayer(ResourceLayer):
                 cluster.set_password(client.verifier)
             target = settings.target_bytes(_memory_limit(config))
             loader = run.client(config, binaries)  # the load runs beside the server
+            workload = config.get("workload")
             if settings.dump is not None:
                 server.load = _restore(cluster, settings.dump, storage.pool_devices)
+            elif workload is not None and workload.tool == "sysbench":
+                server.load = _prepare_sysbench(cluster, workload.sysbench(), storage.pool_devices)
             else:
                 server.load = _load(cluster, loader, settings.scale, target,
                                     storage.pool_devices)  # fmt: skip
+            if workload is not None and workload.replay_roles:  # a replay's sessions' roles
+                _roles(cluster, workload.replay_roles)
             cluster.take_snapshot()
             # the loaded directory is no copy: a writing workload's first trial starts from
             # the snapshot too, so no trial's data state depends on its position
@@ -259,6 +266,17 @@ def _settle(conn: Any) -> Any:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
     conn.execute("CHECKPOINT")
     return conn.execute("SELECT pg_database_size('postgres')").fetchone()
+
+
+def _roles(cluster: Cluster, roles: Sequence[str]) -> None:
+    """The roles a captured log's sessions connect as (superusers of a throwaway cluster:
+    the data is pgsweep's, loaded or restored without owners), before the snapshot."""
+    with cluster.connect() as conn:
+        have = {r[0] for r in conn.execute("SELECT rolname FROM pg_roles").fetchall()}
+        for role in roles:
+            if role not in have:
+                conn.execute(f'CREATE ROLE "{role.replace(chr(34), chr(34) * 2)}" LOGIN '
+                             "SUPERUSER")  # fmt: skip
 
 
 def _database_bytes(cluster: Cluster) -> int:
@@ -346,21 +364,46 @@ def _check_dump(value: object, ctx: ValidationContext) -> pgdump.Dump:
 
 
 def _restore(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) -> dict[str, float]:
-    """The dump restored as the server user (pg_restore -j, or psql), then VACUUM ANALYZE
-    (as pgbench -i vacuums), pg_prewarm when installed and a checkpoint; the same counters
-    as a pgbench load, with the tables and rows restored."""
-    devs, primary = devices.for_cluster(cluster, pool)
-    before = _load_snapshot(cluster, devs)
-    started = time.monotonic()
+    """The dump restored as the server user (pg_restore -j, or psql)."""
     argv = pgdump.restore_argv(dump, cluster.binaries.path("pg_restore"),
                                cluster.binaries.path("psql"), cluster.pgbench_conn_args())
     timeout = 600 + dump.estimate_bytes() / 5e6  # 5 MB/s at the slowest
+    out = _load_with(cluster, argv, timeout, pool, lambda res: pgdump.restore_failure(dump, res),
+                     f"restoring {dump.path}")  # fmt: skip
+    out["load.restore_seconds"] = out.pop("load.program_seconds")
+    out["load.dump_bytes"] = float(dump.bytes)
+    return out
+
+
+def _prepare_sysbench(cluster: Cluster, w: sysbench.Workload,
+                      pool: list[str] | None) -> dict[str, float]:  # fmt: skip
+    """sysbench's tables and rows (`sysbench TEST prepare`, as the server user)."""
+    found = sysbench_program()
+    if found is None:
+        raise ServerError(f"sysbench is not installed (apt-get install {sysbench.PACKAGE})")
+    argv = w.prepare_argv(str(found), sysbench.conn_args(cluster.pgbench_conn_args()))
+    timeout = 600 + w.tables * w.table_size / 20_000  # 20,000 rows/s at the slowest
+    out = _load_with(cluster, argv, timeout, pool,
+                     lambda res: None if res.ok else res.describe_failure(),
+                     "sysbench prepare")  # fmt: skip
+    out["load.prepare_seconds"] = out.pop("load.program_seconds")
+    return out
+
+
+def _load_with(cluster: Cluster, argv: list[str], timeout: float, pool: list[str] | None,
+               failure: Callable[[Any], str | None], what: str) -> dict[str, float]:  # fmt: skip
+    """Data loaded by a program run as the server user (pg_restore, psql, sysbench), then
+    VACUUM ANALYZE (as pgbench -i vacuums), pg_prewarm when installed and a checkpoint; the
+    same counters as a pgbench load, with the tables and rows loaded."""
+    devs, primary = devices.for_cluster(cluster, pool)
+    before = _load_snapshot(cluster, devs)
+    started = time.monotonic()
     res = cluster.host.run(argv, out=cluster.scratch / "restore.out", timeout=timeout,
                            user=cluster.user)  # fmt: skip
-    why = pgdump.restore_failure(dump, res)
+    why = failure(res)
     if why:
-        raise ServerError(f"restoring {dump.path} failed: {why}")
-    restored = time.monotonic() - started
+        raise ServerError(f"{what} failed: {why}")
+    loaded = time.monotonic() - started
     with cluster.connect() as conn:
         conn.execute("VACUUM ANALYZE")
         size = _settle(conn)
@@ -372,9 +415,8 @@ def _restore(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) -> dic
     deltas = counters.delta(before, _load_snapshot(cluster, devs))
     out = {f"load.{k}": v for k, v in deltas.items()}
     out.update(metrics.io(deltas, primary, 0))
-    out["load.seconds"], out["load.restore_seconds"] = time.monotonic() - started, restored
+    out["load.seconds"], out["load.program_seconds"] = time.monotonic() - started, loaded
     out["load.database_bytes"] = float(size[0] if size else 0)
-    out["load.dump_bytes"] = float(dump.bytes)
     out["load.tables"], out["load.rows"] = (float(rows[0]), float(rows[1])) if rows else (0, 0)
     return out
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..host.api import Host
     from ..host.proc import RunAs
+    from ..postgres import pgreplay, sysbench
     from ..postgres.binaries import Binaries
     from ..postgres.cluster import Cluster, Listen
     from ..postgres.pgbench import Workload
@@ -154,6 +155,8 @@ class Demand:
     # the primary's TCP side, for its standbys only (replication.network)
     listen: Listen | None = None
     standby_workload: Workload | None = None  # a read load on each standby during the window
+    # workload.tool = "sysbench" or "pgreplay": what runs the window instead of pgbench
+    tool_workload: sysbench.Workload | pgreplay.Replay | None = None
 
     def merged(self, other: Demand | None) -> Demand:
         if other is None:
@@ -166,6 +169,7 @@ class Demand:
             other.listen if other.listen is not None else self.listen,
             other.standby_workload if other.standby_workload is not None
             else self.standby_workload,
+            other.tool_workload if other.tool_workload is not None else self.tool_workload,
         )  # fmt: skip
 
 

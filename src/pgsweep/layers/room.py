@@ -39,6 +39,10 @@ class Place:
                 f"{self.room / GiB:.1f} GiB")  # fmt: skip
 
 
+# a sysbench row with its two indexes: 220 bytes in the table (id, k, c char(120), pad
+# char(60) and the tuple header), about 36 in the primary key and the index on k
+SYSBENCH_ROW_BYTES = 256
+
 def data_bytes(config: Mapping[str, Any]) -> int:
     """The loaded database: the dump's guess, cluster.size, or about 16 MiB per scale unit
     and 24 MiB more (MACHINE-NOTES: scale 10 157 MB, scale 200 3.0 GB)."""
@@ -46,6 +50,9 @@ def data_bytes(config: Mapping[str, Any]) -> int:
     limit = getattr(config.get("os"), "memory_limit", None)
     if cluster.dump is not None:  # cluster.from: guessed from the archive's size
         return int(cluster.dump.estimate_bytes()) + 24 * 1024**2
+    w = config.get("workload")
+    if w is not None and w.tool == "sysbench":  # sysbench's own tables (`prepare`)
+        return int(w.tables * w.table_size * SYSBENCH_ROW_BYTES) + 24 * 1024**2
     return int(cluster.target_bytes(limit) or cluster.scale * 16 * 1024**2 + 24 * 1024**2)
 
 

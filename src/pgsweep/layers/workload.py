@@ -1,5 +1,6 @@
-"""The `workload` layer: which pgbench script, how many clients, for how long. Changing it
-costs nothing; it decides the pgbench command line of the trial."""
+"""The `workload` layer: which tool (pgbench, or sysbench), which script or test, how many
+clients, for how long. Changing it costs nothing; it decides the command line of the
+trial."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..core import Cost, Value
 from ..host import safefs, userfile
 from ..host.userfile import UserFileError
-from ..postgres import pgbench
+from ..postgres import pgbench, pgreplay, sysbench
+from ..postgres.cluster import ROLE
 from ..postgres.pgbench import Workload
 from ..units import parse_duration
+from . import workload_tools as tools
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+from .workload_replay import ReplayLog, check_replay
 
 MAX_TRIAL_S = 24 * 3600  # one trial's window (or warm-up): a day is already a plan to split
 MAX_RATE = 10_000_000  # pgbench -R, transactions/s: far beyond any server
@@ -36,7 +40,14 @@ PGBENCH_TABLES = (
 class WorkloadTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    tool: Literal["pgbench", "sysbench", "pgreplay"] = Field("pgbench",
+                                                             description="the program")
     script: str = Field("tpcb-like", description="tpcb-like | simple-update | select-only | path")
+    test: str | None = Field(None, description="sysbench: oltp_read_write (default), ...")
+    tables: int = Field(1, ge=1, le=10_000, description="sysbench --tables")
+    table_size: int = Field(10_000, ge=1, le=1_000_000_000, description="sysbench --table-size")
+    replay: str | None = Field(None, description="pgreplay: the captured csvlog")
+    replay_speed: int | float = Field(1.0, gt=0, le=1000, description="pgreplay -s")
     clients: int = Field(1, ge=1, le=10_000)
     jobs: int = Field(1, ge=1, le=1_000)
     duration: int | float | str = Field("30s")
@@ -104,6 +115,21 @@ class WorkloadSettings:
     writes: bool  # the script changes data: each trial starts from the snapshot
     standby_script: str | None = None  # a read load on each standby during the window
     standby_clients: int = 1
+    tool: str = "pgbench"  # or "sysbench": then test, tables and table_size are its own
+    test: str | None = None
+    tables: int = 1
+    table_size: int = 10_000
+    replay: str | None = None  # pgreplay: the log as written, its speed and its roles
+    replay_speed: float = 1.0
+    replay_roles: tuple[str, ...] = ()
+
+    def sysbench(self) -> sysbench.Workload:
+        assert self.test is not None, "validate gives sysbench its test"
+        return sysbench.Workload(self.test, self.tables, self.table_size, self.clients,
+                                 self.duration_s, self.rate)  # fmt: skip
+
+    def replayed(self, log: Path) -> pgreplay.Replay:
+        return pgreplay.Replay(str(log), self.replay_speed, self.duration_s)
 
     def pgbench(self, script_path: str) -> pgbench.Workload:
         return pgbench.Workload(
@@ -127,6 +153,7 @@ class WorkloadLayer(Layer):
     def __init__(self) -> None:
         self.scripts: dict[str, tuple[Path, str]] = {}  # as written -> (resolved path, text)
         self.frozen: dict[str, Path] = {}  # as written -> the copy pgbench reads
+        self.replays: dict[str, ReplayLog] = {}  # workload.replay as written -> its log
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -134,6 +161,22 @@ class WorkloadLayer(Layer):
         table = check_table(WorkloadTable, self.name, base, factors, ctx.source)
         for key in factors:  # other layers refusing a combination name the factor's line
             ctx.where[f"workload.{key}"] = ("factors", "workload", key)
+        tools.check_keys(base, factors, table.tool, ctx.source)
+        if table.tool == "sysbench":
+            tools.require(ctx.source, "sysbench")
+            tests: list[tuple[tuple[str, ...], str]]
+            tests = [(("workload", "test"), table.test or tools.DEFAULT_TEST)]
+            tests += [(("factors", "workload", "test"), t) for t in factors.get("test", [])]
+            tools.check_tests(tests, ctx)
+            tools.check_data(table.tool, ctx.source)
+            return {**table.model_dump(), "test": table.test or tools.DEFAULT_TEST}
+        if table.tool == "pgreplay":
+            if table.replay is None:
+                raise ctx.source.error(("workload", "tool"), "workload.tool is pgreplay, and "
+                                       "workload.replay names no log",
+                                       fix='set replay = "/abs/path/postgresql.csv"')  # fmt: skip
+            self.replays.setdefault(table.replay, check_replay(table.replay, ctx))
+            return dict(table.model_dump())
         scripts: list[tuple[tuple[str, ...], str]] = [(("workload", "script"), table.script)]
         scripts += [(("factors", "workload", "script"), s) for s in factors.get("script", [])]
         standby: list[tuple[tuple[str, ...], str | None]]
@@ -161,6 +204,10 @@ class WorkloadLayer(Layer):
         return dict(table.model_dump())
 
     def settings(self, values: dict[str, Value]) -> WorkloadSettings:
+        if values["tool"] == "pgreplay":  # the log's span at its speed, no warm-up
+            span = self.replays[str(values["replay"])].facts.seconds
+            speed = float(values["replay_speed"])
+            values = {**values, "duration": max(1, math.ceil(span / speed)), "warmup": 0}
         script = str(values["script"])
         custom = self.scripts[script][1] if script in self.scripts else None
         limit, rate, log = values.get("latency_limit"), values.get("rate"), values["latency_log"]
@@ -171,9 +218,15 @@ class WorkloadLayer(Layer):
             latency_limit_ms=parse_duration(limit, default_unit="ms") * 1000 if limit else None,
             protocol=str(values["protocol"]), prewarm=bool(values["prewarm"]),
             latency_log=log if isinstance(log, float) else str(log),
-            max_tries=int(values["max_tries"]), writes=pgbench.writes(script, custom),
+            max_tries=int(values["max_tries"]), writes=_writes(values, script, custom),
             standby_script=str(values["standby_script"]) if values.get("standby_script") else None,
-            standby_clients=int(values["standby_clients"]),
+            standby_clients=int(values["standby_clients"]), tool=str(values["tool"]),
+            test=str(values["test"]) if values.get("test") else None,
+            tables=int(values["tables"]), table_size=int(values["table_size"]),
+            replay=str(values["replay"]) if values.get("replay") else None,
+            replay_speed=float(values["replay_speed"]),
+            replay_roles=tuple(u for u in self.replays[str(values["replay"])].facts.users
+                               if u != ROLE) if values.get("replay") else (),
         )  # fmt: skip
 
     def level_identity(self, key: str, level: Value) -> object:
@@ -181,6 +234,8 @@ class WorkloadLayer(Layer):
             return parse_duration(level)
         if key == "latency_limit":
             return parse_duration(level, default_unit="ms")
+        if key == "replay_speed":
+            return float(level)
         return repr(level)
 
     def cost(self, key: str) -> Cost:
@@ -193,11 +248,13 @@ class WorkloadLayer(Layer):
         into.mkdir(mode=0o700, exist_ok=True)  # private, as the whole results folder
         for i, (src, text) in enumerate(self.scripts.values()):
             safefs.write_file(into / f"{i}-{src.name}", text, 0o600)
+        for i, log in enumerate(self.replays.values()):  # the replayed log, as validated
+            safefs.write_file(into / f"replay-{i}-{log.path.name}", log.text, 0o600)
 
     def start_run(self, run: RunContext) -> None:
         """The copies pgbench reads: numbered (two scripts may share a name), in a
         root-owned directory, readable by the server user only."""
-        if not self.scripts:
+        if not self.scripts and not self.replays:
             return
         folder = run.workdir / "scripts"
         if run.host.lstat(folder) is None:
@@ -206,9 +263,17 @@ class WorkloadLayer(Layer):
             frozen = folder / f"{i}-{src.name}"
             run.host.write_file(frozen, text, 0o400, run.host.ids(run.user))
             self.frozen[script] = frozen
+        for i, (replay, log) in enumerate(self.replays.items()):  # pgreplay reads its copy
+            frozen = folder / f"replay-{i}-{log.path.name}"
+            run.host.write_file(frozen, log.text, 0o400, run.host.ids(run.user))
+            self.frozen[replay] = frozen
 
 
     def prepare(self, settings: WorkloadSettings, trial: TrialContext) -> Demand:
+        if settings.tool == "sysbench":
+            return Demand(tool_workload=settings.sysbench())
+        if settings.tool == "pgreplay" and settings.replay is not None:
+            return Demand(tool_workload=settings.replayed(self.frozen[settings.replay]))
         script = str(self.frozen.get(settings.script, settings.script))
         if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:
             _prewarm(trial)
@@ -220,6 +285,14 @@ class WorkloadLayer(Layer):
 
 
 MAX_SCRIPT_BYTES = 1 << 20
+
+
+def _writes(values: dict[str, Value], script: str, custom: str | None) -> bool:
+    if values.get("tool") == "pgreplay":
+        return True  # a captured log: what it changes is not known, so it starts from the data
+    if values.get("tool") == "sysbench":
+        return sysbench.TESTS[str(values["test"])]
+    return pgbench.writes(script, custom)
 
 
 def _read_script(ctx: ValidationContext, path: tuple[str, ...], script: str) -> tuple[Path, str]:

@@ -69,7 +69,7 @@ def report() -> list[tuple[str, str, str]]:
     ready = root and all(net[k] == "yes" for k in ("namespaces", "ip", "tc"))
     rows.append(("layers", "replication.network, replication.bandwidth (netns, veth, tc tbf)",
                  "can run" if ready else "needs root, namespaces, ip and tc"))  # fmt: skip
-    return rows + _build()
+    return rows + _build() + _workload()
 
 
 def _gigantic_room() -> str | None:
@@ -114,6 +114,15 @@ def _build() -> list[tuple[str, str, str]]:
                  "build-essential libreadline-dev zlib1g-dev)"))  # fmt: skip
     rows.append(("build", "cache", str(builds.cache_root())))
     return rows
+
+
+def _workload() -> list[tuple[str, str, str]]:
+    """The workload tools besides pgbench (workload.tool)."""
+    from ..layers.workload_tools import PACKAGES, program
+
+    found = {tool: program(tool) for tool in PACKAGES}
+    return [("workload", tool, str(path) if path else f"missing (apt-get install "
+             f"{PACKAGES[tool]})") for tool, path in found.items()]  # fmt: skip
 
 
 def _storage() -> list[tuple[str, str, str]]:

@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from ..analysis import Analysis
 from ..analysis.headline import baseline_text
+from ..analysis.workload import workload_line
 from ..store import Fact, Results
 from . import plots
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
@@ -62,6 +63,7 @@ def render(a: Analysis, results: Results) -> str:
                for e in a.effects]  # fmt: skip
     return _ENV.get_template("report.html.j2").render(
         exp=a.experiment, baseline=a.baseline, baseline_text=baseline_text(a),
+        workload=workload_line(a.experiment),
         factors=a.factors, configs=configs, headline=a.headline, names=a.names,
         headline_plot=plots.headline_plot(a), explain=a.explain,
         comparisons=comparisons, effects=effects, warnings=a.warnings, rounds=a.rounds,

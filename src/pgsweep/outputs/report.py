@@ -10,6 +10,7 @@ from typing import Any
 
 from ..analysis import METRICS, Analysis, Config
 from ..analysis.headline import baseline_text
+from ..analysis.workload import workload_line
 from ..plan import short_names
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .safetext import md
@@ -157,6 +158,8 @@ def render_markdown(a: Analysis) -> str:
     out.append(f"# {md(exp['name'])}\n")
     out.append(f"PostgreSQL {md(exp['postgres_version'])}, {exp['rounds']} rounds, seed "
                f"{exp['seed']}, baseline **{md(a.baseline)}**: {md(baseline_text(a))}.\n")
+    if workload_line(exp):
+        out.append(md(workload_line(exp)) + ".\n")
     out.append("## What this experiment found\n")
     alpha = a.method["alpha"]
     out.append(f"TPS, each verdict with its simultaneous {1 - alpha:.0%} interval.\n")

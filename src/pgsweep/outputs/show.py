@@ -4,6 +4,7 @@ The p99 column is the median over trials of each trial's 99th percentile latency
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +92,10 @@ def render_summary(results: Results, console: Console) -> None:
             f"{s.median_p99_ms:,.2f}" if s.median_p99_ms is not None else "-",
         )
     print_table(console, table)
+    tools = sorted({_tool(t) for t in results.trials() if _tool(t)})
+    if tools:
+        console.print(printable(f"workload: {', '.join(tools)} (show --commands: each "
+                                "trial's command line)"), markup=False, highlight=False)
     for t in results.trials():
         if t.ok:
             continue
@@ -99,6 +104,20 @@ def render_summary(results: Results, console: Console) -> None:
             markup=False,
             highlight=False,
         )
+
+
+def _tool(t: Any) -> str:
+    """The tool and version a trial ran, as it recorded them (trials before issue 27: "")."""
+    return " ".join(t.effective[k] for k in ("workload.tool", "workload.tool_version")
+                    if k in t.effective)  # fmt: skip
+
+
+def render_commands(results: Results, console: Console) -> None:
+    """Every trial's workload tool, its version and its command line, in run order."""
+    for t in results.trials():
+        argv = " ".join(shlex.quote(a) for a in t.pgbench_argv or ()) or "(not started)"
+        console.print(printable(f"{t.id} [{_tool(t) or 'tool not recorded'}] {argv}"),
+                      markup=False, highlight=False, soft_wrap=True)  # fmt: skip
 
 
 def render_environment(results: Results, console: Console) -> None:

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..analysis import Analysis
 from ..analysis.headline import baseline_text, short_verdict
+from ..analysis.workload import workload_line
 from ..core import printable
 from ..plan import short_names
 from .safetext import term
@@ -151,6 +152,8 @@ def render_terminal(a: Analysis, console: Console) -> None:
     console.print(Text(printable(f"{exp['name']} · PostgreSQL {exp['postgres_version']} · "
                                  f"{exp['rounds']} rounds"), style="bold"))  # fmt: skip
     console.print(Text(printable(f"baseline {a.baseline}: {baseline_text(a)}")))
+    if workload_line(exp):
+        say(console, workload_line(exp))
     console.print()
     _headline(a, console)
     if "adaptive" in a.method:

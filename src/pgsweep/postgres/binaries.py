@@ -69,7 +69,8 @@ def locate(bin_setting: str, *, where: str) -> Path:
                 f"{bindir} does not hold {', '.join(missing)}",
                 where=where,
                 expected="a directory with postgres, initdb, pg_ctl and pgbench",
-                fix='set [postgres] bin = "auto" or point it at e.g. /usr/lib/postgresql/15/bin',
+                fix='set [postgres] bin = "auto" or point it at e.g. /usr/lib/postgresql/15/bin '
+                "(Debian's postgresql-15 package holds all four)",
             )
         return bindir
     candidates = sorted(

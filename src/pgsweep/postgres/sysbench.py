@@ -1,4 +1,5 @@
-"""sysbench's output (1.0, its PostgreSQL driver), read into pgsweep's names.
+"""sysbench (1.0, its PostgreSQL driver): the command lines of a workload, and its output
+read into pgsweep's names.
 
 A run with `--report-interval=1 --histogram=on` prints one line per second, the latency
 histogram, then its summary. Parsed here: transactions and queries per second, errors
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _SECOND = re.compile(
     r"^\[ *(\d+)s \] thds: (\d+) tps: ([\d.]+) qps: ([\d.]+) \(r/w/o: ([\d.]+)/([\d.]+)/"
@@ -21,6 +23,55 @@ _TIME = re.compile(r"^\s+total time:\s+([\d.]+)s$", re.M)
 _BIN = re.compile(r"^\s+([\d.]+) \|\**\s+(\d+)$", re.M)
 _VERSION = re.compile(r"^sysbench (\S+)", re.M)
 PERCENTILES = (50, 90, 95, 99, 99.9)
+PACKAGE = "sysbench"  # Debian's package; its PostgreSQL driver is compiled in
+SCRIPTS = Path("/usr/share/sysbench")  # where Debian's package keeps its Lua tests
+# The tests that share oltp_common.lua's tables (sbtest1..N, `prepare` makes them), so one
+# loaded cluster serves any of them: test -> whether it changes data. A test is named, never
+# given as a path: sysbench runs a name that holds a path as a Lua script of its own.
+TESTS = {
+    "oltp_read_write": True, "oltp_read_only": False, "oltp_point_select": False,
+    "oltp_update_index": True, "oltp_update_non_index": True, "oltp_write_only": True,
+    "oltp_insert": True, "oltp_delete": True,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One configuration's sysbench run: `test` on `tables` tables of `table_size` rows;
+    `clients` threads for `seconds`; `rate` transactions/s in all (None: as fast as it
+    goes)."""
+
+    test: str
+    tables: int
+    table_size: int
+    clients: int
+    seconds: int
+    rate: float | None = None
+
+    def common(self, sysbench: str, conn: list[str]) -> list[str]:
+        return [sysbench, self.test, "--db-driver=pgsql", *conn, "--pgsql-db=postgres",
+                f"--tables={self.tables}", f"--table-size={self.table_size}"]  # fmt: skip
+
+    def prepare_argv(self, sysbench: str, conn: list[str]) -> list[str]:
+        """The load phase: the tables and their rows, with the secondary indexes."""
+        return [*self.common(sysbench, conn), "prepare"]
+
+    def argv(self, sysbench: str, conn: list[str], *, seconds: int) -> list[str]:
+        """A run: one report a second, the latency histogram, the 99th percentile per
+        second, no time limit of its own beyond `seconds` (the run's timeout is pgsweep's)."""
+        argv = self.common(sysbench, conn)
+        argv += [f"--threads={self.clients}", f"--time={seconds}", "--report-interval=1",
+                 "--histogram=on", "--percentile=99"]  # fmt: skip
+        if self.rate is not None:
+            argv.append(f"--rate={max(1, round(self.rate))}")
+        return [*argv, "run"]
+
+
+def conn_args(pgbench_conn: list[str]) -> list[str]:
+    """pgbench's connection arguments (-h HOST -p PORT -U USER) as sysbench's."""
+    names = {"-h": "--pgsql-host", "-p": "--pgsql-port", "-U": "--pgsql-user"}
+    pairs = zip(pgbench_conn[::2], pgbench_conn[1::2], strict=True)
+    return [f"{names[flag]}={value}" for flag, value in pairs]
 
 
 class SysbenchParseError(Exception):
@@ -56,13 +107,18 @@ class SysbenchRun:
     per_second: list[Second] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
-        """The trial's metrics under pgbench's names where they mean the same (tps,
-        latency_ms.*), sysbench's own beside them (qps, errors, reconnects)."""
-        out = {"tps": self.tps, "sysbench.qps": self.qps, "tx.count": float(self.transactions),
-               "sysbench.queries": float(self.queries), "tx.failed": float(self.errors),
+        """The trial's metrics under pgbench's names where they mean the same (tx.ok,
+        latency.*_ms), sysbench's own beside them (qps, queries, errors, reconnects). An
+        error sysbench counts ("ignored errors": a deadlock, a unique violation) rolled the
+        transaction back and began it again: pgbench's retries (tx.retries), not a failed
+        transaction; an error it does not ignore ends the run, which fails the trial."""
+        out = {"tx.ok": float(self.transactions), "tx.failed": 0.0,
+               "tx.retries": float(self.errors), "sysbench.qps": self.qps,
+               "sysbench.queries": float(self.queries), "sysbench.errors": float(self.errors),
                "sysbench.errors_per_s": self.errors / self.seconds if self.seconds else 0.0,
                "sysbench.reconnects": float(self.reconnects)}  # fmt: skip
-        out.update({f"latency_ms.{k}": v for k, v in self.latency.items()})
+        out.update({f"latency.{'mean' if k == 'avg' else k}_ms": v
+                    for k, v in self.latency.items()})  # fmt: skip
         return out
 
 

@@ -30,7 +30,7 @@ TABLES: dict[str, str] = {
     "(port, listen_addresses, unix_socket_directories, hba_file, logging_collector, ...), "
     "SSL files and include directives are refused as factors; in [server] (a stock "
     "postgresql.conf pasted in) they are not used, and plan, run and show --env say so.",
-    "workload": "What pgbench runs in each trial's measured window.",
+    "workload": "What pgbench (or sysbench, with tool) runs in each trial's measured window.",
     "os": "Kernel settings (root); each is written through the undo journal and put back "
     "after the run.",
     "os.sysctl": "Writable sysctls under vm., kernel.sched_*, kernel.shm*, fs. and net. (never "
@@ -142,6 +142,34 @@ KEYS: dict[str, Doc] = {
     "cluster.data_checksums": ("initdb --data-checksums.", True, ""),
     "cluster.wal_segsize": ("initdb --wal-segsize, in MB (default: PostgreSQL's).", 64,
                             "a power of two, 1 to 1024"),
+    "workload.tool": ("The program that runs the workload: pgbench, Debian's sysbench (its "
+                      "PostgreSQL driver) or pgreplay; plan names the package when one is "
+                      "missing. With sysbench, `sysbench TEST prepare` loads the data "
+                      "(cluster.scale, size and from are refused), clients are its threads, "
+                      "duration, warmup and rate mean what they mean for pgbench. pgreplay "
+                      "replays the csvlog `replay` names on the loaded data (pgbench -i, or "
+                      "cluster.from's dump): the log says who connects, when and for how long "
+                      "(clients, duration, warmup and rate are refused). Each tool refuses "
+                      "the others' keys; both run beside the server.", "sysbench",
+                      "not a factor"),
+    "workload.test": ("sysbench's OLTP test, one of those sharing oltp_common's tables "
+                      "(oltp_read_write when unset): a name only, never a path or a Lua "
+                      "script. A factor of tests shares one loaded cluster.", "oltp_read_only",
+                      "offered by the sysbench installed"),
+    "workload.tables": ("sysbench --tables: how many sbtest tables prepare loads.", 4,
+                        "not a factor"),
+    "workload.table_size": ("sysbench --table-size: rows in each table.", 100000,
+                            "not a factor"),
+    "workload.replay": ("pgreplay: the absolute path of a csvlog captured with log_statement "
+                        "= 'all', log_connections and log_disconnections on and lc_messages "
+                        "= 'C', on the database postgres (read once at validation, never "
+                        "through a link, only if the server user may read it; pgreplay parses "
+                        "it then: a line it cannot read is exit 2, naming the line). Its "
+                        "roles are made in every cluster; every trial starts from the loaded "
+                        "data.", "/srv/capture/postgresql.csv", "at most 256 MiB, not a factor"),
+    "workload.replay_speed": ("pgreplay -s: 1 replays at the captured pace, 2 twice as fast; "
+                              "the window lasts the log's span divided by it.", 2.0,
+                              "above 0, at most 1000"),
     "workload.script": ("tpcb-like | simple-update | select-only | a path to a custom script "
                         "(UTF-8 text, at most 1 MiB, read once when the file is validated, "
                         "never through a link; the server user must be able to read it).",

@@ -23,6 +23,7 @@ from ..layers.oslayer import OsTable
 from ..layers.replication import STANDBY_SETTINGS, ReplicationTable
 from ..layers.storage_tables import StorageTable, WalTable, ZfsTable
 from ..layers.workload import WorkloadTable
+from ..postgres import sysbench
 from .hosts import LOCAL, NAME, HostTable, RolesTable
 from .keydocs import KEYS, TABLES
 from .tables import FIXED_TABLES
@@ -59,6 +60,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     **{key: {"pattern": DURATION} for key in ("workload.duration", "workload.warmup",
                                                "workload.latency_limit", "replication.max_lag",
                                                "repeat.budget")},
+    "workload.test": {"enum": list(sysbench.TESTS)},
     "workload.latency_log": {"anyOf": [{"enum": ["auto", "off"]},
                                        {"type": "number", "exclusiveMinimum": 0,
                                         "maximum": 1}]},

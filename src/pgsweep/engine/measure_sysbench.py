@@ -1,0 +1,102 @@
+"""The measured window of a sysbench trial (workload.tool = "sysbench"): a warm-up run (not
+counted), then the measured run with one report a second and its latency histogram,
+framed by the same counter snapshots and watchers as pgbench's window (measure.py), and
+reduced to the same names where they mean the same: TPS, transactions, latency
+percentiles, per-second TPS and p99; sysbench's QPS, errors and reconnects beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..collect import counters, devices, environment, metrics
+from ..host import bounded
+from ..layers.context import TrialContext, TrialFailure
+from ..layers.workload_tools import program
+from ..postgres import sysbench
+from ..store import TrialRecord
+from . import measure as common
+from . import sides
+
+
+def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
+            record_settings: bool) -> None:  # fmt: skip
+    where = sides.side(trial, trial_dir)  # beside the server (plan refuses another host)
+    try:
+        _measure(trial, where, record, record_settings)
+    finally:
+        sides.done(where)
+
+
+def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
+             record_settings: bool) -> None:  # fmt: skip
+    server, cluster, w = trial.server, trial.cluster, trial.demand.tool_workload
+    assert isinstance(w, sysbench.Workload), "the workload layer prepares every sysbench trial"
+    settings = trial.settings["workload"]
+    found = program()
+    if found is None:
+        raise TrialFailure(f"sysbench is not installed (apt-get install {sysbench.PACKAGE})")
+    conn, folder = sysbench.conn_args(where.conn), where.folder
+    budget = bounded.Budget(common.OUTPUT_BUDGET, "a trial's sysbench output")
+    if settings.warmup_s > 0:
+        argv = w.argv(str(found), conn, seconds=settings.warmup_s)
+        res = where.run(trial, argv, folder / "warmup", settings.warmup_s)
+        common._outputs(res, "warmup", budget, record, where)
+        if not res.ok:
+            raise TrialFailure(f"the sysbench warm-up run failed: {res.describe_failure()}",
+                               cluster.log_tail())  # fmt: skip
+    argv = w.argv(str(found), conn, seconds=w.seconds)
+    record.pgbench_argv = json.dumps(argv)  # the workload tool's command line, whichever
+    record.warmup_s, record.duration_s = settings.warmup_s, w.seconds
+    pool = trial.resources["storage"].pool_devices if "storage" in trial.resources else []
+    if not server.devices:
+        server.devices, server.primary_devices = devices.for_cluster(cluster, pool)
+    if not server.recorded:
+        record.environment[cluster.root.name] = environment.storage(cluster, server.devices)
+        server.recorded = True
+    if trial.demand.cgroup is not None:
+        common._check_in_cgroup(trial, trial.demand.cgroup)
+    if settings.writes:
+        server.dirty = True  # from here on, even if the trial fails
+    before = common.snapshot(trial)
+    res = common._watched(argv, folder / "sysbench", trial, record, w.seconds, where)
+    record.counters = counters.delta(before, common.snapshot(trial))
+    mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    if trial.demand.cgroup is not None:
+        mem.update(metrics.cgroup_memory(trial.demand.cgroup))
+    out, _ = common._outputs(res, "sysbench", budget, record, where)
+    if not res.ok:
+        raise TrialFailure(f"sysbench failed: {res.describe_failure()}", cluster.log_tail())
+    if record_settings:
+        with cluster.connect() as db:
+            record.environment[record.config_id] = environment.settings(
+                db, trial.settings["server"])
+    try:
+        run = sysbench.parse(out)
+    except sysbench.SysbenchParseError as exc:
+        raise TrialFailure(f"sysbench's output was not understood: {exc}") from None
+    trial.effective["workload.tool"] = "sysbench"
+    trial.effective["workload.tool_version"] = run.version
+    _derive(record, trial, run)
+    record.metrics.update(mem)
+
+
+def _derive(record: TrialRecord, trial: TrialContext, run: sysbench.SysbenchRun) -> None:
+    """The summary, its histogram and the per-second lines into the record."""
+    record.tps, record.transactions, record.failed_transactions = run.tps, run.transactions, 0
+    record.latency_avg_ms = run.latency.get("avg")
+    # one report a second: `[ Ns ]` closes second N-1 of the window; its latency is the p99
+    record.samples = [(float(s.t), s.tps, None, None, None, None, None) for s in run.per_second]
+    record.seconds = [{"second": s.t - 1, "tps": s.tps, "failed": 0, "skipped": 0,
+                       "latency_p99": s.latency_pct_ms} for s in run.per_second]  # fmt: skip
+    bins = sorted(run.histogram)
+    record.latency_bins = [(v, bins[i + 1][0] if i + 1 < len(bins) else v, n)
+                           for i, (v, n) in enumerate(bins)]  # fmt: skip
+    m = record.metrics
+    m.update(run.metrics())
+    m.update(metrics.stability([s.tps for s in run.per_second], record.counters))
+    m.update(metrics.io(record.counters, trial.server.primary_devices, m["tx.ok"]))
+    m.update(metrics.host_shares(record.counters))
+    server = trial.server
+    if server.load:
+        record.load, server.load = {server.cluster.root.name: server.load}, {}

@@ -1,0 +1,120 @@
+"""Which program drives the workload (`workload.tool`): pgbench, the default, sysbench or
+pgreplay. The checks of the keys each tool owns, the tool's presence on this machine
+(named with the Debian package that provides it), and sysbench's own test names; the
+workload layer calls these from `validate`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..host import proc, safefs
+from ..postgres import pgreplay, sysbench
+from ..tomlpos import key_line
+from .base import Source, ValidationContext
+
+TOOLS = ("pgbench", "sysbench", "pgreplay")
+PACKAGES = {"sysbench": sysbench.PACKAGE, "pgreplay": pgreplay.PACKAGE}
+# Each tool's own options: with another tool they would silently mean nothing, so they are
+# refused; a replay's log decides who connects, when and for how long, so it refuses these
+# of pgbench's and sysbench's too
+OWN_KEYS = {
+    "pgbench": ("script", "jobs", "protocol", "latency_limit", "latency_log", "max_tries",
+                "standby_script", "standby_clients", "prewarm"),
+    "sysbench": ("test", "tables", "table_size"),
+    "pgreplay": ("replay", "replay_speed"),
+}  # fmt: skip
+NOT_REPLAYED = ("clients", "duration", "warmup", "rate")
+DATA_KEYS = ("tool", "tables", "table_size", "replay")  # they shape the data: not factors
+DEFAULT_TEST = "oltp_read_write"
+
+
+def check_keys(base: Mapping[str, Any], factors: Mapping[str, list[Any]], tool: str,
+               source: Source) -> None:  # fmt: skip
+    """Each key belongs to its tool; the data's shape is one per experiment file."""
+    for key in DATA_KEYS:
+        if key in factors:
+            raise source.error(("factors", "workload", key), f"workload.{key} cannot be a "
+                               "factor: it decides the data every configuration is loaded "
+                               "with", fix="compare it in two experiment files")  # fmt: skip
+    for owner, keys in OWN_KEYS.items():
+        for key in keys if owner != tool else ():
+            if key in base or key in factors:
+                raise source.error(_path(key, factors), f"workload.{key} is an option of "
+                                   f"{owner}, and workload.tool is {tool!r}",
+                                   fix=f'set workload.tool = "{owner}", or remove '
+                                   f"workload.{key}")  # fmt: skip
+    for key in NOT_REPLAYED if tool == "pgreplay" else ():
+        if key in base or key in factors:
+            raise source.error(_path(key, factors), f"workload.{key} does not apply to a "
+                               "replay: the captured log says who connects, when and for "
+                               "how long", fix=f"remove workload.{key}; replay_speed sets "
+                               "the pace")  # fmt: skip
+
+
+def _path(key: str, factors: Mapping[str, list[Any]]) -> tuple[str, ...]:
+    return ("factors", "workload", key) if key in factors else ("workload", key)
+
+
+def check_tests(tests: Sequence[tuple[tuple[str, ...], str]], ctx: ValidationContext) -> None:
+    """sysbench's test names: one of the OLTP tests that share oltp_common's tables, and
+    offered by the sysbench installed here. Only a name: never a path or a Lua file, which
+    sysbench would run as a script."""
+    expected = f"one of {', '.join(sysbench.TESTS)}"
+    for path, test in tests:
+        if test not in sysbench.TESTS:
+            raise ctx.source.error(path, f"{test!r} is not a sysbench test pgsweep runs",
+                                   expected=expected, fix="name one of sysbench's OLTP tests; "
+                                   "a path or a Lua script of your own is not run")  # fmt: skip
+        if ctx.host.lstat(sysbench.SCRIPTS / f"{test}.lua") is None:
+            raise ctx.source.error(path, f"the sysbench installed here does not offer {test!r} "
+                                   f"(no {sysbench.SCRIPTS}/{test}.lua)", expected=expected,
+                                   fix=f"apt-get install {sysbench.PACKAGE}, or name a test "
+                                   "it offers")  # fmt: skip
+
+
+def program(name: str = "sysbench") -> Path | None:
+    """The tool in the standard system folders (not root's own PATH): a root-owned
+    program on a path no other user can change, or None."""
+    for folder in proc.DEFAULT_PATH.split(":"):
+        path = Path(folder) / name
+        if path.is_file() and os.access(path, os.X_OK) and not safefs.untrusted_component(path):
+            return path
+    return None
+
+
+def require(source: Source, tool: str) -> Path:
+    """The tool's path, or exit 2 naming the package that provides it."""
+    found = program(tool)
+    if found is None:
+        raise source.error(("workload", "tool"), f"workload.tool is {tool}, which is not "
+                           "installed on this machine", fix=f"apt-get install "
+                           f"{PACKAGES[tool]} (scripts/setup.sh installs it)")  # fmt: skip
+    return found
+
+
+def check_data(tool: str, source: Source) -> None:
+    """sysbench loads its own tables (`sysbench TEST prepare`): cluster.scale, size and
+    from set pgbench's data or a dump's, so with sysbench they are refused (a replay runs
+    on either: the data the log was captured on)."""
+    if tool != "sysbench":
+        return
+    for key in ("from", "size", "scale"):
+        for path in (("cluster", key), ("factors", "cluster", key)):
+            if key_line(source.text, path):
+                raise source.error(path, f"cluster.{key} sets the data, and workload.tool is "
+                                   "sysbench, which loads its own tables",
+                                   fix=f"remove cluster.{key}; workload.tables and "
+                                   "table_size size sysbench's data")  # fmt: skip
+
+
+def refuse_remote_client(source: Source, tool: str, remote: bool) -> None:
+    """sysbench beside the server only, for now: [roles] client on another host runs
+    pgbench (its TCP access, passfile and outputs read back are pgbench's so far)."""
+    if remote and tool != "pgbench":
+        raise source.error(("roles", "client"), f"workload.tool = {tool!r} runs beside the "
+                           "server only; a client on another host runs pgbench",
+                           fix='remove [roles] client, or set workload.tool = "pgbench"',
+                           )  # fmt: skip

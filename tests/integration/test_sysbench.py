@@ -1,0 +1,142 @@
+"""workload.tool = "sysbench", for real: Debian's sysbench 1.0 (its PostgreSQL driver) loads
+two tiny tables with `prepare` once (the cluster's load phase, snapshotted), then runs
+oltp_read_write and oltp_read_only as two configurations of one cluster, two rounds of
+3-second windows; the trials' figures, per-second series and histograms stored under
+pgbench's names, the tool, its version and its command line recorded per trial, and the
+report, show and export naming the tool and judging TPS and QPS alike."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, run_shared, trials
+from pgsweep.layers.workload_tools import program
+
+pytestmark = [requires_pg, pytest.mark.postgres]  # sysbench: scripts/setup.sh installs it
+WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
+TABLES, ROWS, SECONDS, ROUNDS = 2, 1_000, 3, 2
+BODY = f"""
+    [experiment]
+    name = "sysbench"
+    seed = 5
+    [workload]
+    tool = "sysbench"
+    tables = {TABLES}
+    table_size = {ROWS}
+    clients = 2
+    duration = "{SECONDS}s"
+    warmup = "1s"
+    [factors]
+    workload.test = ["oltp_read_write", "oltp_read_only"]
+    [repeat]
+    rounds = {ROUNDS}
+    """
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_shared(tmp_path_factory, "sysbench", BODY)
+
+
+def _query(results: Path, sql: str) -> list[tuple]:
+    db = sqlite3.connect(results / "results.db")
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+def _metrics(results: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for trial, name, value in _query(results, "SELECT trial_id, name, value FROM metric"):
+        out.setdefault(trial, {})[name] = value
+    return out
+
+
+def test_prepare_loads_once_and_writing_trials_start_from_its_snapshot(results: Path) -> None:
+    rows = trials(results)
+    assert len(rows) == 2 * ROUNDS and {r["status"] for r in rows} == {"ok"}, rows
+    load = dict(_query(results, "SELECT name, value FROM load_counter"))
+    assert load["load.tables"] == TABLES and load["load.rows"] == TABLES * ROWS
+    assert 0 < load["load.prepare_seconds"] <= load["load.seconds"]
+    clusters = {json.loads(r["effective_json"])["cluster.name"] for r in rows}
+    assert len(clusters) == 1  # a factor of tests shares one loaded cluster
+    for r in rows:  # oltp_read_write writes: the snapshot is put back before each of its trials
+        if r["config_id"] == "c01":
+            assert "restore" in json.loads(r["events_json"]), r["events_json"]
+
+
+def test_each_trial_records_its_tool_version_and_command(results: Path) -> None:
+    for r in trials(results):
+        effective = json.loads(r["effective_json"])
+        assert effective["workload.tool"] == "sysbench"
+        assert effective["workload.tool_version"].startswith("1.")  # from its own output
+        argv = json.loads(r["pgbench_argv"])
+        test = "oltp_read_write" if r["config_id"] == "c01" else "oltp_read_only"
+        assert argv[0] == str(program()) and argv[1] == test and argv[-1] == "run"
+        assert f"--time={SECONDS}" in argv and "--threads=2" in argv
+        assert f"--tables={TABLES}" in argv and f"--table-size={ROWS}" in argv
+    shown = pgsweep("show", str(results), "--commands")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("[sysbench 1.") == 2 * ROUNDS
+    assert "oltp_read_only --db-driver=pgsql" in shown.stdout
+
+
+def test_figures_under_pgbench_names_with_qps_beside(results: Path) -> None:
+    metrics = _metrics(results)
+    for r in trials(results):
+        m = metrics[r["id"]]
+        assert m["tx.ok"] == r["transactions"] > 0 and r["tps"] > 0
+        # the test reached sysbench: 18 statements and BEGIN/COMMIT a read-write
+        # transaction, 14 and BEGIN/COMMIT a read-only one
+        per_tx = m["sysbench.queries"] / m["tx.ok"]
+        if r["config_id"] == "c01":
+            assert per_tx == pytest.approx(20, rel=0.02) and r["failed_transactions"] == 0
+        else:
+            assert per_tx == pytest.approx(16, abs=0.01) and m["tx.retries"] == 0
+        assert m["sysbench.qps"] == pytest.approx(per_tx * r["tps"], rel=0.02)
+        assert m["latency.p50_ms"] <= m["latency.p95_ms"] <= m["latency.p99_ms"]
+        assert m["latency.p99_ms"] <= m["latency.max_ms"]
+    seconds = _query(results, "SELECT trial_id, second, tps, latency_p99_ms FROM second")
+    bins = dict(_query(results, "SELECT trial_id, sum(n) FROM latency_bin GROUP BY 1"))
+    for r in trials(results):
+        mine = sorted(s[1:] for s in seconds if s[0] == r["id"])
+        # one report a second, the last of the window missing when the run ends just
+        # before its tick (seen on a loaded machine)
+        assert [s[0] for s in mine] in (list(range(SECONDS)), list(range(SECONDS - 1)))
+        assert all(tps > 0 and p99 > 0 for _, tps, p99 in mine)
+        assert bins[r["id"]] == r["transactions"]  # every transaction in the histogram
+
+
+def test_reports_name_the_tool_and_judge_tps_and_qps(results: Path, tmp_path: Path) -> None:
+    res = pgsweep("report", str(results), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["experiment"]["workload"] == {
+        "tool": "sysbench", "versions": [data["experiment"]["workload"]["versions"][0]],
+        "what": "per configuration", "judged": ["TPS", "QPS"]}  # fmt: skip
+    judged = {c["metric"] for c in data["comparisons"]}
+    assert {"tps", "sysbench.qps", "latency.p99_ms"} <= judged
+    qps = next(c for c in data["comparisons"] if c["metric"] == "sysbench.qps")
+    assert qps["label"] == "QPS" and qps["ci_low"] <= qps["ratio"] <= qps["ci_high"]
+    line = "verdicts on TPS (transactions/s) and QPS (queries/s)"
+    for fmt in ("terminal", "markdown", "html"):
+        out = pgsweep("report", str(results), "--format", fmt)
+        assert out.returncode == 0, out.stderr
+        assert "workload: sysbench 1." in out.stdout and line in out.stdout, fmt
+    out = tmp_path / "samples.csv"
+    export = pgsweep("export", str(results), "--what", "samples", "-o", str(out))
+    assert export.returncode == 0, export.stderr
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    stored = _query(results, "SELECT trial_id, second, tps FROM second ORDER BY 1, 2")
+    assert len(stored) >= 2 * ROUNDS * (SECONDS - 1)
+    # the per-second series, exported as pgbench's
+    got = sorted((r["trial_id"], int(r["second"]), float(r["tps"])) for r in rows)
+    assert [g[:2] for g in got] == [s[:2] for s in stored]
+    assert [g[2] for g in got] == pytest.approx([s[2] for s in stored])
