@@ -305,9 +305,12 @@ def sentence(tps: dict[str, Any] | None, rows: list[Row], compared: int) -> str:
 
 
 def panels(a: Analysis, results: Results) -> list[dict[str, Any]]:
-    """A panel per configuration whose TPS the report calls different from the baseline."""
+    """A panel per configuration whose TPS the report calls different from the baseline
+    (none where the folder holds no explain figure: a run of a pgsweep before them)."""
     out = []
     for row in a.comparisons:
         if row["metric"] == TPS and row["decision"] == "different" and row.get("config"):
-            out.append(panel(a, results, str(row["config"])).as_dict())
+            p = panel(a, results, str(row["config"]))
+            if p.rows:
+                out.append(p.as_dict())
     return out

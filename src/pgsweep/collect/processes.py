@@ -70,10 +70,15 @@ def classify(title: str) -> str:
     if not text.startswith("postgres:"):
         return "client backend"  # not retitled (yet): a backend being born
     rest = text[len("postgres:"):].strip()
-    for candidate in (rest, rest.split(": ", 1)[-1]):  # without a cluster_name prefix too
+    # "NAME: TITLE" with a cluster_name first (a cluster named "walwriter" has client
+    # backends titled "postgres: walwriter: user db [local] idle"), else "TITLE"
+    candidates = (rest.split(": ", 1)[1], rest) if ": " in rest else (rest,)
+    for candidate in candidates:
         for prefix, kind in _TITLES:
             if candidate.startswith(prefix):
                 return kind
+        if len(candidates) == 2:
+            return "client backend"  # after a cluster_name: no known title
     return "client backend"
 
 
