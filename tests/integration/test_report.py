@@ -89,7 +89,15 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
         "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
         "builds", "phases", "names", "headline", "explain", "fleet",
     }  # fmt: skip
-    assert data["explain"] == []  # issue 26's explain panels: a hook nothing fills yet
+    # issue 26's explain panels: one per configuration called different, in that order,
+    # each opening on the verdict and naming what changed beside it
+    called = [c["config"] for c in data["comparisons"]
+              if c["metric"] == "tps" and c["decision"] == "different"]  # fmt: skip
+    assert called and [p["config"] for p in data["explain"]] == called
+    for p in data["explain"]:
+        assert p["sentence"].startswith("TPS faster, +") and p["rows"], p["sentence"]
+        assert {"key", "name", "before", "after", "change", "verdict", "decision", "size"} <= set(
+            p["rows"][0])
     assert data["names"] == {"c01": "baseline", "c02": "synchronous_commit off",
                              "c03": f"application_name {SCRIPT}",
                              "c04": f"application_name {SCRIPT}, synchronous_commit off"}

@@ -253,13 +253,13 @@ def _judge(design: Design, by: dict[str, dict[int, float]], m: Metric, config: s
     before, after = float(np.mean(values[j][pair])), float(np.mean(values[i][pair]))
     seen = values[~np.isnan(values)]
     if m.kind != SHARE and np.all(seen > 0):  # a ratio, on the log scale
-        c = sm.pair_contrast(_fit(design, values, kept, j), i, j, level)
+        c = sm.pair_contrast(_fit(design, values, kept, j, m.step or None), i, j, level)
         if c is None:
             return None
         return Row(m, before, after, "ratio", c.ratio, c.low, c.high, c.decision,
                    abs(math.log(c.ratio)))  # fmt: skip
     scale = 1.0 if m.kind == SHARE else float(np.max(np.abs(seen))) or 1.0
-    step = 1e-3 if m.kind == SHARE else 1e-6  # what the values can resolve, in scale units
+    step = m.step / scale or 1e-6  # what one trial resolves, in units of the scale
     shifted = np.exp(values / scale)
     c = sm.pair_contrast(_fit(design, shifted, kept, j, step * float(np.nanmedian(shifted))), i, j,
                          level)  # fmt: skip

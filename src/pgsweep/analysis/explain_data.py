@@ -9,9 +9,11 @@ counter-based metrics."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..collect.processes import TICKS_PER_S
 from ..store import Results
 
 MIN_SHARE = 0.01  # a wait state below 1% of a process type's time in both sides is left out
@@ -24,6 +26,7 @@ class Metric:
     label: str  # in words: "waits on IO:WALSync", "WAL bytes / tx"
     unit: str
     kind: str  # SHARE | PER_TX
+    step: float = 0.0  # what one trial can resolve, in its unit (median over the trials)
 
 
 # counter (a delta over the window) -> words, unit; each divided by the transactions
@@ -67,10 +70,15 @@ def per_trial(results: Results) -> tuple[dict[str, dict[str, float]], dict[str, 
           for tid, t in trials.items()}  # fmt: skip
     values: dict[str, dict[str, float]] = {tid: {} for tid in trials}
     known: dict[str, Metric] = {}
-    _waits(results, values, known)
+    steps: dict[str, list[float]] = {}
+    samples = {tid: m.get("explain.wait_samples", 0.0) for tid, m in metrics.items()}
+    _waits(results, values, known, samples, steps)
     for tid, per in counters.items():
         if tid in trials and tx[tid] > 0:
             _counters(per, tx[tid], values[tid], known)
+            for key in values[tid]:
+                if not key.startswith("wait."):
+                    steps.setdefault(key, []).append(1 / tx[tid])  # one count
     for tid, rows in results.process_cpu().items():
         if tid not in trials or tx[tid] <= 0:
             continue
@@ -86,6 +94,11 @@ def per_trial(results: Results) -> tuple[dict[str, dict[str, float]], dict[str, 
                 key = f"cpu.{r.process_type}.{name}"
                 known[key] = Metric(key, f"{r.process_type}: {label}", unit, PER_TX)
                 values[tid][key] = float(v) / tx[tid]
+                tick = 1e6 / TICKS_PER_S if name == "cpu_us" else 1.0  # a clock tick, or 1
+                steps.setdefault(key, []).append(tick / tx[tid])
+    for key, got in steps.items():
+        if key in known:
+            known[key] = replace(known[key], step=statistics.median(got))
     return values, known
 
 
@@ -93,10 +106,11 @@ def _sum(a: float | None, b: float | None) -> float:
     return (a or 0.0) + (b or 0.0)
 
 
-def _waits(results: Results, values: dict[str, dict[str, float]],
-           known: dict[str, Metric]) -> None:  # fmt: skip
+def _waits(results: Results, values: dict[str, dict[str, float]], known: dict[str, Metric],
+           samples: dict[str, float], steps: dict[str, list[float]]) -> None:  # fmt: skip
     """Each wait state as a share of its process type's sampled time; a trial with a wait
-    profile that never saw a state has 0 of it (a process type it never saw: nothing)."""
+    profile that never saw a state has 0 of it (a process type it never saw: nothing).
+    One sample of one session is what a trial resolves."""
     profiled: dict[str, set[str]] = {}
     for tid, rows in results.waits().items():
         if tid not in values:
@@ -112,6 +126,8 @@ def _waits(results: Results, values: dict[str, dict[str, float]],
             known[key] = Metric(key, wait_label(w.backend_type, w.wait_class, w.wait_event),
                                 "% of session time", SHARE)  # fmt: skip
             values[tid][key] = w.sessions / totals[w.backend_type]
+            n = samples.get(tid, 0.0) * totals[w.backend_type]
+            steps.setdefault(key, []).append(1 / n if n > 0 else 0.0)
     for tid, types in profiled.items():  # zeros where a state was not seen
         for key in known:
             backend = key.split(".", 2)[1]

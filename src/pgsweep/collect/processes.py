@@ -122,7 +122,12 @@ def snapshot(host: Host, postmaster: int | None, client: Host | None,
     client runner's reaped children, now."""
     snap = Snapshot()
     if postmaster is not None:
-        snap.postmaster = _read(host, postmaster, "postmaster")
+        try:  # what it reaped is all pgsweep needs of the postmaster: its stat alone
+            stat = host.read_text(Path(f"/proc/{postmaster}/stat"))
+            snap.postmaster = Usage("postmaster", int(parse_stat(stat)[_STARTTIME]),
+                                    (0.0,) * len(FIGURES), reaped(stat))  # fmt: skip
+        except Exception:
+            snap.postmaster = None
         try:
             text = host.read_text(Path(f"/proc/{postmaster}/task/{postmaster}/children"))
         except Exception:
@@ -154,14 +159,17 @@ def delta(before: Snapshot, after: Snapshot, seen: dict[int, Usage] | None = Non
     window's start (or its birth) to the window's end (or the last time `seen` saw it);
     what processes that exited used after they were last seen, from the postmaster's
     reaped children; and "pgbench client" from the client runner's (NaN: not in /proc)."""
-    last = {pid: u for pid, u in (seen or {}).items()
-            if pid not in after.processes or after.processes[pid].started == u.started}
-    last.update(after.processes)
+    # every process seen alive in the window, by (pid, start time): a reused pid is
+    # another process; the latest figures of each (a process gone before `seen` saw it
+    # again keeps its figures from the window's start: it gained nothing we saw)
+    last = {(pid, u.started): u for pid, u in before.processes.items()}
+    last.update({(pid, u.started): u for pid, u in (seen or {}).items()})
+    last.update({(pid, u.started): u for pid, u in after.processes.items()})
     sums: dict[str, list[float]] = {}
     count: dict[str, int] = {}
-    for pid, now in last.items():
+    for (pid, started), now in last.items():
         then = before.processes.get(pid)
-        start = then.values if then is not None and then.started == now.started else None
+        start = then.values if then is not None and then.started == started else None
         acc = sums.setdefault(now.kind, [0.0] * len(FIGURES))
         for i, v in enumerate(now.values):
             acc[i] += max(v - (start[i] if start else 0.0), 0.0)
@@ -169,8 +177,7 @@ def delta(before: Snapshot, after: Snapshot, seen: dict[int, Usage] | None = Non
     out = [(k, count[k], tuple(v)) for k, v in sums.items()]
     if before.postmaster is not None and after.postmaster is not None:
         alive = {(pid, u.started) for pid, u in after.processes.items()}
-        gone = [u for pid, u in {**before.processes, **last}.items()
-                if (pid, u.started) not in alive]
+        gone = [u for key, u in last.items() if key not in alive]
         reaped_gain = [a - b for a, b in zip(after.postmaster.children,
                                              before.postmaster.children, strict=True)]
         known = [sum(u.values[i] for u in gone) for i in (0, 1, 4, 5)]
