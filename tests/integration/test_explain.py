@@ -87,7 +87,7 @@ def test_every_trial_stores_its_waits_and_cpu_by_process_type(results: Path) -> 
 
 @requires_pg
 def test_explain_names_the_mechanism_first(results: Path) -> None:
-    res = pgsweep("explain", str(results), "--config", "c02")
+    res = pgsweep("explain", str(results), "--config", "c02", "--all")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith("c02 (synchronous_commit off) vs c01 (baseline), 4 rounds")

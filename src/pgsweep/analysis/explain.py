@@ -58,7 +58,10 @@ class Row:
         if self.metric.kind == SHARE:
             return (f"{_signed(self.change * 100)} pts [{_signed(self.low * 100)}, "
                     f"{_signed(self.high * 100)}]")  # fmt: skip
-        return f"{_signed(self.change, 3)} [{_signed(self.low, 3)}, {_signed(self.high, 3)}]"
+        top = max(abs(self.change), abs(self.low), abs(self.high))
+        d = max(0, 2 - math.floor(math.log10(top))) if top > 0 else 0  # 3 significant digits
+        return (f"{_signed(self.change, d)} [{_signed(self.low, d)}, "
+                f"{_signed(self.high, d)}]")  # fmt: skip
 
     def words(self) -> str:
         if self.decision != "different":
@@ -168,7 +171,7 @@ def profile(table: dict[str, dict[str, dict[int, float]]], known: dict[str, Metr
             continue
         out.append({"label": m.label, "before": before, "after": after})
     out.sort(key=lambda x: -max(float(x["before"]), float(x["after"])))
-    if max(rest) > 0:
+    if max(rest) >= 0.005:  # what prints as 1% or more
         out.append({"label": "other", "before": rest[0], "after": rest[1]})
     return out
 

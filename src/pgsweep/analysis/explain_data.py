@@ -79,6 +79,10 @@ def per_trial(results: Results) -> tuple[dict[str, dict[str, float]], dict[str, 
             for key in values[tid]:
                 if not key.startswith("wait."):
                     steps.setdefault(key, []).append(1 / tx[tid])  # one count
+    for tid, per in counters.items():  # pg_stat_io keeps only non-zero cells: 0 where unseen
+        if tid in trials and any(k.startswith("pg.io.") for k in per):
+            for key in (k for k in known if k.startswith("pg.io.")):
+                values[tid].setdefault(key, 0.0)
     for tid, rows in results.process_cpu().items():
         if tid not in trials or tx[tid] <= 0:
             continue

@@ -99,6 +99,12 @@ def usage(stat: str, status: str, kind: str) -> Usage:
     return Usage(kind, int(f[_STARTTIME]), values, reaped(stat))
 
 
+def cpu_seconds(stat: str) -> float:
+    """A process's (or thread's) user + system time so far, from its /proc stat."""
+    f = parse_stat(stat)
+    return (float(f[_UTIME]) + float(f[_STIME])) / TICKS_PER_S
+
+
 def reaped(stat: str) -> tuple[float, ...]:
     """What a process's reaped children used: user_s, system_s, minor and major faults."""
     f = parse_stat(stat)

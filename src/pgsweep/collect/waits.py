@@ -60,6 +60,7 @@ class WaitSampler:
         self.samples = 0
         self.seconds = 0.0  # from the first sample to the last
         self.pid: int | None = None  # the sampling backend's pid (not a process to count)
+        self.native_id: int | None = None  # the sampling thread's (its CPU is the cost here)
         self.error: BaseException | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -71,6 +72,7 @@ class WaitSampler:
         self._ready.wait(timeout=15)  # connected (or failed): its pid is known from here
 
     def _loop(self) -> None:
+        self.native_id = threading.get_native_id()
         try:
             with self.connect() as conn:
                 row = conn.execute("SELECT pg_backend_pid()").fetchone()

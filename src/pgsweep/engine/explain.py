@@ -10,6 +10,7 @@ record, and why is kept as the trial's artifact `explain.err`."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from ..collect import processes, waits
 from ..layers.context import TrialContext
@@ -51,6 +52,7 @@ class ExplainWatcher:
 
     def end(self, trial: TrialContext, record: TrialRecord, abort: bool = False) -> None:
         after = None if abort else self._processes(trial)
+        cost = {} if abort else self._cost(trial)
         if self.sampler is not None:
             self.sampler.stop()
         if abort:
@@ -62,12 +64,32 @@ class ExplainWatcher:
             record.metrics["explain.wait_hz"] = sampler.rate()
         elif sampler is not None:
             self.problems.append(f"pg_stat_activity was not sampled: {sampler.error}")
+        record.metrics.update(cost)
         if before is not None and after is not None:
             record.processes = [(kind, n, *values) for kind, n, values
                                 in processes.delta(before, after, self.seen)]  # fmt: skip
         self._backends_gone(trial)
         if self.problems:
             record.artifacts["explain.err"] = "\n".join(self.problems).encode()
+
+    def _cost(self, trial: TrialContext) -> dict[str, float]:
+        """What sampling cost the server's machine, in CPU seconds: the sampling backend
+        (its whole life, the window's length) and the thread that drives it here (pgsweep
+        runs where the server runs)."""
+        out: dict[str, float] = {}
+        sampler = self.sampler
+        if sampler is None:
+            return out
+        where = {"explain.sampler_backend_cpu_s": f"/proc/{sampler.pid}/stat",
+                 "explain.sampler_thread_cpu_s": f"/proc/self/task/{sampler.native_id}/stat"}
+        for name, path in where.items():
+            if "None" in path:
+                continue
+            try:
+                out[name] = processes.cpu_seconds(trial.run.host.read_text(Path(path)))
+            except Exception:  # gone, or not readable: no figure rather than a wrong one
+                continue
+        return out
 
     def _backends_gone(self, trial: TrialContext) -> None:
         """Wait (bounded) until pgbench's backends have exited: each flushes its statistics
