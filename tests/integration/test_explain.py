@@ -58,6 +58,10 @@ def test_every_trial_stores_its_waits_and_cpu_by_process_type(results: Path) -> 
                            "FROM wait")  # fmt: skip
     hz = dict(_rows(results, "SELECT trial_id, value FROM metric "
                              "WHERE name = 'explain.wait_hz'"))  # fmt: skip
+    cost = _rows(results, "SELECT trial_id, name, value FROM metric "
+                          "WHERE name LIKE 'explain.sampler_%_cpu_s'")  # fmt: skip
+    assert len(cost) == 2 * len(trials)  # the sampling backend's and thread's CPU
+    assert all(0 <= v < 0.5 * 2 for _, _, v in cost), cost  # under half a core of a 2 s window
     for tid in trials:
         assert hz[tid] >= 10, hz  # sampled at 10 Hz or more
         mine = [w for w in waits if w[0] == tid]

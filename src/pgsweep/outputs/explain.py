@@ -20,6 +20,7 @@ from .safetext import md
 from .terminal import print_table, say
 
 MAX_ROWS = 25  # rows the terminal shows without --all: the largest changes
+UNITS_SHOWN = ("µs", "B")  # the others are what the name counts ("WAL syncs / tx")
 
 
 def run(results: Results, config: str, against: str | None, alpha: float | None,
@@ -49,11 +50,12 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
                      "them, or trials without them)")  # fmt: skip
         return
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for head, justify in (("metric", "left"), ("before", "right"), ("after", "right"),
-                          ("change [interval]", "right"), ("", "left")):  # fmt: skip
-        table.add_column(head, justify=justify)  # type: ignore[arg-type]
+    table.add_column("metric", ratio=1)
+    for head in ("before", "after", "change [interval]"):
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
     for r in rows:
-        unit = f" ({r['unit']})" if r["kind"] == "per_tx" and r["unit"] else ""
+        unit = f" ({r['unit']})" if r["unit"] in UNITS_SHOWN else ""
         table.add_row(printable(r["name"] + unit), r["before"], r["after"], r["change"],
                       r["verdict"])  # fmt: skip
     print_table(console, table)
