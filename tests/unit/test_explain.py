@@ -208,3 +208,30 @@ def test_design_alone_judges_without_a_results_folder() -> None:
     assert rows[0].decision == "different" and rows[0].clause().startswith(
         "waits on IO:WALSync fell from 3")  # fmt: skip
     assert rows[1].decision != "different" and rows[1].scale == "ratio"
+
+
+def test_panel_in_the_terminal_markdown_and_html(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from pgsweep.outputs import explain as out
+    from pgsweep.outputs import html
+    from pgsweep.outputs.report import render_markdown
+    from pgsweep.store import Results
+
+    with Results(_copy(tmp_path, "sc")) as r:
+        a = analyse(r)
+        buffer = io.StringIO()
+        out.run(r, "c02", None, None, False, False, Console(file=buffer, width=100))
+        page = html.render(a, r)
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == "c02 (synchronous_commit off) vs c01 (baseline), 4 rounds"
+    assert max(len(line) for line in lines) <= 100
+    assert any(line.startswith("WAL syncs / tx ") and line.endswith("lower") for line in lines)
+    assert "explain figures judged as one family" in buffer.getvalue()
+    md = render_markdown(a)
+    assert "## Why: what changed beside each verdict" in md and "| WAL syncs / tx |" in md
+    assert page.count('class="wbar"') == 2  # before and after, stacked by wait state
+    assert "more figures without a significant change</summary>" in page
+    assert 'title="waits on IO:WALSync: 0.0%"' not in page  # a state at 0 draws nothing
