@@ -235,3 +235,38 @@ def test_panel_in_the_terminal_markdown_and_html(tmp_path: Path) -> None:
     assert page.count('class="wbar"') == 2  # before and after, stacked by wait state
     assert "more figures without a significant change</summary>" in page
     assert 'title="waits on IO:WALSync: 0.0%"' not in page  # a state at 0 draws nothing
+
+
+def test_pg_stat_io_cells_and_their_deltas() -> None:
+    """pg_stat_io's form in PostgreSQL 16/17 (op_bytes; NULL where an operation cannot
+    happen), as documented: only cells that counted something are kept, with bytes; a
+    cell first seen in the closing snapshot counted 0 at the start."""
+    from pgsweep.collect import counters
+
+    def rows(q: str, p: object) -> list[tuple[object, ...]]:
+        if "pg_attribute" in q:
+            return [(1,)]
+        assert q.startswith("SELECT backend_type, object, context, op_bytes, reads, writes")
+        return [("client backend", "relation", "normal", 8192, 120, 3, 0, 7, 9000, 0, 0),
+                ("checkpointer", "relation", "normal", 8192, None, 40, 0, None, None, None, 2),
+                ("walwriter", "relation", "normal", 8192, 0, 0, 0, 0, 0, 0, 0)]
+
+    with RecordingHost(sql=rows).connect({}) as conn:
+        got = counters.stat_io(conn)
+    assert got == {"io.client backend.relation.normal.reads": 120.0,
+                   "io.client backend.relation.normal.read_bytes": 120.0 * 8192,
+                   "io.client backend.relation.normal.writes": 3.0,
+                   "io.client backend.relation.normal.write_bytes": 3.0 * 8192,
+                   "io.client backend.relation.normal.extends": 7.0,
+                   "io.client backend.relation.normal.extend_bytes": 7.0 * 8192,
+                   "io.client backend.relation.normal.hits": 9000.0,
+                   "io.checkpointer.relation.normal.writes": 40.0,
+                   "io.checkpointer.relation.normal.write_bytes": 40.0 * 8192,
+                   "io.checkpointer.relation.normal.fsyncs": 2.0}  # fmt: skip
+    before = {"pg.wal_bytes": 10.0, "pg.io.checkpointer.relation.normal.writes": 30.0}
+    after = {"pg.wal_bytes": 25.0, "pg.blks_read": 3.0,
+             **{f"pg.{k}": v for k, v in got.items()}}  # fmt: skip
+    d = counters.delta(before, after)
+    assert d["pg.wal_bytes"] == 15 and "pg.blks_read" not in d  # not in both: no delta
+    assert d["pg.io.checkpointer.relation.normal.writes"] == 10  # 40 - 30
+    assert d["pg.io.checkpointer.relation.normal.fsyncs"] == 2  # 0 at the start

@@ -155,5 +155,11 @@ def _has_op_bytes(conn: Any) -> bool:
     return bool(row and row[0])
 
 
+# counters a snapshot holds only while they are not 0 (pg_stat_io's cells): a name missing
+# from the first snapshot counted 0 then
+SPARSE = ("pg.io.",)
+
+
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before[k] for k in after if k in before}
+    return {k: after[k] - before.get(k, 0.0) for k in after
+            if k in before or k.startswith(SPARSE)}  # fmt: skip
