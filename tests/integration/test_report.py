@@ -209,8 +209,10 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
     assert SCRIPT not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     # the answer first: headline sentences, their plot, then the details, folded
     order = [text.index(m) for m in ('id="headline"', 'data-plot="tps-change"',
-                                     'id="details"', "<details")]  # fmt: skip
+                                     'id="explain"', 'id="details"')]  # fmt: skip
     assert order == sorted(order) and "<details open" not in text
+    assert text.index("<details", order[3]) > order[3]  # the details fold (the explain
+    # panels fold their figures without a significant change too)
     assert "synchronous_commit off vs on: faster, +" in text
     # tpcb-like writes: its bytes-per-transaction plot is drawn
     assert 'data-plot="bytes"' in text and "data-plot-left-out" not in text
