@@ -96,7 +96,7 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith("c02 (synchronous_commit off) vs c01 (baseline), 4 rounds")
-    sentence = " ".join(lines[1:3])
+    sentence = " ".join(" ".join(lines[1 : lines.index("")]).split())  # unwrapped
     assert sentence.startswith("TPS ") and "WAL syncs / tx -" in sentence, sentence
     table = lines[lines.index("") + 1:]
     # ranked: the changes called different first, largest first; the WAL syncs (a sync
