@@ -14,8 +14,8 @@ Bonferroni over the panel's m figures). Printed per K:
 - rows: share of all judged rows called "different" (per figure, target <= 5%/m);
 - m: the mean family size;
 - power: share of experiments that call "different" a real change injected into one
-  figure of one configuration: WAL records / tx x 1.5, and client backends' time on CPU
-  +25 points of session time.
+  figure of one configuration: client backends' CPU / tx x 1.5, and client backends'
+  time on CPU +25 points of session time.
 
 Run: .venv/bin/python bench/explain_aa.py [--reps N] [--folder DIR]
 """
@@ -89,9 +89,9 @@ def main() -> None:
     table, known, design, rounds = load(args.folder)
     print(f"bench/explain_aa: {args.folder}, {len(rounds)} rounds, {len(known)} explain figures "
           f"recorded; seed {args.seed}, {args.reps} simulated experiments per row")
-    print(f"{'rounds K':<10}{'panel':>8}{'rows':>8}{'m':>6}{'power WAL x1.5':>16}"
-          f"{'power CPU +25pt':>17}")
-    wal, cpu = "pg.wal_records", "wait.client backend.CPU:CPU"
+    print(f"{'rounds K':<10}{'panel':>8}{'rows':>8}{'m':>6}{'power CPU x1.5':>16}"
+          f"{'power on-CPU +25pt':>20}")
+    wal, cpu = "cpu.client backend.cpu_us", "wait.client backend.CPU:CPU"
     for k in (3, 4, 6, 8):
         if k > len(rounds):
             continue
@@ -118,7 +118,7 @@ def main() -> None:
                     hit_cpu += hit
         n = args.reps
         print(f"{k:<10}{any_diff / n:>8.1%}{rows_diff / max(rows_all, 1):>8.2%}"
-              f"{family / n:>6.1f}{hit_wal / n:>16.1%}{hit_cpu / n:>17.1%}")
+              f"{family / n:>6.1f}{hit_wal / n:>16.1%}{hit_cpu / n:>20.1%}")
     print(f"({time.time() - started:.0f} s)")
 
 

@@ -177,9 +177,9 @@ def test_a_a_panels_rarely_call_anything_different_and_see_an_injected_change() 
         rows, m = judge(design, t, known, "c02", "c01", chosen, 0.05)
         assert m >= 15 and len(rows) == m
         false += any(r.decision == "different" for r in rows)
-        got, _ = judge(design, inject(t, "pg.wal_records", 1.5, False), known, "c02", "c01",
-                       chosen, 0.05)  # fmt: skip
-        wal = next(r for r in got if r.metric.key == "pg.wal_records")
+        got, _ = judge(design, inject(t, "cpu.client backend.cpu_us", 1.5, False), known,
+                       "c02", "c01", chosen, 0.05)  # fmt: skip
+        wal = next(r for r in got if r.metric.key == "cpu.client backend.cpu_us")
         seen_wal += wal.decision == "different" and wal.change == pytest.approx(1.5, rel=0.1)
         got, _ = judge(design, inject(t, "wait.client backend.CPU:CPU", 0.25, True), known,
                        "c02", "c01", chosen, 0.05)  # fmt: skip
