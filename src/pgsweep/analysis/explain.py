@@ -64,6 +64,8 @@ class Row:
                 f"{_signed(self.high, d)}]")  # fmt: skip
 
     def words(self) -> str:
+        if self.decision == "unreplicated":
+            return "no verdict (1 build/level)"
         if self.decision != "different":
             return "no sig. diff."
         return "higher" if self.change > (1 if self.scale == "ratio" else 0) else "lower"
@@ -132,8 +134,9 @@ def panel(a: Analysis, results: Results, config: str, against: str | None = None
     values, known = per_trial(results)
     where = {t.id: (t.config_id, t.round) for t in results.trials(ok_only=True)}
     rounds = sorted({r for _, r in where.values()})
+    every = a.experiment.get("rebuild_every")  # 0: one instance per level for the run
     design = Design({c.id: c.levels for c in a.configurations}, tuple(a.whole_plot_factors),
-                    int(a.experiment.get("rebuild_every") or 1))  # fmt: skip
+                    1 if every is None else int(every))  # fmt: skip
     table = {key: _by_config(values, where, key) for key in known}
     rows, m = judge(design, table, known, config, against, rounds, alpha)
     if against == a.baseline:  # the report's own verdict
