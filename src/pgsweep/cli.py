@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
 EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency", "standbys")
+EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,6 +136,14 @@ def _parser() -> argparse.ArgumentParser:
                     help="remove unfinished builds and failed builds' logs")  # fmt: skip
     sb.add_argument("--unused-days", type=float, metavar="N",
                     help="with --prune: also builds no run used for N days")  # fmt: skip
+    sx = sub.add_parser("explain", help="why a configuration differs: waits, WAL, I/O and CPU "
+                        "per transaction against the baseline, with intervals")  # fmt: skip
+    sx.add_argument("results", type=Path)
+    sx.add_argument("--config", required=True, help="the configuration to explain, e.g. c03")
+    sx.add_argument("--against", help="the configuration to compare with (default: baseline)")
+    sx.add_argument("--alpha", type=float, help="the panel's false 'different' rate (0.05)")
+    sx.add_argument("--json", action="store_true", help="print the panel as JSON")
+    sx.add_argument("--all", action="store_true", help="every row, not only the largest")
     se = sub.add_parser("export", help="write results as a tidy table (CSV, JSON or Parquet)")
     se.add_argument("results", type=Path)
     se.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
@@ -144,7 +152,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=EXPORT_WHAT,
         default="trials",
         help="trials: one row per trial; samples: per trial-second; latency: per latency bin; "
-        "standbys: per trial, standby and second (replication)",
+        "standbys: per trial, standby and second (replication); waits: per trial and wait state "
+        "of each process type; cpu: per trial and process type",
     )
     se.add_argument("-o", "--output", type=Path, help="file to write (default RESULTS/WHAT.FORMAT)")
     return p
@@ -487,6 +496,18 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_explain(args: argparse.Namespace, console: Console) -> int:
+    from .outputs import explain
+
+    store = show.open_store(args.results)
+    try:
+        alpha = None if args.alpha is None else _alpha(args.alpha)
+        explain.run(store, args.config, args.against, alpha, args.json, args.all, console)
+    finally:
+        store.close()
+    return EXIT_OK
+
+
 def cmd_builds(args: argparse.Namespace, console: Console) -> int:
     from .host import builds
 
@@ -525,6 +546,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "agent": cmd_agent,
     "export": cmd_export,
+    "explain": cmd_explain,
     "report": cmd_report,
     "compare": cmd_compare,
     "schema": cmd_schema,

@@ -196,7 +196,7 @@ def test_every_reader_refuses_a_folder_another_user_can_change(
     assert not (tmp_path / "new").exists()
 
 
-OUTPUTS = [(what, fmt) for what in ("trials", "samples", "latency", "standbys")
+OUTPUTS = [(what, fmt) for what in ("trials", "samples", "latency", "standbys", "waits", "cpu")
            for fmt in ("csv", "json", "parquet")]  # fmt: skip
 
 

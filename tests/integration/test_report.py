@@ -89,7 +89,15 @@ def test_json_schema_and_baseline_option(results: Path) -> None:
         "comparisons", "effects", "rounds", "drift", "method", "warnings", "replication",
         "builds", "phases", "names", "headline", "explain", "fleet",
     }  # fmt: skip
-    assert data["explain"] == []  # issue 26's explain panels: a hook nothing fills yet
+    # issue 26's explain panels: one per configuration called different, in that order,
+    # each opening on the verdict and naming what changed beside it
+    called = [c["config"] for c in data["comparisons"]
+              if c["metric"] == "tps" and c["decision"] == "different"]  # fmt: skip
+    assert called and [p["config"] for p in data["explain"]] == called
+    for p in data["explain"]:
+        assert p["sentence"].startswith("TPS faster, +") and p["rows"], p["sentence"]
+        assert {"key", "name", "before", "after", "change", "verdict", "decision", "size"} <= set(
+            p["rows"][0])
     assert data["names"] == {"c01": "baseline", "c02": "synchronous_commit off",
                              "c03": f"application_name {SCRIPT}",
                              "c04": f"application_name {SCRIPT}, synchronous_commit off"}
@@ -201,8 +209,10 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
     assert SCRIPT not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     # the answer first: headline sentences, their plot, then the details, folded
     order = [text.index(m) for m in ('id="headline"', 'data-plot="tps-change"',
-                                     'id="details"', "<details")]  # fmt: skip
+                                     'id="explain"', 'id="details"')]  # fmt: skip
     assert order == sorted(order) and "<details open" not in text
+    assert text.index("<details", order[3]) > order[3]  # the details fold (the explain
+    # panels fold their figures without a significant change too)
     assert "synchronous_commit off vs on: faster, +" in text
     # tpcb-like writes: its bytes-per-transaction plot is drawn
     assert 'data-plot="bytes"' in text and "data-plot-left-out" not in text

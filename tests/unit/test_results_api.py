@@ -5,6 +5,7 @@ refuses folders it cannot read with the exit codes the CLI has always used."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -21,11 +22,13 @@ from pgsweep.store import (
     Configuration,
     Fact,
     LatencyBin,
+    ProcessCpu,
     Results,
     Sample,
     Second,
     Store,
     TrialRecord,
+    Wait,
 )
 from synthetic import make_results
 
@@ -122,6 +125,10 @@ def _full_trial() -> TrialRecord:
     t.load = {"cluster-1": {"io.bytes_written": 1e6, "io.seconds": 2.5}}
     t.environment = {"cluster-1": {"pgdata.fstype": "ext4"}, "c02": {"fsync": "off"}}
     t.artifacts = {"pgbench.out": b"tps = 11.0\n", "server.log": b"LOG: ready\n"}
+    t.waits = [("client backend", "CPU", "CPU", 0.5), ("walwriter", "IO", "WALWrite", 0.1),
+               ("client backend", "IO", "WALSync", 1.25)]  # fmt: skip
+    t.processes = [("walwriter", 1, 0.5, 0.25, 10.0, 1.0, 3.0, 0.0),
+                   ("pgbench client", 1, 1.0, 2.0, math.nan, math.nan, 9.0, 0.0)]  # fmt: skip
     return t
 
 
@@ -205,6 +212,13 @@ def test_per_trial_tables(full: Path) -> None:
         assert r.artifact_names("r1-c02") == ["pgbench.out", "server.log"]
         assert r.artifact("r1-c02", "server.log") == b"LOG: ready\n"
         assert r.artifact("r1-c02", "nothing") is None and r.artifact_names("r1-c01") == []
+        assert r.waits() == {"r1-c02": [  # by process type, then most sessions first
+            Wait("client backend", "IO", "WALSync", 1.25),
+            Wait("client backend", "CPU", "CPU", 0.5),
+            Wait("walwriter", "IO", "WALWrite", 0.1)]}  # fmt: skip
+        assert r.process_cpu() == {"r1-c02": [  # NaN (not kept by /proc) reads as None
+            ProcessCpu("pgbench client", 1, 1.0, 2.0, None, None, 9.0, 0.0),
+            ProcessCpu("walwriter", 1, 0.5, 0.25, 10.0, 1.0, 3.0, 0.0)]}  # fmt: skip
 
 
 def test_environment_host_then_clusters_then_configurations(full: Path) -> None:
@@ -283,6 +297,7 @@ def test_an_older_schema_is_migrated_on_open(tmp_path: Path) -> None:
         assert r.experiment().name == "old" and r.metric_by_round(TPS) == {("c01", 1): 42.0}
         assert r.counters() == {"r1-c01": {"pg.xact_commit": 5.0}} and r.metrics() == {}
         assert r.all_seconds() == {} and r.latency_bins() == {} and r.load_counters() == {}
+        assert r.waits() == {} and r.process_cpu() == {}  # from before explain collection
     check = sqlite3.connect(tmp_path / "results.db")
     assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     check.close()

@@ -25,6 +25,7 @@ from ..verdict import sequential as sq
 from .builds import assertion_warning, build_rows, phase_rows
 from .checks import replication_rows, warnings
 from .design import surviving
+from .explain import panels
 from .headline import config_names, headline
 from .types import METRICS, NEGLIGIBLE_BYTES, WHOLE_PLOT_COSTS, Analysis, Config
 from .workload import workload_info
@@ -122,6 +123,7 @@ def analyse(
             row["groups"], row["rounds"] = len(fleet["groups"]), fleet["rounds_total"]
     out.names = config_names(out)
     out.headline = headline(out, out.names)
+    out.explain = panels(out, results)
     return out
 
 

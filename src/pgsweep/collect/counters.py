@@ -89,7 +89,7 @@ def postgres(conn: Any, major: int) -> dict[str, float]:
             "sum(temp_bytes) AS temp_bytes FROM pg_stat_database",
             None,
         ),
-        ("SELECT wal_bytes, wal_records, wal_fpi, wal_write, wal_sync FROM pg_stat_wal", 14),
+        ("SELECT wal_bytes, wal_records, wal_fpi FROM pg_stat_wal", 14),
         ("SELECT buffers_clean, maxwritten_clean FROM pg_stat_bgwriter", None),
     ]
     if major >= 17:
@@ -109,6 +109,10 @@ def postgres(conn: Any, major: int) -> dict[str, float]:
                 None,
             )
         )
+    if 14 <= major < 18:  # PostgreSQL 18 counts WAL writes and syncs in pg_stat_io
+        queries.append(("SELECT wal_write, wal_sync FROM pg_stat_wal", None))
+    if major >= 15:  # this session's pending counts first (a closing snapshot sees all)
+        conn.execute("SELECT pg_stat_force_next_flush()")
     out: dict[str, float] = {}
     for sql, since in queries:
         if since is not None and major < since:
@@ -118,8 +122,44 @@ def postgres(conn: Any, major: int) -> dict[str, float]:
         for col, value in zip([d.name for d in cur.description], row or (), strict=False):
             if value is not None:
                 out[col] = float(value)
+    if major >= 16:
+        out.update(stat_io(conn))
     return out
 
 
+# pg_stat_io's operations counted per (backend type, object, context); bytes are op_bytes
+_IO_OPS = ("reads", "writes", "writebacks", "extends", "hits", "evictions", "fsyncs")
+
+
+def stat_io(conn: Any) -> dict[str, float]:
+    """pg_stat_io (PostgreSQL 16+): who did which I/O, as io.TYPE.OBJECT.CONTEXT.OP (only
+    the non-zero ones: most of its cells stay 0), with the bytes of reads, writes and
+    extends (op_bytes; PostgreSQL 18 counts them itself as read_bytes, ...)."""
+    size = "op_bytes" if _has_op_bytes(conn) else "1"
+    rows = conn.execute(f"SELECT backend_type, object, context, {size}, "
+                        f"{', '.join(_IO_OPS)} FROM pg_stat_io").fetchall()  # fmt: skip
+    out: dict[str, float] = {}
+    for backend, obj, context, op_bytes, *ops in rows:
+        for name, value in zip(_IO_OPS, ops, strict=True):
+            if value:
+                out[f"io.{backend}.{obj}.{context}.{name}"] = float(value)
+                if name in ("reads", "writes", "extends") and op_bytes and op_bytes > 1:
+                    out[f"io.{backend}.{obj}.{context}.{name[:-1]}_bytes"] = float(
+                        value * op_bytes)
+    return out
+
+
+def _has_op_bytes(conn: Any) -> bool:
+    row = conn.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = "
+                       "'pg_catalog.pg_stat_io'::regclass AND attname = 'op_bytes'").fetchone()
+    return bool(row and row[0])
+
+
+# counters a snapshot holds only while they are not 0 (pg_stat_io's cells): a name missing
+# from the first snapshot counted 0 then
+SPARSE = ("pg.io.",)
+
+
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after[k] - before[k] for k in after if k in before}
+    return {k: after[k] - before.get(k, 0.0) for k in after
+            if k in before or k.startswith(SPARSE)}  # fmt: skip

@@ -17,6 +17,7 @@ from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
 from ..store import TrialRecord
 from . import sides
+from .explain import ExplainWatcher
 
 # Above this many transactions per second the log is sampled down to it: logging every
 # transaction costs pgbench client CPU (bench/fidelity measures how much).
@@ -127,7 +128,7 @@ def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialReco
     they are only stopped, and nothing they raise replaces it."""
     started: list[Watcher] = []
     try:
-        for watcher in trial.demand.watchers:
+        for watcher in [*trial.demand.watchers, ExplainWatcher()]:  # explain: issue 26
             watcher.begin(trial)
             started.append(watcher)
         res = where.run(trial, argv, stem, seconds)

@@ -1,7 +1,8 @@
-"""`pgsweep export`: the results as tidy tables, one row per trial, per trial-second or per
-latency bin. Every row carries the experiment, configuration, the level of every factor (one
-column each), host group (a sharded or merged fleet's; empty on one machine), round and
-trial, so pandas or DuckDB can read a file without joins."""
+"""`pgsweep export`: the results as tidy tables, one row per trial, per trial-second, per
+latency bin, per wait state or per process type (the explain figures). Every row carries
+the experiment, configuration, the level of every factor (one column each), host group (a
+sharded or merged fleet's; empty on one machine), round and trial, so pandas or DuckDB can
+read a file without joins."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def table(results: Results, what: str) -> pa.Table:
     elif what == "standbys":
         seconds = results.standby_seconds()
         rows = [keys[tid] | asdict(s) for tid in keys for s in seconds.get(tid, [])]
+    elif what in ("waits", "cpu"):  # issue 26's explain figures, one row per state or type
+        per = results.waits() if what == "waits" else results.process_cpu()
+        rows = [keys[tid] | asdict(x) for tid in keys for x in per.get(tid, [])]
     else:
         bins = results.latency_bins()
         rows = [keys[tid] | asdict(b) for tid in sorted(bins) for b in bins[tid]]  # by trial id

@@ -33,6 +33,11 @@ TITLES = {"tps": "TPS per configuration", "latency": "latency percentiles",
           "replay-lag-over-time": "replay lag per second"}  # fmt: skip
 
 
+# the wait states of an explain panel's stacked bars, in order (colour-blind safe: Okabe-Ito)
+WAIT_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442",
+                "#999999")  # fmt: skip
+
+
 def _asset(name: str) -> Markup:
     """report.css and report.js, inlined as written (they hold no data)."""
     return Markup(resources.files("pgsweep").joinpath(f"outputs/templates/{name}").read_text())
@@ -65,7 +70,7 @@ def render(a: Analysis, results: Results) -> str:
         exp=a.experiment, baseline=a.baseline, baseline_text=baseline_text(a),
         workload=workload_line(a.experiment),
         factors=a.factors, configs=configs, headline=a.headline, names=a.names,
-        headline_plot=plots.headline_plot(a), explain=a.explain,
+        headline_plot=plots.headline_plot(a), explain=a.explain, palette=WAIT_COLOURS,
         comparisons=comparisons, effects=effects, warnings=a.warnings, rounds=a.rounds,
         whole_plot_factors=", ".join(a.whole_plot_factors),
         environment=_host_first(results.environment()), alpha=a.method["alpha"],

@@ -13,6 +13,7 @@ from ..analysis.headline import baseline_text
 from ..analysis.workload import workload_line
 from ..plan import short_names
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
+from .explain import markdown as explain_markdown
 from .safetext import md
 
 
@@ -165,6 +166,7 @@ def render_markdown(a: Analysis) -> str:
     out.append(f"TPS, each verdict with its simultaneous {1 - alpha:.0%} interval.\n")
     out += [f"- {md(line['text'])}" for line in a.headline]
     out.append("")
+    out += explain_markdown(a.explain, a.names)
     if "adaptive" in a.method:
         out.append(md(adaptive_line(a.method["adaptive"])) + "\n")
     out.append("## TPS of every trial\n\nRows are rounds (each ran every configuration once, "

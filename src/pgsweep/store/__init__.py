@@ -10,11 +10,13 @@ from .results import (
     Experiment,
     Fact,
     LatencyBin,
+    ProcessCpu,
     Results,
     Sample,
     Second,
     StandbySecond,
     Trial,
+    Wait,
 )
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "Experiment",
     "Fact",
     "LatencyBin",
+    "ProcessCpu",
     "Results",
     "Sample",
     "Second",
@@ -33,4 +36,5 @@ __all__ = [
     "Store",
     "Trial",
     "TrialRecord",
+    "Wait",
 ]

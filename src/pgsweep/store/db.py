@@ -101,6 +101,23 @@ MIGRATIONS: list[str] = [
     ALTER TABLE trial ADD COLUMN host_group TEXT;
     ALTER TABLE trial ADD COLUMN shard INTEGER
     """,
+    # 7: what explains a trial (issue 26): where sessions waited (average sessions per
+    # process type, wait class and event, from pg_stat_activity sampled over the window)
+    # and CPU, context switches and page faults per process type (/proc); folders from
+    # before have none, and the reports say so
+    """
+    CREATE TABLE wait (
+        trial_id TEXT NOT NULL REFERENCES trial(id), backend_type TEXT NOT NULL,
+        wait_class TEXT NOT NULL, wait_event TEXT NOT NULL, sessions REAL NOT NULL,
+        PRIMARY KEY (trial_id, backend_type, wait_class, wait_event)
+    );
+    CREATE TABLE process_cpu (
+        trial_id TEXT NOT NULL REFERENCES trial(id), process_type TEXT NOT NULL,
+        processes INTEGER NOT NULL, user_s REAL, system_s REAL, voluntary_switches REAL,
+        involuntary_switches REAL, minor_faults REAL, major_faults REAL,
+        PRIMARY KEY (trial_id, process_type)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 # keys of txlog.Reduction.seconds, in the order of the `second` table's columns
@@ -146,6 +163,10 @@ class TrialRecord:
     environment: dict[str, dict[str, str]] = field(default_factory=dict)  # scope -> values
     # (standby, second, state, sync_state, lags in ms, bytes behind): see collect.replication
     standby_seconds: list[tuple[Any, ...]] = field(default_factory=list)
+    # (process type, wait class, wait event, average sessions): see collect.waits
+    waits: list[tuple[str, str, str, float]] = field(default_factory=list)
+    # (process type, processes, user_s, system_s, switches, faults): see collect.processes
+    processes: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def newer_schema(path: Path, version: int) -> PgsweepError:
@@ -289,6 +310,12 @@ class Store:
                 f"INSERT INTO standby_second VALUES ({', '.join('?' * 12)})",
                 [(t.id, *s) for s in t.standby_seconds],
             )
+            self.db.executemany("INSERT INTO wait VALUES (?, ?, ?, ?, ?)",
+                                [(t.id, *w) for w in t.waits])  # fmt: skip
+            self.db.executemany(
+                f"INSERT INTO process_cpu VALUES ({', '.join('?' * 9)})",
+                [(t.id, *p[:2], *(None if v != v else v for v in p[2:])) for p in t.processes],
+            )  # NaN (a figure /proc does not keep) is stored as NULL
             self.db.executemany(
                 "INSERT INTO latency_bin VALUES (?, ?, ?, ?)",
                 [(t.id, *b) for b in t.latency_bins],

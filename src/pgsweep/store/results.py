@@ -131,6 +131,31 @@ class StandbySecond:
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Where one process type's sessions were, on average, over a trial's window: average
+    sessions (samples of pg_stat_activity in that state / samples taken)."""
+
+    backend_type: str
+    wait_class: str  # "CPU" (running, no wait event), "Idle", or PostgreSQL's wait class
+    wait_event: str
+    sessions: float
+
+
+@dataclass(frozen=True)
+class ProcessCpu:
+    """One process type's CPU over a trial's window (None: /proc keeps no such figure)."""
+
+    process_type: str
+    processes: int
+    user_s: float | None
+    system_s: float | None
+    voluntary_switches: float | None
+    involuntary_switches: float | None
+    minor_faults: float | None
+    major_faults: float | None
+
+
+@dataclass(frozen=True)
 class LatencyBin:
     low_ms: float
     high_ms: float
@@ -147,7 +172,7 @@ class Fact:
     value: str
 
 
-R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond)
+R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond, Wait, ProcessCpu)
 
 
 class Results:
@@ -265,6 +290,16 @@ class Results:
         """Trial id -> its standbys' seconds, by second then standby ({} without standbys)."""
         return self._series(StandbySecond, "standby_second", "second, x.standby")
 
+    def waits(self) -> dict[str, list[Wait]]:
+        """Trial id -> where its sessions waited, by process type, then most sessions first
+        ({} for a folder from before explain collection, or a trial without it)."""
+        return self._series(Wait, "wait", "backend_type, x.sessions DESC, x.wait_class, "
+                            "x.wait_event")  # fmt: skip
+
+    def process_cpu(self) -> dict[str, list[ProcessCpu]]:
+        """Trial id -> CPU by process type over its window ({} before explain collection)."""
+        return self._series(ProcessCpu, "process_cpu", "process_type")
+
     def latency_bins(self) -> dict[str, list[LatencyBin]]:
         """Trial id -> the latency histogram from its transaction log, by low_ms."""
         return self._series(LatencyBin, "latency_bin", "low_ms")
@@ -345,7 +380,8 @@ class Results:
 
 _PARSED = ("events", "effective", "pgbench_argv")  # stored as JSON text
 COPIED_TABLES = ("trial", "sample", "counter", "metric", "second", "latency_bin",
-                 "standby_second", "artifact", "load_counter", "environment")  # fmt: skip
+                 "standby_second", "wait", "process_cpu", "artifact", "load_counter",
+                 "environment")  # fmt: skip
 
 
 def _trial(r: sqlite3.Row) -> Trial:

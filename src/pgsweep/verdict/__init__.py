@@ -57,7 +57,15 @@ from .dist import (
     round_up,
     sd_upper,
 )
-from .families import Contrast, Family, Level, baseline_family, effects_family, report_families
+from .families import (
+    Contrast,
+    Family,
+    Level,
+    baseline_family,
+    effects_family,
+    pair_contrast,
+    report_families,
+)
 from .levels import ConfigMean, config_means
 from .model import (
     HETERO_P,
@@ -106,6 +114,7 @@ __all__ = [
     "max_t_quantile",
     "max_t_sf",
     "noncentrality",
+    "pair_contrast",
     "report_families",
     "round_up",
     "sd_upper",

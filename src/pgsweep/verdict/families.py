@@ -86,6 +86,19 @@ def report_families(model: Model, alpha: Level = ALPHA, margin: float | None = N
     return _split(model, specs, alpha, margin)
 
 
+def pair_contrast(model: Model, config: int, against: int, alpha: float = ALPHA) -> Contrast | None:
+    """One configuration against another (not necessarily the baseline) on the model of
+    every configuration, alone at `alpha` (a caller judging several metrics at once divides
+    it among them); None when these trials cannot estimate it."""
+    w = np.zeros(model.obs.n_configs)
+    w[config], w[against] = 1.0, -1.0
+    mine, other = model.obs.levels[config], model.obs.levels[against]
+    terms = tuple((k, v, other.get(k)) for k, v in mine.items() if v != other.get(k))
+    label = ", ".join(f"{k}={v}" for k, v, _ in terms) or f"configuration {config}"
+    family = _split(model, [Spec("baseline", label, terms, config, w)], alpha, None)[0]
+    return family.contrasts[0] if family.contrasts else None
+
+
 def _split(model: Model, specs: list[Spec], alpha: Level,
            margin: float | None) -> tuple[Family, Family]:  # fmt: skip
     notes: list[str] = []

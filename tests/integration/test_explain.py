@@ -1,0 +1,142 @@
+"""Explain collection and the explain panel on one real run with a known mechanism:
+synchronous_commit on vs off. With "on" every commit waits for its WAL flush (a backend
+syncs the WAL itself: wait event IO:WALSync, one WAL sync per transaction); with "off"
+the walwriter writes and syncs in the background and no backend waits on it. The panel
+must show that mechanism in its top lines, from figures stored per trial."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import pgsweep, requires_pg, run_shared
+
+ROUNDS = 4
+EXPERIMENT = f"""
+[experiment]
+name = "explain"
+seed = 7
+[cluster]
+scale = 1
+[workload]
+script = "tpcb-like"
+clients = 2
+jobs = 2
+duration = "2s"
+warmup = "0s"
+[repeat]
+rounds = {ROUNDS}
+[factors]
+server.synchronous_commit = ["on", "off"]
+"""
+
+# The work area stays on disk (not conftest's tmpfs): a WAL sync on tmpfs returns at once,
+# and the waits on it this test looks for would not be there to see
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_shared(tmp_path_factory, "explain", EXPERIMENT)
+
+
+def _rows(results: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    db = sqlite3.connect(results / "results.db")
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+@requires_pg
+def test_every_trial_stores_its_waits_and_cpu_by_process_type(results: Path) -> None:
+    trials = [r[0] for r in _rows(results, "SELECT id FROM trial WHERE status = 'ok'")]
+    assert len(trials) == 2 * ROUNDS
+    waits = _rows(results, "SELECT trial_id, backend_type, wait_class, wait_event, sessions "
+                           "FROM wait")  # fmt: skip
+    hz = dict(_rows(results, "SELECT trial_id, value FROM metric "
+                             "WHERE name = 'explain.wait_hz'"))  # fmt: skip
+    cost = _rows(results, "SELECT trial_id, name, value FROM metric "
+                          "WHERE name LIKE 'explain.sampler_%_cpu_s'")  # fmt: skip
+    assert len(cost) == 2 * len(trials)  # the sampling backend's and thread's CPU
+    assert all(0 <= v < 0.5 * 2 for _, _, v in cost), cost  # under half a core of a 2 s window
+    for tid in trials:
+        assert hz[tid] >= 10, hz  # sampled at 10 Hz or more
+        mine = [w for w in waits if w[0] == tid]
+        # pgbench's two clients, every sample: about 2 client backend sessions in all
+        clients = sum(w[4] for w in mine if w[1] == "client backend")
+        assert 1.5 <= clients <= 2.1, mine
+        aux = {w[1] for w in mine}
+        assert {"walwriter", "checkpointer", "background writer"} <= aux, aux
+        assert all(0 <= w[4] <= 2.1 for w in mine)
+    cpu = _rows(results, "SELECT trial_id, process_type, processes, user_s + system_s, "
+                         "voluntary_switches FROM process_cpu")  # fmt: skip
+    for tid in trials:
+        by = {r[1]: r for r in cpu if r[0] == tid}
+        # pgbench's two backends, born and gone inside the window, are found and classified
+        assert by["client backend"][2] >= 2 and by["client backend"][3] > 0, by
+        assert by["client backend"][4] > 0, by
+        assert by["pgbench client"][3] > 0 and by["pgbench client"][4] is None, by
+        assert "walwriter" in by, by
+    syncs = dict(_rows(results, "SELECT c.trial_id, c.value / m.value FROM counter c JOIN metric "
+                                "m ON m.trial_id = c.trial_id AND m.name = 'tx.ok' "
+                                "WHERE c.name = 'pg.wal_sync'"))  # fmt: skip
+    config = dict(_rows(results, "SELECT id, config_id FROM trial"))
+    on = [v for t, v in syncs.items() if config[t] == "c01"]
+    off = [v for t, v in syncs.items() if config[t] == "c02"]
+    assert min(on) > 0.5 and max(off) < 0.2, (on, off)  # a flush per commit, or not
+
+
+@requires_pg
+def test_explain_names_the_mechanism_first(results: Path) -> None:
+    res = pgsweep("explain", str(results), "--config", "c02", "--all")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("c02 (synchronous_commit off) vs c01 (baseline), 4 rounds")
+    sentence = " ".join(" ".join(lines[1 : lines.index("")]).split())  # unwrapped
+    assert sentence.startswith("TPS ") and "WAL syncs / tx -" in sentence, sentence
+    table = lines[lines.index("") + 1:]
+    # ranked: the changes called different first, largest first; the WAL syncs (a sync
+    # per commit, or next to none) and the walwriter that took them over lead
+    top = table[1:4]
+    assert any(r.startswith("WAL syncs / tx") and r.endswith("lower") for r in top), table
+    assert any(r.startswith("walwriter: ") and r.endswith("higher") for r in top), table
+    walsync = next(line for line in table if line.startswith("waits on IO:WALSync"))
+    assert " 0% " in walsync, walsync  # nobody waits on a WAL sync with the commits async
+    assert "explain figures judged as one family" in res.stdout
+
+
+@requires_pg
+def test_explain_json_against_and_bad_names(results: Path) -> None:
+    res = pgsweep("explain", str(results), "--config", "c01", "--against", "c02", "--json")
+    assert res.returncode == 0, res.stderr
+    p = json.loads(res.stdout)
+    assert (p["config"], p["against"]) == ("c01", "c02") and p["family"] == len(p["rows"])
+    row = next(r for r in p["rows"] if r["key"] == "pg.wal_sync")
+    assert row["decision"] == "different" and row["change_value"] > 10  # the other way round
+    assert p["profile"] and {"label", "before", "after"} <= set(p["profile"][0])
+    res = pgsweep("explain", str(results), "--config", "c09")
+    assert res.returncode == 2 and "no configuration c09" in res.stderr, res.stderr
+
+
+@requires_pg
+def test_export_and_reports_carry_the_explain_figures(results: Path, tmp_path: Path) -> None:
+    out = tmp_path / "waits.parquet"
+    res = pgsweep("export", str(results), "--what", "waits", "--format", "parquet", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    waits = pq.read_table(out).to_pylist()
+    assert {"config_id", "server.synchronous_commit", "round", "trial_id", "backend_type",
+            "wait_class", "wait_event", "sessions"} <= set(waits[0])  # fmt: skip
+    assert {w["trial_id"] for w in waits} == {f"r{r}-c0{c}" for r in range(1, 5) for c in (1, 2)}
+    res = pgsweep("export", str(results), "--what", "cpu", "-o", str(tmp_path / "cpu.csv"))
+    assert res.returncode == 0 and "process_type" in (tmp_path / "cpu.csv").read_text()
+    report = pgsweep("report", str(results), "--format", "json")
+    data = json.loads(report.stdout)
+    called = [c["config"] for c in data["comparisons"]
+              if c["metric"] == "tps" and c["decision"] == "different"]  # fmt: skip
+    assert [p["config"] for p in data["explain"]] == called  # a panel per verdict "different"
+    md = pgsweep("report", str(results), "--format", "markdown").stdout
+    assert ("## Why: what changed beside each verdict" in md) == bool(called)
