@@ -34,7 +34,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
       tests/unit/test_design.py tests/unit/test_sysbench_parse.py tests/unit/test_shards.py
       tests/unit/test_fleet_verdicts.py tests/unit/test_pgreplay_parse.py
-      tests/unit/test_workload_line.py)
+      tests/unit/test_workload_line.py tests/unit/test_explain.py)
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
          tests/integration/test_fleet_hosts.py

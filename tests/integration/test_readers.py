@@ -164,7 +164,7 @@ def _readers(res: Path, run: dict[str, Path | str], tmp_path: Path) -> list[list
         ["show", str(res)], ["show", str(res), "--env"], ["report", str(res)],
         ["report", str(res), "--format", "json"], ["export", str(res)],
         ["compare", good, str(res)], ["compare", str(res), good],
-        ["plan", file, "--noise-from", str(res)],
+        ["plan", file, "--noise-from", str(res)], ["explain", str(res), "--config", "c01"],
         ["run", file, "--against", str(res), "--results", str(tmp_path / "new")],
     ]  # fmt: skip
 
