@@ -95,7 +95,7 @@ def _trial(host: RecordingHost, settings: dict[str, Any], workdir: Path = Path("
            canonical: dict[str, dict[str, str]] | None = None) -> TrialContext:  # fmt: skip
     binaries = _binaries()
     run = RunContext(binaries, USER, workdir, workdir / "private", Path("/s"), canonical or {},
-                     host=host)  # fmt: skip
+                     host=host, run_id="run", registry=Path("/registry"))  # fmt: skip
     cluster = Cluster(binaries, USER, workdir / "c1", Path("/s/c1"), host=host)
     return TrialContext("r1-c01", settings, {}, run, Server("c1", cluster, binaries))
 
@@ -130,8 +130,7 @@ def _server_host() -> RecordingHost:
 
 def test_server_levels_start_then_reload_then_restart() -> None:
     host = _server_host()
-    layer = ServerLayer()
-    layer._contexts = {"shared_buffers": "postmaster", "synchronous_commit": "user"}
+    layer = ServerLayer()  # restart or reload: the catalog of the binaries the server runs
     trial = _trial(host, {"server": {}})
     layer.prepare({"shared_buffers": "128MB", "synchronous_commit": "on"}, trial)
     assert trial.events == ["start"]
@@ -157,7 +156,6 @@ def test_server_levels_start_then_reload_then_restart() -> None:
 def test_a_level_the_server_does_not_run_with_fails_the_trial() -> None:
     host = _server_host()
     layer = ServerLayer()
-    layer._contexts = {"synchronous_commit": "user"}
     # what `plan`'s start check saw the level show: not what this server will show
     trial = _trial(host, {"server": {}}, canonical={"synchronous_commit": {"on": "off"}})
     with pytest.raises(TrialFailure, match="the level 'on' means 'off' but the server runs"):
@@ -172,7 +170,6 @@ def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
                                 "/proc/sys/vm/swappiness": "60"},
                          users={None: (0, 0), "pgsweep": (999, 999)})  # fmt: skip
     layer = OsLayer()
-    layer.journal = _journal(host)
     settings = OsSettings(True, None, {"thp": "never"}, None, None, False, None,
                           {"vm.swappiness": "10"})  # fmt: skip
     trial = _trial(host, {"os": settings, "workload": None})

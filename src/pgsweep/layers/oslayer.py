@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
 from ..host import journal, workarea
+from ..host.blockdev import Grant
 from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
 from ..postgres.binaries import Binaries
@@ -60,15 +61,14 @@ class OsLayer(Layer):
     needs_root = True
 
     def __init__(self) -> None:
-        self.journal: UndoJournal | None = None
-        self.limit: int | None = None  # bytes of the memory limit in force
+        # what the file says (the same for every host and run); what a run did on its
+        # host is in its context (OsRun)
         self.used: set[str] = set()  # keys set in the file, base or factor
-        self.huge = hugepages.HugePages()
-        self.huge_key: str | None = None  # level and restart settings the pools are sized for
-        self.huge_pages = 0  # pages reserved for the server now
-        self.restart_settings: set[str] = set()  # server settings only a restart changes
         self.factor_keys: set[str] = set()
         self.pages: dict[str, int] = {}  # huge pages each configuration's server needs
+
+    def _state(self, run: RunContext) -> OsRun:
+        return run.state_of(self.name, lambda: OsRun(run.journal()))
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -114,10 +114,6 @@ class OsLayer(Layer):
                     expected=f"one of {', '.join(hugepages.offered())}",
                     fix="pick a size `pgsweep doctor` lists",
                 )  # fmt: skip
-        self.restart_settings = {
-            name for name, s in ctx.binaries.settings.items()
-            if s.context in ("postmaster", "internal")
-        }  # fmt: skip
         for key, path in THP_FILES.items():
             for level in [values.get(key), *factors.get(key, [])]:
                 if level is not None and level not in menu(path):
@@ -176,7 +172,7 @@ class OsLayer(Layer):
             if ctx.catalog_deferred:
                 continue  # every configuration runs a build: buildprep asks each build
             if mine.huge_pages in hugepages.LEVELS:
-                full = server | self.huge.server_settings(mine.huge_pages)
+                full = server | hugepages.server_settings(mine.huge_pages)
                 pages = ctx.checker.runtime("shared_memory_size_in_huge_pages", full, initdb)
                 key = _pages_key(mine.huge_pages, server, initdb, ctx.binaries.bindir)
                 self.pages[key] = int(pages)
@@ -198,7 +194,8 @@ class OsLayer(Layer):
         if any(s.used for s in settings):
             journal.hold_kernel_lock(who)
 
-    def check_host(self, where: Path, settings: list[OsSettings]) -> None:
+    def check_host(self, where: Path, settings: list[OsSettings],
+                   grant: Grant | None = None) -> None:  # fmt: skip
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on."""
         queues = _queues(where)
@@ -226,13 +223,12 @@ class OsLayer(Layer):
         effect at its start (THP, huge pages, the memory limit, a cold page cache)."""
         if not settings.used:
             return None
-        host = trial.run.host
-        self.journal = self.journal or UndoJournal.for_this_run(host=host)
+        host, state = trial.run.host, self._state(trial.run)
         thp_change = any(host.read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
-        limit_change = settings.memory_limit != self.limit
+        limit_change = settings.memory_limit != state.limit
         drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
         huge_key = self._huge_key(settings.huge_pages, trial)
-        huge_change = huge_key != self.huge_key
+        huge_change = huge_key != state.huge_key
         if (thp_change or drop or limit_change or huge_change) and trial.server.running():
             trial.server.stop()  # shared memory is mapped at start: THP applies to a new server
         targets: list[tuple[str, Path, str | int]] = [
@@ -256,13 +252,13 @@ class OsLayer(Layer):
         cgroup = self._memory_limit(settings.memory_limit, trial)
         if huge_change:
             self._huge_pages(settings.huge_pages, huge_key, trial)
-        if self.huge_pages:
-            trial.effective["os.huge_pages.reserved"] = str(self.huge_pages)
+        if state.huge_pages:
+            trial.effective["os.huge_pages.reserved"] = str(state.huge_pages)
         if drop:  # page cache is charged to its first reader: start the limited server cold
             host.sync()
             host.write_kernel(DROP_CACHES, "3")
             trial.events.append("drop-caches")
-        overrides = self.huge.server_settings(settings.huge_pages) if settings.huge_pages else {}
+        overrides = hugepages.server_settings(settings.huge_pages) if settings.huge_pages else {}
         return Demand(server_settings=overrides, cgroup=cgroup)
 
     def _huge_key(self, level: str | None, trial: TrialContext) -> str | None:
@@ -271,7 +267,8 @@ class OsLayer(Layer):
         if level is None:
             return None
         server, known = trial.settings["server"], trial.server.binaries.settings
-        fixed = {k: v for k, v in server.items() if k in self.restart_settings or k not in known}
+        fixed = {k: v for k, v in server.items()
+                 if k not in known or known[k].context in ("postmaster", "internal")}  # fmt: skip
         return repr((level, sorted(fixed.items()), str(trial.server.binaries.bindir)))
 
     def needed_pages(self, level: str, server: dict[str, str], initdb: tuple[str, ...],
@@ -282,19 +279,19 @@ class OsLayer(Layer):
 
     def _huge_pages(self, level: str | None, key: str | None, trial: TrialContext) -> None:
         """Size the huge page pools for this trial's server (stopped by now)."""
-        assert self.journal is not None
-        self.huge_key, self.huge_pages = None, 0  # until the reservation succeeded
+        state = self._state(trial.run)
+        state.huge_key, state.huge_pages = None, 0  # until the reservation succeeded
         if level is None:
-            self.huge.release(self.journal)
+            state.huge.release(state.journal)
             return
         trial.server.settings = None
         initdb = tuple(trial.settings["cluster"].initdb_options())
         pages = self.needed_pages(level, trial.settings["server"], initdb, trial.server.binaries)
         work = trial.settings["workload"]
         may_drop = trial.settings["os"].drop_caches or work.warmup_s > 0 or work.prewarm
-        self.huge_pages = self.huge.reserve(level, pages, self.journal, trial.events, may_drop)
+        state.huge_pages = state.huge.reserve(level, pages, state.journal, trial.events, may_drop)
         trial.events.append(f"huge-pages-{level}")
-        self.huge_key = key
+        state.huge_key = key
 
     def verify(self, settings: OsSettings, trial: TrialContext) -> None:
         if settings.huge_pages is not None:
@@ -303,14 +300,14 @@ class OsLayer(Layer):
     def _memory_limit(self, limit: int | None, trial: TrialContext) -> Path | None:
         """The cgroup the server of a limited configuration starts in, with
         memory.limit_in_bytes set; peak and failures are reset for each trial."""
-        assert self.journal is not None
-        self.limit = limit
+        state = self._state(trial.run)
+        state.limit = limit
         if limit is None:
             return None
         host = trial.run.host
-        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        group = _cgroup()
         if host.lstat(group) is None:
-            self.journal.made_dir(group)
+            state.journal.made_dir(group)
             uid, gid = host.ids(trial.run.user)
             host.chown(group / "cgroup.procs", uid, gid)  # cgroupfs: root's, no links there
         host.write_kernel(group / "memory.limit_in_bytes", str(limit))
@@ -320,11 +317,10 @@ class OsLayer(Layer):
         return group
 
     def _set(self, key: str, path: Path, value: str, trial: TrialContext) -> None:
-        assert self.journal is not None
         host = trial.run.host
         try:
             if host.read_setting(path) != value:
-                self.journal.set(path, value)
+                self._state(trial.run).journal.set(path, value)
         except OSError as exc:
             raise TrialFailure(f"os.{key}: the kernel refused {value!r} for {path}: {exc}") from exc
         now = host.read_setting(path)
@@ -337,19 +333,39 @@ class OsLayer(Layer):
         cgroup and the pages can only go once no server uses them). Processes the server
         user moved into the cgroup are killed first; whatever cannot be put back makes
         the run fail (exit 1), the journal keeping it for `pgsweep restore`."""
-        if self.journal is None:
-            return
-        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        state: OsRun | None = run.state.get(self.name)
+        if state is None:
+            return  # this run changed nothing on its host
+        group = _cgroup()
         st = run.host.lstat(group)
         if st is not None and st.is_dir:
             uid = run.host.ids(run.user)[0]
             pids = [int(p) for p in run.host.read_text(group / "cgroup.procs").split()]
             mine = [p for p in pids if (seen := run.host.process(p)) and seen[1] == uid]
             workarea.kill(mine, "left in pgsweep's cgroup")
-        failed = [line for line in self.journal.restore() if line.startswith("could not")]
+        failed = [line for line in state.journal.restore() if line.startswith("could not")]
         if failed:
             raise internal("could not put back: " + "; ".join(failed),
                            fix="fix the cause, then run `pgsweep restore`")  # fmt: skip
+
+
+@dataclass
+class OsRun:
+    """What the os layer did in one run on one host: its journal (every kernel value's
+    original, before the first write), the memory limit in force, the huge pages it
+    reserved and what they are sized for."""
+
+    journal: UndoJournal
+    limit: int | None = None  # bytes of the memory limit in force
+    huge: hugepages.HugePages = field(default_factory=hugepages.HugePages)
+    huge_key: str | None = None  # level and restart settings the pools are sized for
+    huge_pages: int = 0  # pages reserved for the server now
+
+
+def _cgroup() -> Path:
+    """The memory cgroup of this run's servers (the pgsweep process's PID names it; its
+    journal entry puts it away)."""
+    return CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
 
 
 def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bindir: Path) -> str:
