@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,8 +19,9 @@ from pgsweep.host.kernelfiles import COMPACT_MEMORY, DROP_CACHES, THP_FILES, hug
 from pgsweep.host.proc import RunAs
 from pgsweep.host.recording import RecordingHost, Reply, Unscripted, argv_starts
 from pgsweep.layers import hugepages
+from pgsweep.layers.cluster import ClusterSettings
 from pgsweep.layers.context import RunContext, Server, TrialContext, TrialFailure
-from pgsweep.layers.oslayer import OsLayer, OsSettings
+from pgsweep.layers.oslayer import OsLayer, OsSettings, _pages_key
 from pgsweep.layers.server import ServerLayer
 from pgsweep.postgres.binaries import Binaries, Setting
 from pgsweep.postgres.cluster import Cluster
@@ -92,10 +94,11 @@ def _binaries() -> Binaries:
 
 
 def _trial(host: RecordingHost, settings: dict[str, Any], workdir: Path = Path("/w"),
-           canonical: dict[str, dict[str, str]] | None = None) -> TrialContext:  # fmt: skip
+           canonical: dict[str, dict[str, str]] | None = None,
+           run_id: str = "run") -> TrialContext:  # fmt: skip
     binaries = _binaries()
     run = RunContext(binaries, USER, workdir, workdir / "private", Path("/s"), canonical or {},
-                     host=host, run_id="run", registry=Path("/registry"))  # fmt: skip
+                     host=host, run_id=run_id, registry=Path("/registry"))  # fmt: skip
     cluster = Cluster(binaries, USER, workdir / "c1", Path("/s/c1"), host=host)
     return TrialContext("r1-c01", settings, {}, run, Server("c1", cluster, binaries))
 
@@ -187,3 +190,84 @@ def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
     assert host.files["/proc/sys/vm/swappiness"] == "60"
     undone = [e.what for e in host.kinds("write_kernel")][2:]
     assert undone == ["/proc/sys/vm/swappiness", str(thp)]  # newest first
+
+
+# ---- layer objects hold no run state: one layer, several hosts, several runs ------------
+
+MB_POOL = hugepage_pool(2048) / "nr_hugepages"
+
+
+def _os_host(name: str) -> RecordingHost:
+    return RecordingHost(name, files={str(THP_FILES["thp"]): "always [madvise] never",
+                                      str(MB_POOL): "0", "/proc/meminfo": MEMINFO},
+                         users={None: (0, 0), "pgsweep": (999, 999)})  # fmt: skip
+
+
+def _os_settings(thp: str | None = "never", huge: str | None = None) -> OsSettings:
+    return OsSettings(True, huge, {"thp": thp} if thp else {}, None, None, False, None, {})
+
+
+def _os_trial(host: RecordingHost, settings: OsSettings, run_id: str = "run") -> TrialContext:
+    cluster = ClusterSettings(1, None, None, False, None)
+    work = SimpleNamespace(warmup_s=0, prewarm=False)
+    return _trial(host, {"os": settings, "server": {}, "cluster": cluster, "workload": work},
+                  run_id=run_id)  # fmt: skip
+
+
+def test_one_os_layer_prepares_two_hosts_each_with_its_own_journal() -> None:
+    """A layer that kept its journal (bound to the first host) would journal and write
+    the second host's value on the first: the second host's read-back fails."""
+    layer, a, b = OsLayer(), _os_host("a"), _os_host("b")
+    trial_a, trial_b = _os_trial(a, _os_settings()), _os_trial(b, _os_settings())
+    layer.prepare(_os_settings(), trial_a)
+    layer.prepare(_os_settings(), trial_b)
+    for host, trial in ((a, trial_a), (b, trial_b)):
+        assert trial.effective["os.thp"] == "never"
+        writes = [(e.what, e.detail["new"]) for e in host.kinds("write_kernel")]
+        assert writes == [(str(THP_FILES["thp"]), "never")], host.name
+        assert len(host.kinds("journal")) == 1  # this host's original, in its journal
+    layer.finish_run(trial_b.run)  # the end of b's run puts b back, and only b
+    assert b.files[str(THP_FILES["thp"])] == "always [madvise] never"
+    assert a.files[str(THP_FILES["thp"])] == "always madvise [never]"
+    layer.finish_run(trial_a.run)
+    assert a.files[str(THP_FILES["thp"])] == "always [madvise] never"
+
+
+def test_huge_pages_reserved_on_one_host_are_reserved_again_on_the_next() -> None:
+    """The pools' size is each host's: a layer that remembered what it sized (for the
+    same level and settings) would start the second host's server without its pages."""
+    layer, a, b = OsLayer(), _os_host("a"), _os_host("b")
+    settings = _os_settings(thp=None, huge="2MB")
+    key = _pages_key("2MB", {}, (), _binaries().bindir)
+    layer.pages[key] = 70  # what `postgres -C` said when the file was validated
+    for host in (a, b):
+        trial = _os_trial(host, settings)
+        demand = layer.prepare(settings, trial)
+        assert host.files[str(MB_POOL)] == "70", host.name
+        assert trial.events == ["huge-pages-2MB"]
+        assert trial.effective["os.huge_pages.reserved"] == "70"
+        assert demand is not None and demand.server_settings["huge_page_size"] == "2MB"
+        layer.finish_run(trial.run)
+        assert host.files[str(MB_POOL)] == "0", host.name  # given back at the run's end
+
+
+def test_a_second_run_journals_again_and_puts_back_what_it_changed() -> None:
+    """Two runs on one host (a test process, a fleet's shard): the second's journal is
+    its own. A layer that kept the first run's journal would not record the original
+    again (the first had), and the second run's end would leave the value changed."""
+    layer, host = OsLayer(), _os_host("a")
+    for run_id in ("run-1", "run-2"):
+        trial = _os_trial(host, _os_settings(), run_id)
+        layer.prepare(_os_settings(), trial)
+        assert host.files[str(THP_FILES["thp"])] == "always madvise [never]"
+        assert host.journals == {f"/registry/{run_id}.undo": [
+            json.dumps({"file": str(THP_FILES["thp"]), "original": "madvise"})]}
+        layer.finish_run(trial.run)
+        assert host.files[str(THP_FILES["thp"])] == "always [madvise] never", run_id
+        assert host.journals == {}
+
+
+def test_each_run_numbers_its_clusters_from_one() -> None:
+    first, second = _trial(_os_host("a"), {}).run, _trial(_os_host("a"), {}).run
+    assert [first.next_number("cluster") for _ in range(2)] == [1, 2]
+    assert second.next_number("cluster") == 1 and first.next_number("storage") == 1
