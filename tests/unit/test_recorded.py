@@ -271,3 +271,36 @@ def test_each_run_numbers_its_clusters_from_one() -> None:
     first, second = _trial(_os_host("a"), {}).run, _trial(_os_host("a"), {}).run
     assert [first.next_number("cluster") for _ in range(2)] == [1, 2]
     assert second.next_number("cluster") == 1 and first.next_number("storage") == 1
+
+
+def test_a_configuration_leaving_a_kernel_value_unset_runs_with_the_machines_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run --against` with [os] in one file only: the other file's configurations set no
+    kernel value; they must run with what the machine had, not what the last "before"
+    trial left (THP and a sysctl back at their originals, the server restarted for THP,
+    the huge pages given back), and a configuration setting the value again sets it."""
+    layer, host = OsLayer(), _os_host("a")
+    host.files["/proc/sys/vm/swappiness"] = "60"
+    monkeypatch.setattr("pgsweep.layers.sysctls.recheck", lambda values: None)
+    key = _pages_key("2MB", {}, (), _binaries().bindir)
+    layer.pages[key] = 70
+    before = OsSettings(True, "2MB", {"thp": "never"}, None, None, False, None,
+                        {"vm.swappiness": "10"})  # fmt: skip
+    after = OsSettings(False, None, {}, None, None, False, None, {})
+    first = _os_trial(host, before)
+    layer.prepare(before, first)
+    assert host.files[str(MB_POOL)] == "70" and host.files["/proc/sys/vm/swappiness"] == "10"
+    second = TrialContext("r1-c02", first.settings | {"os": after}, {}, first.run, first.server)
+    demand = layer.prepare(after, second)
+    assert host.files[str(THP_FILES["thp"])] == "always [madvise] never"
+    assert host.files["/proc/sys/vm/swappiness"] == "60"
+    assert host.files[str(MB_POOL)] == "0"  # no pages left for the server to use
+    assert second.effective["os.thp"] == "madvise"
+    assert demand is not None and demand.server_settings == {}
+    third = TrialContext("r1-c03", first.settings, {}, first.run, first.server)
+    layer.prepare(before, third)
+    assert host.files["/proc/sys/vm/swappiness"] == "10" and host.files[str(MB_POOL)] == "70"
+    layer.finish_run(first.run)  # the originals, recorded once, put back at the end
+    assert host.files["/proc/sys/vm/swappiness"] == "60"
+    assert host.files[str(THP_FILES["thp"])] == "always [madvise] never"

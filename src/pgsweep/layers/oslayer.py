@@ -10,9 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from ..collect import devices
 from ..core import Cost, Value
@@ -26,34 +24,9 @@ from ..units import parse_size
 from . import hugepages, sysctls
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+from .os_tables import OsSettings, OsTable, menu
 from .sysctls import refusal as sysctl_refusal  # noqa: F401 - the layer's names
 from .sysctls import sysctl_file
-
-
-class OsTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    huge_pages: Literal["off", "2MB", "1GB"] | None = Field(None, description="server shm pages")
-    thp: str | None = Field(None, description="THP enabled: always | madvise | never")
-    thp_defrag: str | None = Field(None, description="THP defrag")
-    thp_shmem: str | None = Field(None, description="THP shmem_enabled (governs shared memory)")
-    io_scheduler: str | None = Field(None, description="none | mq-deadline | bfq | kyber")
-    read_ahead_kb: int | None = Field(None, ge=0, le=1 << 20)
-    drop_caches: Literal["never", "before_trial"] = "never"
-    memory_limit: int | str | None = Field(None, description='cgroup memory limit, e.g. "4GiB"')
-    sysctl: dict[str, int | str] = Field(default_factory=dict)
-
-    @field_validator("memory_limit")
-    @classmethod
-    def _size(cls, v: Any) -> Any:
-        if v is not None and parse_size(v) < 64 * 1024**2:
-            raise ValueError('a memory limit of at least 64MiB, e.g. "4GiB"')
-        return v
-
-
-def menu(path: Path) -> list[str]:
-    """The choices a menu file offers: "always madvise [never]" -> all three."""
-    return path.read_text().replace("[", "").replace("]", "").split()
 
 
 class OsLayer(Layer):
@@ -221,32 +194,21 @@ class OsLayer(Layer):
     def prepare(self, settings: OsSettings, trial: TrialContext) -> Demand | None:
         """Kernel values through the journal; the server stopped first when they only take
         effect at its start (THP, huge pages, the memory limit, a cold page cache)."""
-        if not settings.used:
-            return None
+        if not settings.used and self.name not in trial.run.state:
+            return None  # and when an earlier trial changed something: put it back
         host, state = trial.run.host, self._state(trial.run)
-        thp_change = any(host.read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
+        why = sysctls.recheck(settings.sysctl)  # floors move with what the machine uses
+        if why:
+            raise TrialFailure(why)
+        targets = self._targets(settings, trial, state)
+        thp_change = any(path in THP_FILES.values() and host.read_setting(path) != str(value)
+                         for _, path, value in targets)  # fmt: skip
         limit_change = settings.memory_limit != state.limit
         drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
         huge_key = self._huge_key(settings.huge_pages, trial)
         huge_change = huge_key != state.huge_key
         if (thp_change or drop or limit_change or huge_change) and trial.server.running():
             trial.server.stop()  # shared memory is mapped at start: THP applies to a new server
-        targets: list[tuple[str, Path, str | int]] = [
-            (k, THP_FILES[k], v) for k, v in settings.thp.items()
-        ]
-        why = sysctls.recheck(settings.sysctl)  # floors move with what the machine uses
-        if why:
-            raise TrialFailure(why)
-        targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
-        wanted = settings.io_scheduler is not None or settings.read_ahead_kb is not None
-        queues = _queues(trial.cluster) if wanted else {}
-        for dev, queue in queues.items():
-            for key, file, value in (
-                ("io_scheduler", "scheduler", settings.io_scheduler),
-                ("read_ahead_kb", "read_ahead_kb", settings.read_ahead_kb),
-            ):
-                if value is not None:
-                    targets.append((f"{key}.{dev}", queue / file, value))  # fmt: skip
         for key, path, value in targets:
             self._set(key, path, str(value), trial)
         cgroup = self._memory_limit(settings.memory_limit, trial)
@@ -260,6 +222,34 @@ class OsLayer(Layer):
             trial.events.append("drop-caches")
         overrides = hugepages.server_settings(settings.huge_pages) if settings.huge_pages else {}
         return Demand(server_settings=overrides, cgroup=cgroup)
+
+    def _targets(self, settings: OsSettings, trial: TrialContext,
+                 state: OsRun) -> list[tuple[str, Path, str | int]]:  # fmt: skip
+        """Every kernel file this trial's configuration sets, with its value; and what an
+        earlier trial of the run set that this configuration leaves unset (`run --against`
+        with [os] in one file only) back at the value it had before the run, so no
+        configuration inherits another's (on the devices under this trial's cluster)."""
+        targets: list[tuple[str, Path, str | int]] = [
+            (k, THP_FILES[k], v) for k, v in settings.thp.items()
+        ]
+        targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
+        wanted = settings.io_scheduler is not None or settings.read_ahead_kb is not None
+        on_device = [k for k, _ in state.originals.values()
+                     if k.startswith(("io_scheduler.", "read_ahead_kb."))]  # fmt: skip
+        queues = _queues(trial.cluster) if wanted or on_device else {}
+        for dev, queue in queues.items():
+            for key, file, value in (
+                ("io_scheduler", "scheduler", settings.io_scheduler),
+                ("read_ahead_kb", "read_ahead_kb", settings.read_ahead_kb),
+            ):
+                if value is not None:
+                    targets.append((f"{key}.{dev}", queue / file, value))  # fmt: skip
+        device_files = {str(q / f) for q in queues.values() for f in ("scheduler", "read_ahead_kb")}
+        mine = {str(path) for _, path, _ in targets}
+        for path, (key, original) in state.originals.items():
+            if path not in mine and (key not in on_device or path in device_files):
+                targets.append((key, Path(path), original))
+        return targets
 
     def _huge_key(self, level: str | None, trial: TrialContext) -> str | None:
         """What the pools are sized for: the level and the settings only a restart changes
@@ -317,10 +307,11 @@ class OsLayer(Layer):
         return group
 
     def _set(self, key: str, path: Path, value: str, trial: TrialContext) -> None:
-        host = trial.run.host
+        host, state = trial.run.host, self._state(trial.run)
         try:
             if host.read_setting(path) != value:
-                self._state(trial.run).journal.set(path, value)
+                state.originals.setdefault(str(path), (key, host.read_setting(path)))
+                state.journal.set(path, value)
         except OSError as exc:
             raise TrialFailure(f"os.{key}: the kernel refused {value!r} for {path}: {exc}") from exc
         now = host.read_setting(path)
@@ -360,6 +351,9 @@ class OsRun:
     huge: hugepages.HugePages = field(default_factory=hugepages.HugePages)
     huge_key: str | None = None  # level and restart settings the pools are sized for
     huge_pages: int = 0  # pages reserved for the server now
+    # kernel file -> (key, value before this run changed it): what a configuration that
+    # leaves the key unset runs with
+    originals: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _cgroup() -> Path:
@@ -370,18 +364,6 @@ def _cgroup() -> Path:
 
 def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bindir: Path) -> str:
     return repr((level, sorted(server.items()), initdb, str(bindir)))
-
-
-@dataclass(frozen=True)
-class OsSettings:
-    used: bool  # any os setting in the file at all (they need root)
-    huge_pages: str | None
-    thp: dict[str, str]  # thp / thp_defrag / thp_shmem -> level
-    io_scheduler: str | None
-    read_ahead_kb: int | None
-    drop_caches: bool
-    memory_limit: int | None  # bytes
-    sysctl: dict[str, str]  # name -> value
 
 
 def _queues(where: Any) -> dict[str, Path]:
