@@ -46,7 +46,7 @@ class _Rows:
 class DryHost(RecordingHost):
     def __init__(self, users: Mapping[str | None, tuple[int, int]],
                  canonical: Mapping[str, Mapping[str, str]]) -> None:  # fmt: skip
-        super().__init__("local", users=users, reads_from=LOCAL,
+        super().__init__("local (a dry run)", users=users, reads_from=LOCAL,
                          commands=[(lambda argv: True, Reply())])  # fmt: skip
         self.canonical = canonical
         self.next_pid = FIRST_PID

@@ -30,6 +30,7 @@ from .resources import Resources
 from .trial import prepare_layers
 
 KINDS = ("new cluster", "restore", "restart", "start", "reload", "no change")
+MAX_TRIALS = 2000  # walked at most (milliseconds each): enough to meet every kind
 DRY = "DRYRUN"  # in every path the dry run names for what a run makes with a random name
 
 
@@ -57,10 +58,33 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
     for layer in exp.layers:
         layer.start_run(run)
     out += _section("before the first trial", host.effects[mark:])
+    lines, refused = _walk(exp, plan, resources, run, client)
+    out += lines
+    mark = len(host.effects)
+    _finish(exp, resources, run)
+    out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
+                    host.effects[mark:])  # fmt: skip
+    out += ["", "not shown (made on this machine directly, not through the Host yet):"]
+    out += [f"  - {line}" for line in _not_shown(exp, run, client)]
+    out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
+    return out
+
+
+def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
+          client: str | None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The trials in the run's order (this shard's), each prepared as `run` prepares it;
+    the lines of the first of each kind, and why trials could not be shown (-> the first)."""
+    host = run.host
+    assert isinstance(host, DryHost)
+    todo = plan.shard_trials(exp.shard.k) if exp.shard is not None else list(plan.trials)
+    out: list[str] = []
     shown: set[str] = set()
-    refused: dict[str, str] = {}  # why a trial cannot be shown -> the first such trial
-    current = None
-    for trial in plan.trials:
+    refused: dict[str, str] = {}
+    current, walked = None, 0
+    for trial in todo:
+        if shown >= set(KINDS) or walked == MAX_TRIALS:
+            break
+        walked += 1
         if plan.renews_at(trial.round) and current not in (None, trial.round):
             resources.release_all()  # a new instance of every whole plot (plan.py)
         current = trial.round
@@ -70,20 +94,18 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
         if failed is not None:
             refused.setdefault(failed, trial.id)
             continue
+        if client:
+            window = [f"pgbench runs on the client host {client}, over TCP (not shown)"]
         what = kind(events)
         if what not in shown:
             shown.add(what)
             title = (f"trial {trial.id} ({config.label()}), the first with {what} "
                      f"[{', '.join(events) or 'no events'}]")  # fmt: skip
             out += _section(title, host.effects[mark:], window)
-    mark = len(host.effects)
-    _finish(exp, resources, run)
-    out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
-                    host.effects[mark:])  # fmt: skip
-    out += ["", "not shown (made on this machine directly, not through the Host yet):"]
-    out += [f"  - {line}" for line in _not_shown(exp, run, client)]
-    out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
-    return out
+    if walked < len(todo):
+        out += ["", f"  (the first {walked} of {len(todo)} trials walked: the others repeat "
+                "these kinds)"]  # fmt: skip
+    return out, refused
 
 
 def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
@@ -105,6 +127,8 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
     None), and the commands of its measured window."""
     settings = exp.settings(levels)
     events: list[str] = []
+    if getattr(settings.get("build"), "spec", None) is not None:
+        return events, "it runs a [build] compiled before the first trial", []
     try:
         got = resources.acquire(settings, events)
         server = next(r for r in reversed(got.values()) if isinstance(r, Server))
@@ -206,6 +230,6 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
                      "made once the primary runs")  # fmt: skip
     lines.append("the environment recorded in results.db (facts read, nothing changed)")
     if client:
-        lines.append(f"the client host {client}: pgbench runs there over TCP, in a work area "
-                     "of its own agent's")  # fmt: skip
+        lines.append(f"the client host {client}: its agent's work area, pgbench there over "
+                     "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
     return lines
