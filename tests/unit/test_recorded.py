@@ -323,3 +323,36 @@ def test_what_is_not_through_the_host_refuses_a_recording_host() -> None:
     storage = StorageLayer().build(StorageSettings(False, None, None), {}, {}, run)
     assert storage.home == Path("/w/clusters")
     assert [(e.kind, e.what) for e in host.effects] == [("private_dir", "/w/clusters")]
+
+
+def test_the_dry_host_runs_a_server_through_start_reload_restart_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    """plan --commands' host (engine/dryhost.py): pg_ctl start leaves a pretend postmaster
+    (a PID no Linux process can have), the server layer reads its levels back, a
+    user-context change reloads and a postmaster one restarts, exactly as on a real
+    server; every effect is recorded and nothing is made on the machine."""
+    from pgsweep.engine.dryhost import DryHost
+
+    host = DryHost({None: (0, 0), "pgsweep": (999, 999)}, {"shared_buffers": {"128MB": "16384",
+                   "256MB": "32768"}})  # fmt: skip
+    work = tmp_path / "work"  # not made: every path below it is only recorded
+    trial = _trial(host, {"server": {}}, workdir=work)
+    trial.cluster.create([])
+    layer = ServerLayer()
+    layer.prepare({"shared_buffers": "128MB", "synchronous_commit": "on"}, trial)
+    pid = trial.cluster.postmaster_pid()
+    assert pid is not None and pid > 2**22 and trial.events == ["start"]
+    assert trial.effective["shared_buffers"] == "128MB"  # its setting (16384) was checked
+    for wanted, event in (({"shared_buffers": "128MB", "synchronous_commit": "off"}, "reload"),
+                          ({"shared_buffers": "256MB", "synchronous_commit": "off"}, "restart")):
+        step = TrialContext("r1-c02", {}, {}, trial.run, trial.server)
+        layer.prepare(wanted, step)
+        assert step.events == [event]
+    argvs = host.commands_run()
+    assert Path(argvs[0][0]).name == "initdb" and argvs[-1][-1] == "start"
+    assert [a[-1] for a in argvs if Path(a[0]).name == "pg_ctl"] == [
+        "start", "reload", "stop", "start"]
+    trial.server.stop()
+    assert trial.cluster.postmaster_pid() is None
+    assert not work.exists() and not list(tmp_path.iterdir())
