@@ -11,6 +11,7 @@ refuse the dry host (RunContext.direct), and the trials that need them say so.""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -198,8 +199,10 @@ def describe(e: Effect) -> str | None:
     if e.kind == "run":
         return f"run as {d.get('user', 'root')}: {shlex.join(d['argv'])}"
     if e.kind == "write_kernel":
-        old = d.get("old")
-        return f"kernel: {e.what} = {d['new']}" + (f" (was {old.strip()})" if old else "")
+        old = str(d.get("old") or "")
+        menu = re.search(r"\[([^\]]+)\]", old)  # a menu file: the choice in force
+        was = menu.group(1) if menu else old.strip()
+        return f"kernel: {e.what} = {d['new']}" + (f" (was {was})" if was else "")
     if e.kind == "journal":
         return f"journal {e.what}: {d['entry']}"
     if e.kind == "sql":
