@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,44 @@ def test_plan_commands_names_every_effect_and_changes_nothing(
     assert re.search(r"remove \S+/clusters/cluster-1\n", end)
     # what it cannot show, said
     assert "not shown (made on this machine directly" in out and "the work area" in out
+
+
+def _loops_and_mounts() -> tuple[str, str]:
+    loops = subprocess.run(["losetup", "--noheadings"], capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    return loops, Path("/proc/self/mounts").read_text()
+
+
+def test_plan_commands_names_the_storage_it_cannot_show_and_shows_the_rest(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """[storage] is made on this machine directly (not through the Host yet): the dry run
+    names the filesystem it would make, walks the trial on its mount point, and attaches,
+    formats and mounts nothing."""
+    path = write_experiment(tmp_path, """
+        [experiment]
+        name = "dry-storage"
+        seed = 1
+        [storage]
+        device = "loop:1GiB"
+        mount_options = "noatime"
+        [factors]
+        storage.filesystem = ["ext4", "xfs"]
+        [cluster]
+        scale = 1
+        [workload]
+        duration = "2s"
+        warmup = "0s"
+        [repeat]
+        rounds = 1
+    """)  # fmt: skip
+    before, folders = _loops_and_mounts(), _tmp()
+    res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert _loops_and_mounts() == before and _tmp() <= folders
+    assert not (tmp_path / "r").exists()
+    out = res.stdout
+    assert re.search(r"not shown in detail\) storage 1: mkfs (ext4|xfs) \(defaults\) on "
+                     r"loop:1GiB, mounted \(noatime\) at \S+/storage/mnt-1\n", out), out
+    assert re.search(r"run as pgsweep: \S+/initdb -D \S+/storage/mnt-1/cluster-1/data ", out)
+    assert re.search(r"unmount \S+/storage/mnt-1 ", out)

@@ -21,7 +21,7 @@ from ..host import workarea
 from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.base import ResourceLayer
-from ..layers.context import RunContext, Server, TrialContext, TrialFailure
+from ..layers.context import RunContext, Server, Storage, TrialContext, TrialFailure
 from ..plan import Plan
 from ..postgres.cluster import ServerError
 from ..spec import Experiment
@@ -49,8 +49,9 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
     run = _run_context(exp, results, host)
-    resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], run,
-                          not plan.keep_alive)  # fmt: skip
+    layers = [_StandIn(la) if la.name == "storage" else la
+              for la in exp.layers if isinstance(la, ResourceLayer)]  # fmt: skip
+    resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
            f"from this machine, every effect is only recorded). `{DRY}` stands for the "
            "random part of a name the run makes.", "", "host local (this machine): the "
@@ -102,11 +103,77 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
             shown.add(what)
             title = (f"trial {trial.id} ({config.label()}), the first with {what} "
                      f"[{', '.join(events) or 'no events'}]")  # fmt: skip
-            out += _section(title, host.effects[mark:], window)
+            effects = host.effects[mark:]
+            if getattr(exp.settings(config.levels).get("storage"), "used", False):
+                effects = _on_stand_in(effects)
+            out += _section(title, effects, window)
     if walked < len(todo):
         out += ["", f"  (the first {walked} of {len(todo)} trials walked: the others repeat "
                 "these kinds)"]  # fmt: skip
     return out, refused
+
+
+class _StandIn(ResourceLayer):
+    """The storage layer in a dry run: a filesystem pgsweep would make (a loop image or an
+    allowed device, mkfs, mount, zfs-fuse) is made on this machine directly, not through
+    the Host; here it is named in its trial's effects, and the trial goes on on its mount
+    point, so what the other layers would do on it is shown. Without [storage] the real
+    layer runs (the work area's folder, through the host)."""
+
+    def __init__(self, real: ResourceLayer) -> None:
+        self.real, self.name = real, real.name
+        self.named: set[int] = set()  # the stand-in storages (id), taken down by name
+
+    def validate(self, base: Any, factors: Any, ctx: Any) -> Any:
+        raise NotImplementedError  # a dry run's layers were validated already
+
+    def cost(self, key: str) -> Any:
+        return self.real.cost(key)
+
+    def resource_key(self, settings: Any, config: Any) -> str:
+        return self.real.resource_key(settings, config)
+
+    def built_event(self, settings: Any) -> str | None:
+        return self.real.built_event(settings)
+
+    def build(self, settings: Any, config: Any, below: Any, run: RunContext) -> Storage:
+        if not settings.used:
+            return self.real.build(settings, config, below, run)  # type: ignore[no-any-return]
+        n, folder = run.next_number("storage"), run.workdir / "storage"
+        fs, wal = settings.data, settings.wal
+        mkfs, mount = fs.mkfs_options or "defaults", fs.mount_options or "defaults"
+        what = (f"storage {n}: mkfs {fs.filesystem} ({mkfs}) on {fs.device}, mounted "
+                f"({mount}) at {folder}/mnt-{n}")  # fmt: skip
+        what += f"; pg_wal: {wal.filesystem} on {wal.device}" if wal else ""
+        _note(run, what)
+        storage = Storage("", folder / f"mnt-{n}")
+        storage.wal_home = folder / f"mnt-{n}-wal" if wal else None
+        self.named.add(id(storage))
+        return storage
+
+    def destroy(self, resource: Any, run: RunContext) -> None:
+        if id(resource) in self.named:
+            _note(run, f"unmount {resource.home} and detach or release its device")
+        else:
+            self.real.destroy(resource, run)
+
+
+def _on_stand_in(effects: list[Effect]) -> list[Effect]:
+    """A stand-in storage's device is not known before it is made: the I/O scheduler and
+    read-ahead the os layer sets on it are named, not shown (on the folder's device)."""
+    queue = [e for e in effects if "/queue/" in e.what or "/queue/" in str(e.detail)]
+    if not queue:
+        return effects
+    kept = [e for e in effects if e not in queue]
+    return [*kept, Effect("not_shown", "os.io_scheduler and os.read_ahead_kb on the "
+                          "storage's device, once it is made")]  # fmt: skip
+
+
+def _note(run: RunContext, what: str) -> None:
+    """A step the dry run names but cannot record (not through the Host yet)."""
+    host = run.host
+    assert isinstance(host, DryHost)
+    host.effects.append(Effect("not_shown", what))
 
 
 def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
@@ -207,6 +274,8 @@ def describe(e: Effect) -> str | None:
         return f"journal {e.what}: {d['entry']}"
     if e.kind == "sql":
         return None if _reads_only(e.what) else f"SQL: {e.what}"
+    if e.kind == "not_shown":
+        return f"(not through the Host yet, not shown in detail) {e.what}"
     words = {"private_dir": "make directory (root's)", "leaf_dir": "make directory for "
              f"{d.get('user')}", "write_file": "write file", "remove_tree": "remove",
              "make_kernel_dir": "make cgroup", "remove_kernel_dir": "remove cgroup",
