@@ -142,8 +142,8 @@ class _StandIn(ResourceLayer):
         n, folder = run.next_number("storage"), run.workdir / "storage"
         fs, wal = settings.data, settings.wal
         mkfs, mount = fs.mkfs_options or "defaults", fs.mount_options or "defaults"
-        what = (f"storage {n}: mkfs {fs.filesystem} ({mkfs}) on {fs.device}, mounted "
-                f"({mount}) at {folder}/mnt-{n}")  # fmt: skip
+        what = (f"storage {n}: {fs.filesystem} made on {fs.device} (mkfs options: {mkfs}), "
+                f"mounted ({mount}) at {folder}/mnt-{n}")  # fmt: skip
         what += f"; pg_wal: {wal.filesystem} on {wal.device}" if wal else ""
         _note(run, what)
         storage = Storage("", folder / f"mnt-{n}")
