@@ -45,7 +45,7 @@ machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_nonroot.py tests/integration/test_safety.py
          tests/unit/test_bad_experiments.py
-         tests/integration/test_server_levels.py)
+         tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--shard", metavar="K/N", help="the plan of shard K of N (run --shard)")
     fleet.add_argument("--shards", type=int, metavar="N",
                        help="the rounds each of N shards runs, and the fleet's ETA")  # fmt: skip
+    sp.add_argument("--commands", action="store_true",
+                    help="also print every command, file and kernel change the run would make "
+                    "(first trial of each kind), changing nothing")  # fmt: skip
     _device_options(sp)
     sr = sub.add_parser("run", help="run an experiment")
     sr.add_argument("file", type=Path)
@@ -215,6 +218,12 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
     for line in planning.lines(exp, plan, args.noise_from):
         console.print(line, markup=False, highlight=False)
+    if args.commands:
+        from .engine import dryrun
+
+        results = args.results or Path("results") / exp.name
+        for line in dryrun.commands(exp, plan, results, client.name if client else None):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 
 

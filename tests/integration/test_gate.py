@@ -143,7 +143,7 @@ def test_run_against_measures_both_sides_in_every_round(runs: dict[str, Path]) -
 
 
 def test_run_against_refuses_other_factors_and_other_folders(
-    runs: dict[str, Path], tmp_path: Path, state_dir: Path
+    runs: dict[str, Path], tmp_path: Path, state_dir: Path, open_dir: Path
 ) -> None:
     other = (FILE.format(sync="on", extra="", rounds=2)
              + '[factors]\nserver.work_mem = ["4MB", "8MB"]\n')  # fmt: skip
@@ -153,11 +153,12 @@ def test_run_against_refuses_other_factors_and_other_folders(
     assert res.returncode == 2 and "the factors differ from those of" in res.stderr, res.stderr
     res = pgsweep("run", str(path), "--results", str(tmp_path / "r"), "--against", str(tmp_path))
     assert res.returncode == 2 and "is not a results folder" in res.stderr, res.stderr
-    # layers keep per-file state (huge-page counts, frozen scripts): not combined yet
-    oslayer = write_experiment(tmp_path, FILE.format(sync="on", extra="", rounds=2)
-                               + "[os]\nthp = 'never'\n",
-                               "os.toml")  # fmt: skip
-    res = pgsweep("run", str(oslayer), "--results", str(tmp_path / "r"),
+    # the workload layer keeps its scripts' frozen copies itself: not combined yet
+    (open_dir / "one.sql").write_text("SELECT 1;\n")
+    custom = write_experiment(open_dir, FILE.format(sync="on", extra="", rounds=2).replace(
+        'script = "tpcb-like"', 'script = "one.sql"'), "custom.toml")  # fmt: skip
+    res = pgsweep("run", str(custom), "--results", str(tmp_path / "r"),
                   "--against", str(runs["before"]))  # fmt: skip
-    assert res.returncode == 2 and "--against cannot combine runs that use [os]" in res.stderr
+    assert res.returncode == 2, res.stderr
+    assert "--against cannot combine runs that use the script one.sql" in res.stderr
     assert not (tmp_path / "r").exists()

@@ -225,6 +225,49 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
 
 @requires_pg
 @root_only
+def test_against_a_file_without_os_runs_its_side_at_the_machines_values(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """`run FILE --against DIR` where DIR's file sets kernel values and FILE sets none:
+    FILE's trials run with the machine's own values (read back after the "before" trial
+    that changed them), never with what the last "before" trial left, and the run puts
+    every value back."""
+    was = _watched()
+    shmem = _others(THP_SHMEM)[0]
+    swap = (int(was[str(SWAPPINESS)]) + 7) % 100
+    plain = PLAIN.replace("rounds = 1", "rounds = 2")
+    plain = plain.replace('name = "plain"', 'name = "plain"\nseed = 5')  # before, after, ...
+    os_file = plain + f'[os]\nthp_shmem = "{shmem}"\nsysctl = {{ "vm.swappiness" = {swap} }}\n'
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        first = pgsweep("run", str(write_experiment(tmp_path, os_file, "os.toml")),
+                        "--results", str(folder / "before"))  # fmt: skip
+        assert first.returncode == 0, first.stderr + first.stdout
+        assert _watched() == was
+        res = pgsweep("run", str(write_experiment(tmp_path, plain)), "--results",
+                      str(folder / "res"), "--against", str(folder / "before"))  # fmt: skip
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert _watched() == was
+        db = sqlite3.connect(folder / "res" / "results.db")
+        side = {c: json.loads(lv)["run.against"]
+                for c, lv in db.execute("SELECT id, levels_json FROM configuration")}
+        db.close()
+        seen = [(side[t["config_id"]], json.loads(t["effective_json"]))
+                for t in trials(folder / "res")]  # fmt: skip
+        assert [s for s, _ in seen] == ["before", "after", "before", "after"], seen
+        for s, e in seen:
+            if s == "before":
+                assert e["os.sysctl.vm.swappiness"] == str(swap), e
+                assert e["os.thp_shmem"] == shmem, e
+            else:  # put back after the "before" trial before it
+                assert e["os.sysctl.vm.swappiness"] == was[str(SWAPPINESS)], e
+                assert e["os.thp_shmem"] == was[str(THP_SHMEM)], e
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@requires_pg
+@root_only
 def test_scheduler_the_device_lacks_is_refused_before_anything_changes(
     tmp_path: Path, state_dir: Path
 ) -> None:

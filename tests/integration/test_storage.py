@@ -109,6 +109,33 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
 
 @requires_pg
 @root_only
+def test_against_a_file_without_storage_gives_each_side_its_own(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """`run FILE --against DIR` where DIR's file puts the clusters on an ext4 loop device
+    and FILE on the work area: each side's trials run on their own, as recorded from the
+    mount under the data directory; nothing stays mounted or attached."""
+    before = write_experiment(tmp_path, HEAD + '[storage]\ndevice = "loop:1GiB"\n'
+                              'filesystem = "ext4"\n', "before.toml")  # fmt: skip
+    first = pgsweep("run", str(before), "--results", str(tmp_path / "before"))
+    assert first.returncode == 0, first.stderr + first.stdout
+    res = pgsweep("run", str(write_experiment(tmp_path, HEAD)), "--results",
+                  str(tmp_path / "r"), "--against", str(tmp_path / "before"))  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    levels = _levels(tmp_path / "r")
+    sides = {}
+    for t in trials(tmp_path / "r"):
+        assert t["status"] == "ok", t["reason"]
+        sides[levels[t["config_id"]]["run.against"]] = json.loads(t["effective_json"])
+    assert sides["before"]["storage.filesystem"] == "ext4"
+    assert sides["before"]["storage.device"].startswith("/dev/loop")
+    assert "storage.filesystem" not in sides["after"]  # the work area's own filesystem
+    assert not ours()
+    assert not list(state_dir.glob("*.undo"))
+
+
+@requires_pg
+@root_only
 def test_btrfs_nocow_and_sector_size(tmp_path: Path, state_dir: Path) -> None:
     body = (
         HEAD

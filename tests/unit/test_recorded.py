@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,8 +19,9 @@ from pgsweep.host.kernelfiles import COMPACT_MEMORY, DROP_CACHES, THP_FILES, hug
 from pgsweep.host.proc import RunAs
 from pgsweep.host.recording import RecordingHost, Reply, Unscripted, argv_starts
 from pgsweep.layers import hugepages
+from pgsweep.layers.cluster import ClusterSettings
 from pgsweep.layers.context import RunContext, Server, TrialContext, TrialFailure
-from pgsweep.layers.oslayer import OsLayer, OsSettings
+from pgsweep.layers.oslayer import OsLayer, OsSettings, _pages_key
 from pgsweep.layers.server import ServerLayer
 from pgsweep.postgres.binaries import Binaries, Setting
 from pgsweep.postgres.cluster import Cluster
@@ -92,10 +94,11 @@ def _binaries() -> Binaries:
 
 
 def _trial(host: RecordingHost, settings: dict[str, Any], workdir: Path = Path("/w"),
-           canonical: dict[str, dict[str, str]] | None = None) -> TrialContext:  # fmt: skip
+           canonical: dict[str, dict[str, str]] | None = None,
+           run_id: str = "run") -> TrialContext:  # fmt: skip
     binaries = _binaries()
     run = RunContext(binaries, USER, workdir, workdir / "private", Path("/s"), canonical or {},
-                     host=host)  # fmt: skip
+                     host=host, run_id=run_id, registry=Path("/registry"))  # fmt: skip
     cluster = Cluster(binaries, USER, workdir / "c1", Path("/s/c1"), host=host)
     return TrialContext("r1-c01", settings, {}, run, Server("c1", cluster, binaries))
 
@@ -130,8 +133,7 @@ def _server_host() -> RecordingHost:
 
 def test_server_levels_start_then_reload_then_restart() -> None:
     host = _server_host()
-    layer = ServerLayer()
-    layer._contexts = {"shared_buffers": "postmaster", "synchronous_commit": "user"}
+    layer = ServerLayer()  # restart or reload: the catalog of the binaries the server runs
     trial = _trial(host, {"server": {}})
     layer.prepare({"shared_buffers": "128MB", "synchronous_commit": "on"}, trial)
     assert trial.events == ["start"]
@@ -157,7 +159,6 @@ def test_server_levels_start_then_reload_then_restart() -> None:
 def test_a_level_the_server_does_not_run_with_fails_the_trial() -> None:
     host = _server_host()
     layer = ServerLayer()
-    layer._contexts = {"synchronous_commit": "user"}
     # what `plan`'s start check saw the level show: not what this server will show
     trial = _trial(host, {"server": {}}, canonical={"synchronous_commit": {"on": "off"}})
     with pytest.raises(TrialFailure, match="the level 'on' means 'off' but the server runs"):
@@ -172,7 +173,6 @@ def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
                                 "/proc/sys/vm/swappiness": "60"},
                          users={None: (0, 0), "pgsweep": (999, 999)})  # fmt: skip
     layer = OsLayer()
-    layer.journal = _journal(host)
     settings = OsSettings(True, None, {"thp": "never"}, None, None, False, None,
                           {"vm.swappiness": "10"})  # fmt: skip
     trial = _trial(host, {"os": settings, "workload": None})
@@ -190,3 +190,169 @@ def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
     assert host.files["/proc/sys/vm/swappiness"] == "60"
     undone = [e.what for e in host.kinds("write_kernel")][2:]
     assert undone == ["/proc/sys/vm/swappiness", str(thp)]  # newest first
+
+
+# ---- layer objects hold no run state: one layer, several hosts, several runs ------------
+
+MB_POOL = hugepage_pool(2048) / "nr_hugepages"
+
+
+def _os_host(name: str) -> RecordingHost:
+    return RecordingHost(name, files={str(THP_FILES["thp"]): "always [madvise] never",
+                                      str(MB_POOL): "0", "/proc/meminfo": MEMINFO},
+                         users={None: (0, 0), "pgsweep": (999, 999)})  # fmt: skip
+
+
+def _os_settings(thp: str | None = "never", huge: str | None = None) -> OsSettings:
+    return OsSettings(True, huge, {"thp": thp} if thp else {}, None, None, False, None, {})
+
+
+def _os_trial(host: RecordingHost, settings: OsSettings, run_id: str = "run") -> TrialContext:
+    cluster = ClusterSettings(1, None, None, False, None)
+    work = SimpleNamespace(warmup_s=0, prewarm=False)
+    return _trial(host, {"os": settings, "server": {}, "cluster": cluster, "workload": work},
+                  run_id=run_id)  # fmt: skip
+
+
+def test_one_os_layer_prepares_two_hosts_each_with_its_own_journal() -> None:
+    """A layer that kept its journal (bound to the first host) would journal and write
+    the second host's value on the first: the second host's read-back fails."""
+    layer, a, b = OsLayer(), _os_host("a"), _os_host("b")
+    trial_a, trial_b = _os_trial(a, _os_settings()), _os_trial(b, _os_settings())
+    layer.prepare(_os_settings(), trial_a)
+    layer.prepare(_os_settings(), trial_b)
+    for host, trial in ((a, trial_a), (b, trial_b)):
+        assert trial.effective["os.thp"] == "never"
+        writes = [(e.what, e.detail["new"]) for e in host.kinds("write_kernel")]
+        assert writes == [(str(THP_FILES["thp"]), "never")], host.name
+        assert len(host.kinds("journal")) == 1  # this host's original, in its journal
+    layer.finish_run(trial_b.run)  # the end of b's run puts b back, and only b
+    assert b.files[str(THP_FILES["thp"])] == "always [madvise] never"
+    assert a.files[str(THP_FILES["thp"])] == "always madvise [never]"
+    layer.finish_run(trial_a.run)
+    assert a.files[str(THP_FILES["thp"])] == "always [madvise] never"
+
+
+def test_huge_pages_reserved_on_one_host_are_reserved_again_on_the_next() -> None:
+    """The pools' size is each host's: a layer that remembered what it sized (for the
+    same level and settings) would start the second host's server without its pages."""
+    layer, a, b = OsLayer(), _os_host("a"), _os_host("b")
+    settings = _os_settings(thp=None, huge="2MB")
+    key = _pages_key("2MB", {}, (), _binaries().bindir)
+    layer.pages[key] = 70  # what `postgres -C` said when the file was validated
+    for host in (a, b):
+        trial = _os_trial(host, settings)
+        demand = layer.prepare(settings, trial)
+        assert host.files[str(MB_POOL)] == "70", host.name
+        assert trial.events == ["huge-pages-2MB"]
+        assert trial.effective["os.huge_pages.reserved"] == "70"
+        assert demand is not None and demand.server_settings["huge_page_size"] == "2MB"
+        layer.finish_run(trial.run)
+        assert host.files[str(MB_POOL)] == "0", host.name  # given back at the run's end
+
+
+def test_a_second_run_journals_again_and_puts_back_what_it_changed() -> None:
+    """Two runs on one host (a test process, a fleet's shard): the second's journal is
+    its own. A layer that kept the first run's journal would not record the original
+    again (the first had), and the second run's end would leave the value changed."""
+    layer, host = OsLayer(), _os_host("a")
+    for run_id in ("run-1", "run-2"):
+        trial = _os_trial(host, _os_settings(), run_id)
+        layer.prepare(_os_settings(), trial)
+        assert host.files[str(THP_FILES["thp"])] == "always madvise [never]"
+        assert host.journals == {f"/registry/{run_id}.undo": [
+            json.dumps({"file": str(THP_FILES["thp"]), "original": "madvise"})]}
+        layer.finish_run(trial.run)
+        assert host.files[str(THP_FILES["thp"])] == "always [madvise] never", run_id
+        assert host.journals == {}
+
+
+def test_each_run_numbers_its_clusters_from_one() -> None:
+    first, second = _trial(_os_host("a"), {}).run, _trial(_os_host("a"), {}).run
+    assert [first.next_number("cluster") for _ in range(2)] == [1, 2]
+    assert second.next_number("cluster") == 1 and first.next_number("storage") == 1
+
+
+def test_a_configuration_leaving_a_kernel_value_unset_runs_with_the_machines_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run --against` with [os] in one file only: the other file's configurations set no
+    kernel value; they must run with what the machine had, not what the last "before"
+    trial left (THP and a sysctl back at their originals, the server restarted for THP,
+    the huge pages given back), and a configuration setting the value again sets it."""
+    layer, host = OsLayer(), _os_host("a")
+    host.files["/proc/sys/vm/swappiness"] = "60"
+    monkeypatch.setattr("pgsweep.layers.sysctls.recheck", lambda values: None)
+    key = _pages_key("2MB", {}, (), _binaries().bindir)
+    layer.pages[key] = 70
+    before = OsSettings(True, "2MB", {"thp": "never"}, None, None, False, None,
+                        {"vm.swappiness": "10"})  # fmt: skip
+    after = OsSettings(False, None, {}, None, None, False, None, {})
+    first = _os_trial(host, before)
+    layer.prepare(before, first)
+    assert host.files[str(MB_POOL)] == "70" and host.files["/proc/sys/vm/swappiness"] == "10"
+    second = TrialContext("r1-c02", first.settings | {"os": after}, {}, first.run, first.server)
+    demand = layer.prepare(after, second)
+    assert host.files[str(THP_FILES["thp"])] == "always [madvise] never"
+    assert host.files["/proc/sys/vm/swappiness"] == "60"
+    assert host.files[str(MB_POOL)] == "0"  # no pages left for the server to use
+    assert second.effective["os.thp"] == "madvise"
+    assert demand is not None and demand.server_settings == {}
+    third = TrialContext("r1-c03", first.settings, {}, first.run, first.server)
+    layer.prepare(before, third)
+    assert host.files["/proc/sys/vm/swappiness"] == "10" and host.files[str(MB_POOL)] == "70"
+    layer.finish_run(first.run)  # the originals, recorded once, put back at the end
+    assert host.files["/proc/sys/vm/swappiness"] == "60"
+    assert host.files[str(THP_FILES["thp"])] == "always [madvise] never"
+
+
+def test_what_is_not_through_the_host_refuses_a_recording_host() -> None:
+    """Block devices, mkfs and mounts are made on this machine directly: on any other host
+    (a dry run's) the storage layer refuses before doing anything, the trial failing with
+    the reason, instead of formatting a disk here; the work area's cluster folder without
+    [storage] goes through the host."""
+    from pgsweep.layers.storage import StorageLayer
+    from pgsweep.layers.storage_build import FsSettings, StorageSettings
+
+    host = _os_host("a")
+    run = _trial(host, {}).run
+    fs = FsSettings("loop:1GiB", 1 << 30, "ext4", "", "", None, False)
+    with pytest.raises(TrialFailure, match=r"storage .*not through the Host yet"):
+        StorageLayer().build(StorageSettings(True, fs, None), {}, {}, run)
+    assert host.effects == [] and run.state == {}
+    storage = StorageLayer().build(StorageSettings(False, None, None), {}, {}, run)
+    assert storage.home == Path("/w/clusters")
+    assert [(e.kind, e.what) for e in host.effects] == [("private_dir", "/w/clusters")]
+
+
+def test_the_dry_host_runs_a_server_through_start_reload_restart_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    """plan --commands' host (engine/dryhost.py): pg_ctl start leaves a pretend postmaster
+    (a PID no Linux process can have), the server layer reads its levels back, a
+    user-context change reloads and a postmaster one restarts, exactly as on a real
+    server; every effect is recorded and nothing is made on the machine."""
+    from pgsweep.engine.dryhost import DryHost
+
+    host = DryHost({None: (0, 0), "pgsweep": (999, 999)}, {"shared_buffers": {"128MB": "16384",
+                   "256MB": "32768"}})  # fmt: skip
+    work = tmp_path / "work"  # not made: every path below it is only recorded
+    trial = _trial(host, {"server": {}}, workdir=work)
+    trial.cluster.create([])
+    layer = ServerLayer()
+    layer.prepare({"shared_buffers": "128MB", "synchronous_commit": "on"}, trial)
+    pid = trial.cluster.postmaster_pid()
+    assert pid is not None and pid > 2**22 and trial.events == ["start"]
+    assert trial.effective["shared_buffers"] == "128MB"  # its setting (16384) was checked
+    for wanted, event in (({"shared_buffers": "128MB", "synchronous_commit": "off"}, "reload"),
+                          ({"shared_buffers": "256MB", "synchronous_commit": "off"}, "restart")):
+        step = TrialContext("r1-c02", {}, {}, trial.run, trial.server)
+        layer.prepare(wanted, step)
+        assert step.events == [event]
+    argvs = host.commands_run()
+    assert Path(argvs[0][0]).name == "initdb" and argvs[-1][-1] == "start"
+    assert [a[-1] for a in argvs if Path(a[0]).name == "pg_ctl"] == [
+        "start", "reload", "stop", "start"]
+    trial.server.stop()
+    assert trial.cluster.postmaster_pid() is None
+    assert not work.exists() and not list(tmp_path.iterdir())

@@ -51,8 +51,12 @@ def _expand(name: str, seen: list[str]) -> None:
 
 def devices_for(path: Path) -> list[str]:
     """Block device names for `path`, the one it lives on first. Symlinks are followed
-    (pg_wal may point to another device)."""
-    first = _device_of(path.resolve())
+    (pg_wal may point to another device). A path not made yet (a dry run's cluster) is
+    on the device of its nearest ancestor that exists."""
+    where = path.resolve()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    first = _device_of(where)
     found: list[str] = []
     if first:
         _expand(first, found)

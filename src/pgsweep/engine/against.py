@@ -102,19 +102,21 @@ def _check_together(after: Experiment, configs: list[dict[str, Any]], folder: Pa
 
 
 def _supported(exp: Experiment, folder: Path) -> None:
-    """Layers keep what they learnt while validating one file (its scripts' frozen copies,
-    the os layer's page counts, the storage layer's keys); one run holds one set of layer
-    instances, so only files those layers need nothing from can be combined so far."""
-    used = [name for name in ("storage", "os") if getattr(exp.layer(name), "used", False)]
+    """The workload layer keeps its custom scripts' frozen copies itself (from one file's
+    validation): files with custom scripts are not combined yet. [storage] and [os] are:
+    what a run does on its host lives in its context, each configuration carries its
+    own settings (a storage is a resource keyed by them), the os layer's page counts
+    come from the checks `_check_together` runs on both sides, and a kernel value one
+    file sets and the other leaves unset runs at the machine's own on the other side."""
     custom = sorted({s["workload"].script for s in exp.configurations.values()}
                     - set(pgbench.BUILTIN_SCRIPTS))  # fmt: skip
-    if used or custom:
-        what = ", ".join([*(f"[{n}]" for n in used), *(f"the script {c}" for c in custom)])
+    if custom:
+        what = ", ".join(f"the script {c}" for c in custom)
         raise PgsweepError(
             f"--against cannot combine runs that use {what} yet ({exp.source.path} does)",
             where=str(exp.source.path),
             fix=f"run both files and use `pgsweep compare {folder} NEW_DIR` (which warns "
-            "about session drift), or put the change in [server], [cluster] or [workload]",
+            "about session drift), or a script pgbench has built in",
         )  # fmt: skip
 
 

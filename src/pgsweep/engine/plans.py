@@ -225,8 +225,7 @@ def preflight(exp: Experiment, results: Path) -> Path:
     where = existing(workarea.work_base(results, exp.user))
     configs = all_settings(exp)
     for layer in exp.layers:
-        layer.authorize(exp.grant)
-        layer.check_host(where, [c[layer.name] for c in configs])
+        layer.check_host(where, [c[layer.name] for c in configs], exp.grant)
         if isinstance(layer, ResourceLayer):  # after the devices' own checks
             layer.check_room(configs, where)
     return where

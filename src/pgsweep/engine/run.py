@@ -105,7 +105,8 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         client.close()  # type: ignore[union-attr]
         raise
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical, exp.builds, host=LOCAL, client_side=side)  # fmt: skip
+                     exp.canonical, exp.builds, host=LOCAL, client_side=side, run_id=area.run,
+                     registry=workarea.registry(), grant=exp.grant)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     # every trial, or the rounds of this run's shard

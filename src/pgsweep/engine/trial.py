@@ -50,7 +50,7 @@ def run_trial(
         server = next(r for r in reversed(got.values()) if isinstance(r, Server))
         ctx = TrialContext(trial.id, settings, got, run, server, events=events)
         log_offset = server.cluster.log_size()
-        _prepare(layers, settings, ctx)
+        prepare_layers(layers, settings, ctx)
         for layer in layers:
             layer.attach(settings[layer.name], ctx)
         for layer in layers:
@@ -74,7 +74,7 @@ def run_trial(
     return record
 
 
-def _prepare(layers: list[Layer], settings: dict[str, Any], ctx: TrialContext) -> None:
+def prepare_layers(layers: list[Layer], settings: dict[str, Any], ctx: TrialContext) -> None:
     """Every layer in order; each sees what the earlier ones demanded."""
     demand = Demand()
     for layer in layers:

@@ -74,6 +74,10 @@ class Host(ABC):
     """One machine. `name` is "local" or the name [hosts] gives it."""
 
     name: str
+    # the machine this process runs on, which the parts not yet through the Host (block
+    # devices, mounts, zfs-fuse, network namespaces, builds, the work area) act on
+    # directly: they refuse any other host (RunContext.direct)
+    direct: bool = False
 
     # ---- processes -----------------------------------------------------------------
     @abstractmethod

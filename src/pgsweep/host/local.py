@@ -20,6 +20,8 @@ from .proc import Result, RunAs
 
 
 class LocalHost(Host):
+    direct = True  # this process's own machine
+
     def __init__(self, name: str = "local") -> None:
         self.name = name
 

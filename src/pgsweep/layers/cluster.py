@@ -96,7 +96,6 @@ class ClusterLayer(ResourceLayer):
     name = "cluster"
 
     def __init__(self) -> None:
-        self.made = 0
         self.size_where = "[cluster] scale"  # the key that sets the data size, for errors
         self.dumps: dict[str, pgdump.Dump] = {}  # cluster.from as written -> the archive
 
@@ -197,8 +196,7 @@ class ClusterLayer(ResourceLayer):
     def build(self, settings: ClusterSettings, config: Mapping[str, Any],
               below: Mapping[str, Any], run: RunContext) -> Server:  # fmt: skip
         storage: Storage = below["storage"]
-        self.made += 1  # names stay unique across storages: cluster-N is a scope in the store
-        number = self.made
+        number = run.next_number("cluster")  # unique across storages: a scope in the store
         waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
         binaries = below["build"].binaries if "build" in below else run.binaries
         client = run.client_side

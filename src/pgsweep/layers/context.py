@@ -1,6 +1,9 @@
 """What layers act on while a run goes on, passed to them through the layer interface:
 
-- `RunContext`: the run's fixed facts (binaries, server user, work area, journals' home);
+- `RunContext`: one run on one host: its fixed facts (binaries, server user, work area,
+  journals' home) and what each layer keeps while the run goes on (`state_of`): layer
+  objects hold no run state, so one experiment can prepare a layer on several hosts, or
+  in two runs, without one seeing what the other did;
 - resources the engine owns and keeps alive across trials, keyed by the levels that shape
   them: a `Storage` (a filesystem to build clusters on) and a `Server` (a loaded cluster
   and what its server runs with now);
@@ -11,14 +14,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..host.journal import UndoJournal
 
 if TYPE_CHECKING:
     from ..host.api import Host
+    from ..host.blockdev import Grant
     from ..host.proc import RunAs
     from ..postgres import pgreplay, sysbench
     from ..postgres.binaries import Binaries
@@ -61,6 +67,9 @@ class ClientSide:
         return {"PGPASSFILE": str(self.passfile), "PGSSLMODE": "disable"}
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class RunContext:
     binaries: Binaries  # the installed PostgreSQL the experiment names (postgres.bin)
@@ -74,6 +83,42 @@ class RunContext:
     builds: Mapping[Any, Any] = field(default_factory=dict)
     host: Host = field(kw_only=True)  # the server's machine: every effect goes through it
     client_side: ClientSide | None = field(default=None, kw_only=True)  # pgbench elsewhere
+    # this run's id ("PID-STARTTIME", its lock held) and the registry its journals go in
+    # on `host`: made by the work area before the first trial (a dry run makes neither)
+    run_id: str = field(default="", kw_only=True)
+    registry: Path = field(default=Path("/nonexistent"), kw_only=True)
+    grant: Grant | None = field(default=None, kw_only=True)  # --allow-device, --wipe
+    # layer name -> what that layer keeps for this run on this host (its journal, what
+    # it reserved, how many of a thing it made); see `state_of`
+    state: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False,
+                                  compare=False)  # fmt: skip
+
+    def state_of(self, layer: str, make: Callable[[], T]) -> T:
+        """The run state `layer` keeps on this run's host, made by `make` on first use."""
+        if layer not in self.state:
+            self.state[layer] = make()
+        return self.state[layer]  # type: ignore[no-any-return]
+
+    def journal(self, part: str = "", work_root: Path | None = None) -> UndoJournal:
+        """An undo journal of this run on its host (`part` keeps a resource's apart, see
+        host/journal.py): its path is the run's, in the registry; nothing is written to it
+        before its first entry."""
+        suffix = f".{part}" if part else ""
+        return UndoJournal(self.registry / f"{self.run_id}{suffix}.undo", work_root, self.host)
+
+    def direct(self, what: str) -> None:
+        """`what` acts on this process's machine without going through the Host (see
+        docs/architecture.md): refused, the trial failing, on any other host (a dry run's
+        recording host), so nothing is done where the run's effects are only recorded."""
+        if not self.host.direct:
+            raise TrialFailure(f"{what}: made on this machine directly, not through the Host "
+                               f"yet, so not on the host {self.host.name}")  # fmt: skip
+
+    def next_number(self, kind: str) -> int:
+        """1, 2, ... for each `kind` of thing made in this run (cluster-N, storage-N)."""
+        counts: dict[str, int] = self.state_of("numbers", dict)
+        counts[kind] = counts.get(kind, 0) + 1
+        return counts[kind]
 
     def canonical_for(self, binaries: Binaries) -> Mapping[str, Mapping[str, str]]:
         """What each level means to these binaries (a build with other block sizes reads

@@ -59,16 +59,19 @@ def _make_room(host: Host, drop_cache: bool, events: list[str]) -> None:
     events.append("compact-memory")
 
 
+def server_settings(level: str) -> dict[str, str]:
+    """What the server starts with at a level of os.huge_pages."""
+    if level == "off":
+        return {"huge_pages": "off"}
+    return {"huge_pages": "on", "huge_page_size": level}
+
+
 class HugePages:
-    """The pool sizes pgsweep set, and what they were before it touched them."""
+    """The pool sizes pgsweep set on one host in one run, and what they were before it
+    touched them (kept in the run's context: layers/oslayer.py's OsRun)."""
 
     def __init__(self) -> None:
         self.original: dict[int, int] = {}  # page size kB -> nr_hugepages before pgsweep
-
-    def server_settings(self, level: str) -> dict[str, str]:
-        if level == "off":
-            return {"huge_pages": "off"}
-        return {"huge_pages": "on", "huge_page_size": level}
 
     def reserve(self, level: str, pages: int, journal: UndoJournal, events: list[str],
                 may_drop_cache: bool) -> int:  # fmt: skip

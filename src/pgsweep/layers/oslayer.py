@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
 
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
 from ..host import journal, workarea
+from ..host.blockdev import Grant
 from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
 from ..postgres.binaries import Binaries
@@ -25,34 +24,9 @@ from ..units import parse_size
 from . import hugepages, sysctls
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, TrialContext, TrialFailure
+from .os_tables import OsSettings, OsTable, menu
 from .sysctls import refusal as sysctl_refusal  # noqa: F401 - the layer's names
 from .sysctls import sysctl_file
-
-
-class OsTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    huge_pages: Literal["off", "2MB", "1GB"] | None = Field(None, description="server shm pages")
-    thp: str | None = Field(None, description="THP enabled: always | madvise | never")
-    thp_defrag: str | None = Field(None, description="THP defrag")
-    thp_shmem: str | None = Field(None, description="THP shmem_enabled (governs shared memory)")
-    io_scheduler: str | None = Field(None, description="none | mq-deadline | bfq | kyber")
-    read_ahead_kb: int | None = Field(None, ge=0, le=1 << 20)
-    drop_caches: Literal["never", "before_trial"] = "never"
-    memory_limit: int | str | None = Field(None, description='cgroup memory limit, e.g. "4GiB"')
-    sysctl: dict[str, int | str] = Field(default_factory=dict)
-
-    @field_validator("memory_limit")
-    @classmethod
-    def _size(cls, v: Any) -> Any:
-        if v is not None and parse_size(v) < 64 * 1024**2:
-            raise ValueError('a memory limit of at least 64MiB, e.g. "4GiB"')
-        return v
-
-
-def menu(path: Path) -> list[str]:
-    """The choices a menu file offers: "always madvise [never]" -> all three."""
-    return path.read_text().replace("[", "").replace("]", "").split()
 
 
 class OsLayer(Layer):
@@ -60,15 +34,14 @@ class OsLayer(Layer):
     needs_root = True
 
     def __init__(self) -> None:
-        self.journal: UndoJournal | None = None
-        self.limit: int | None = None  # bytes of the memory limit in force
+        # what the file says (the same for every host and run); what a run did on its
+        # host is in its context (OsRun)
         self.used: set[str] = set()  # keys set in the file, base or factor
-        self.huge = hugepages.HugePages()
-        self.huge_key: str | None = None  # level and restart settings the pools are sized for
-        self.huge_pages = 0  # pages reserved for the server now
-        self.restart_settings: set[str] = set()  # server settings only a restart changes
         self.factor_keys: set[str] = set()
         self.pages: dict[str, int] = {}  # huge pages each configuration's server needs
+
+    def _state(self, run: RunContext) -> OsRun:
+        return run.state_of(self.name, lambda: OsRun(run.journal()))
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -114,10 +87,6 @@ class OsLayer(Layer):
                     expected=f"one of {', '.join(hugepages.offered())}",
                     fix="pick a size `pgsweep doctor` lists",
                 )  # fmt: skip
-        self.restart_settings = {
-            name for name, s in ctx.binaries.settings.items()
-            if s.context in ("postmaster", "internal")
-        }  # fmt: skip
         for key, path in THP_FILES.items():
             for level in [values.get(key), *factors.get(key, [])]:
                 if level is not None and level not in menu(path):
@@ -176,7 +145,7 @@ class OsLayer(Layer):
             if ctx.catalog_deferred:
                 continue  # every configuration runs a build: buildprep asks each build
             if mine.huge_pages in hugepages.LEVELS:
-                full = server | self.huge.server_settings(mine.huge_pages)
+                full = server | hugepages.server_settings(mine.huge_pages)
                 pages = ctx.checker.runtime("shared_memory_size_in_huge_pages", full, initdb)
                 key = _pages_key(mine.huge_pages, server, initdb, ctx.binaries.bindir)
                 self.pages[key] = int(pages)
@@ -198,7 +167,8 @@ class OsLayer(Layer):
         if any(s.used for s in settings):
             journal.hold_kernel_lock(who)
 
-    def check_host(self, where: Path, settings: list[OsSettings]) -> None:
+    def check_host(self, where: Path, settings: list[OsSettings],
+                   grant: Grant | None = None) -> None:  # fmt: skip
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on."""
         queues = _queues(where)
@@ -224,26 +194,49 @@ class OsLayer(Layer):
     def prepare(self, settings: OsSettings, trial: TrialContext) -> Demand | None:
         """Kernel values through the journal; the server stopped first when they only take
         effect at its start (THP, huge pages, the memory limit, a cold page cache)."""
-        if not settings.used:
-            return None
-        host = trial.run.host
-        self.journal = self.journal or UndoJournal.for_this_run(host=host)
-        thp_change = any(host.read_setting(THP_FILES[k]) != v for k, v in settings.thp.items())
-        limit_change = settings.memory_limit != self.limit
-        drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
-        huge_key = self._huge_key(settings.huge_pages, trial)
-        huge_change = huge_key != self.huge_key
-        if (thp_change or drop or limit_change or huge_change) and trial.server.running():
-            trial.server.stop()  # shared memory is mapped at start: THP applies to a new server
-        targets: list[tuple[str, Path, str | int]] = [
-            (k, THP_FILES[k], v) for k, v in settings.thp.items()
-        ]
+        if not settings.used and self.name not in trial.run.state:
+            return None  # and when an earlier trial changed something: put it back
+        host, state = trial.run.host, self._state(trial.run)
         why = sysctls.recheck(settings.sysctl)  # floors move with what the machine uses
         if why:
             raise TrialFailure(why)
+        targets = self._targets(settings, trial, state)
+        thp_change = any(path in THP_FILES.values() and host.read_setting(path) != str(value)
+                         for _, path, value in targets)  # fmt: skip
+        limit_change = settings.memory_limit != state.limit
+        drop = settings.drop_caches or (limit_change and settings.memory_limit is not None)
+        huge_key = self._huge_key(settings.huge_pages, trial)
+        huge_change = huge_key != state.huge_key
+        if (thp_change or drop or limit_change or huge_change) and trial.server.running():
+            trial.server.stop()  # shared memory is mapped at start: THP applies to a new server
+        for key, path, value in targets:
+            self._set(key, path, str(value), trial)
+        cgroup = self._memory_limit(settings.memory_limit, trial)
+        if huge_change:
+            self._huge_pages(settings.huge_pages, huge_key, trial)
+        if state.huge_pages:
+            trial.effective["os.huge_pages.reserved"] = str(state.huge_pages)
+        if drop:  # page cache is charged to its first reader: start the limited server cold
+            host.sync()
+            host.write_kernel(DROP_CACHES, "3")
+            trial.events.append("drop-caches")
+        overrides = hugepages.server_settings(settings.huge_pages) if settings.huge_pages else {}
+        return Demand(server_settings=overrides, cgroup=cgroup)
+
+    def _targets(self, settings: OsSettings, trial: TrialContext,
+                 state: OsRun) -> list[tuple[str, Path, str | int]]:  # fmt: skip
+        """Every kernel file this trial's configuration sets, with its value; and what an
+        earlier trial of the run set that this configuration leaves unset (`run --against`
+        with [os] in one file only) back at the value it had before the run, so no
+        configuration inherits another's (on the devices under this trial's cluster)."""
+        targets: list[tuple[str, Path, str | int]] = [
+            (k, THP_FILES[k], v) for k, v in settings.thp.items()
+        ]
         targets += [(f"sysctl.{k}", sysctl_file(k), v) for k, v in settings.sysctl.items()]
         wanted = settings.io_scheduler is not None or settings.read_ahead_kb is not None
-        queues = _queues(trial.cluster) if wanted else {}
+        on_device = [k for k, _ in state.originals.values()
+                     if k.startswith(("io_scheduler.", "read_ahead_kb."))]  # fmt: skip
+        queues = _queues(trial.cluster) if wanted or on_device else {}
         for dev, queue in queues.items():
             for key, file, value in (
                 ("io_scheduler", "scheduler", settings.io_scheduler),
@@ -251,19 +244,12 @@ class OsLayer(Layer):
             ):
                 if value is not None:
                     targets.append((f"{key}.{dev}", queue / file, value))  # fmt: skip
-        for key, path, value in targets:
-            self._set(key, path, str(value), trial)
-        cgroup = self._memory_limit(settings.memory_limit, trial)
-        if huge_change:
-            self._huge_pages(settings.huge_pages, huge_key, trial)
-        if self.huge_pages:
-            trial.effective["os.huge_pages.reserved"] = str(self.huge_pages)
-        if drop:  # page cache is charged to its first reader: start the limited server cold
-            host.sync()
-            host.write_kernel(DROP_CACHES, "3")
-            trial.events.append("drop-caches")
-        overrides = self.huge.server_settings(settings.huge_pages) if settings.huge_pages else {}
-        return Demand(server_settings=overrides, cgroup=cgroup)
+        device_files = {str(q / f) for q in queues.values() for f in ("scheduler", "read_ahead_kb")}
+        mine = {str(path) for _, path, _ in targets}
+        for path, (key, original) in state.originals.items():
+            if path not in mine and (key not in on_device or path in device_files):
+                targets.append((key, Path(path), original))
+        return targets
 
     def _huge_key(self, level: str | None, trial: TrialContext) -> str | None:
         """What the pools are sized for: the level and the settings only a restart changes
@@ -271,7 +257,8 @@ class OsLayer(Layer):
         if level is None:
             return None
         server, known = trial.settings["server"], trial.server.binaries.settings
-        fixed = {k: v for k, v in server.items() if k in self.restart_settings or k not in known}
+        fixed = {k: v for k, v in server.items()
+                 if k not in known or known[k].context in ("postmaster", "internal")}  # fmt: skip
         return repr((level, sorted(fixed.items()), str(trial.server.binaries.bindir)))
 
     def needed_pages(self, level: str, server: dict[str, str], initdb: tuple[str, ...],
@@ -282,19 +269,19 @@ class OsLayer(Layer):
 
     def _huge_pages(self, level: str | None, key: str | None, trial: TrialContext) -> None:
         """Size the huge page pools for this trial's server (stopped by now)."""
-        assert self.journal is not None
-        self.huge_key, self.huge_pages = None, 0  # until the reservation succeeded
+        state = self._state(trial.run)
+        state.huge_key, state.huge_pages = None, 0  # until the reservation succeeded
         if level is None:
-            self.huge.release(self.journal)
+            state.huge.release(state.journal)
             return
         trial.server.settings = None
         initdb = tuple(trial.settings["cluster"].initdb_options())
         pages = self.needed_pages(level, trial.settings["server"], initdb, trial.server.binaries)
         work = trial.settings["workload"]
         may_drop = trial.settings["os"].drop_caches or work.warmup_s > 0 or work.prewarm
-        self.huge_pages = self.huge.reserve(level, pages, self.journal, trial.events, may_drop)
+        state.huge_pages = state.huge.reserve(level, pages, state.journal, trial.events, may_drop)
         trial.events.append(f"huge-pages-{level}")
-        self.huge_key = key
+        state.huge_key = key
 
     def verify(self, settings: OsSettings, trial: TrialContext) -> None:
         if settings.huge_pages is not None:
@@ -303,14 +290,14 @@ class OsLayer(Layer):
     def _memory_limit(self, limit: int | None, trial: TrialContext) -> Path | None:
         """The cgroup the server of a limited configuration starts in, with
         memory.limit_in_bytes set; peak and failures are reset for each trial."""
-        assert self.journal is not None
-        self.limit = limit
+        state = self._state(trial.run)
+        state.limit = limit
         if limit is None:
             return None
         host = trial.run.host
-        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        group = _cgroup()
         if host.lstat(group) is None:
-            self.journal.made_dir(group)
+            state.journal.made_dir(group)
             uid, gid = host.ids(trial.run.user)
             host.chown(group / "cgroup.procs", uid, gid)  # cgroupfs: root's, no links there
         host.write_kernel(group / "memory.limit_in_bytes", str(limit))
@@ -320,11 +307,11 @@ class OsLayer(Layer):
         return group
 
     def _set(self, key: str, path: Path, value: str, trial: TrialContext) -> None:
-        assert self.journal is not None
-        host = trial.run.host
+        host, state = trial.run.host, self._state(trial.run)
         try:
             if host.read_setting(path) != value:
-                self.journal.set(path, value)
+                state.originals.setdefault(str(path), (key, host.read_setting(path)))
+                state.journal.set(path, value)
         except OSError as exc:
             raise TrialFailure(f"os.{key}: the kernel refused {value!r} for {path}: {exc}") from exc
         now = host.read_setting(path)
@@ -337,35 +324,46 @@ class OsLayer(Layer):
         cgroup and the pages can only go once no server uses them). Processes the server
         user moved into the cgroup are killed first; whatever cannot be put back makes
         the run fail (exit 1), the journal keeping it for `pgsweep restore`."""
-        if self.journal is None:
-            return
-        group = CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+        state: OsRun | None = run.state.get(self.name)
+        if state is None:
+            return  # this run changed nothing on its host
+        group = _cgroup()
         st = run.host.lstat(group)
         if st is not None and st.is_dir:
             uid = run.host.ids(run.user)[0]
             pids = [int(p) for p in run.host.read_text(group / "cgroup.procs").split()]
             mine = [p for p in pids if (seen := run.host.process(p)) and seen[1] == uid]
             workarea.kill(mine, "left in pgsweep's cgroup")
-        failed = [line for line in self.journal.restore() if line.startswith("could not")]
+        failed = [line for line in state.journal.restore() if line.startswith("could not")]
         if failed:
             raise internal("could not put back: " + "; ".join(failed),
                            fix="fix the cause, then run `pgsweep restore`")  # fmt: skip
 
 
+@dataclass
+class OsRun:
+    """What the os layer did in one run on one host: its journal (every kernel value's
+    original, before the first write), the memory limit in force, the huge pages it
+    reserved and what they are sized for."""
+
+    journal: UndoJournal
+    limit: int | None = None  # bytes of the memory limit in force
+    huge: hugepages.HugePages = field(default_factory=hugepages.HugePages)
+    huge_key: str | None = None  # level and restart settings the pools are sized for
+    huge_pages: int = 0  # pages reserved for the server now
+    # kernel file -> (key, value before this run changed it): what a configuration that
+    # leaves the key unset runs with
+    originals: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _cgroup() -> Path:
+    """The memory cgroup of this run's servers (the pgsweep process's PID names it; its
+    journal entry puts it away)."""
+    return CGROUP_V1_MEMORY / f"pgsweep-{os.getpid()}"
+
+
 def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bindir: Path) -> str:
     return repr((level, sorted(server.items()), initdb, str(bindir)))
-
-
-@dataclass(frozen=True)
-class OsSettings:
-    used: bool  # any os setting in the file at all (they need root)
-    huge_pages: str | None
-    thp: dict[str, str]  # thp / thp_defrag / thp_shmem -> level
-    io_scheduler: str | None
-    read_ahead_kb: int | None
-    drop_caches: bool
-    memory_limit: int | None  # bytes
-    sysctl: dict[str, str]  # name -> value
 
 
 def _queues(where: Any) -> dict[str, Path]:

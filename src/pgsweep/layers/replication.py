@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import Cost, Value
 from ..errors import PgsweepError
-from ..host import netns, safefs, workarea
+from ..host import netns
 from ..host.journal import UndoJournal
 from ..postgres.cluster import Listen, ServerError
 from ..postgres.standby import (
@@ -115,11 +115,7 @@ class ReplicationLayer(Layer):
     name = "replication"
 
     def __init__(self) -> None:
-        self.journal: UndoJournal | None = None
-        self.sets = 0
-        self.active = False  # some configuration has a standby
-        self.run_id = ""
-        self.home = Path()  # the work area's folder for standbys' data
+        self.active = False  # some configuration has a standby (what the file says)
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -227,10 +223,10 @@ class ReplicationLayer(Layer):
                        "lower standby_clients, or raise max_connections")  # fmt: skip
 
     def start_run(self, run: RunContext) -> None:
-        self.journal = UndoJournal.for_this_run("replication", run.workdir)
-        self.run_id = workarea.this_run()
+        state = run.state_of(self.name, lambda: ReplicationRun(
+            run.journal("replication", run.workdir), run.workdir / "standbys"))  # fmt: skip
         if self.active:
-            self.home = safefs.private_dir(run.workdir / "standbys", 0o711)
+            run.host.private_dir(state.home, 0o711)
 
     def prepare(self, settings: ReplicationSettings, trial: TrialContext) -> Demand | None:
         """Drop a set of standbys this trial cannot use (another set-up, or the primary's
@@ -251,11 +247,13 @@ class ReplicationLayer(Layer):
         if current is None:
             current = ReplicaSet(settings.shape(), [], server.generation)
             if settings.network:
-                assert self.journal is not None
-                self.sets += 1
-                current.network = netns.create(self.journal, self.run_id, self.sets,
+                run = trial.run
+                run.direct("replication.network (a network namespace and its link)")
+                state: ReplicationRun = run.state[self.name]
+                current.network = netns.create(state.journal, run.run_id,
+                                               run.next_number("netns"),
                                                settings.bandwidth_bits,
-                                               trial.run.private / "netns")  # fmt: skip
+                                               run.private / "netns")  # fmt: skip
             server.replicas = current
         if current.network is not None:
             link = current.network
@@ -305,7 +303,7 @@ class ReplicationLayer(Layer):
         """Standbys live in the work area, not on the experiment's storage: their writes
         stay out of the primary's device counters, and out of its space."""
         primary, link = server.cluster, replicas.network
-        home = self.home
+        home = trial.run.state[self.name].home
         up = upstream(link.host_ip, primary.port) if link is not None else upstream_socket(primary)
         for name in settings.names:
             standby = Standby(trial.server.binaries, trial.run.user,
@@ -352,8 +350,18 @@ class ReplicationLayer(Layer):
     def finish_run(self, run: RunContext) -> None:
         """The engine destroyed the primaries and their standbys; the journal takes down any
         network a failure left behind."""
-        if self.journal is not None:
-            self.journal.restore()
+        state: ReplicationRun | None = run.state.get(self.name)
+        if state is not None:
+            state.journal.restore()
+
+
+@dataclass
+class ReplicationRun:
+    """What the replication layer keeps in one run on one host: the journal of its
+    networks, and the work area's folder for standbys' data."""
+
+    journal: UndoJournal
+    home: Path
 
 
 def _standby_settings(s: ReplicationSettings, primary: Mapping[str, str]) -> dict[str, str]:

@@ -8,7 +8,7 @@ import difflib
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import Cost, Value, printable
 from ..errors import PgsweepError
@@ -17,6 +17,9 @@ from ..postgres.startcheck import DERIVED, StartChecker, StartFailure
 from . import server_include
 from .base import Layer, ValidationContext
 from .context import TrialContext, TrialFailure
+
+if TYPE_CHECKING:
+    from ..postgres.binaries import Binaries
 
 # pgsweep sets these itself: the private socket, no TCP, its own hba file and log. Names
 # are compared after normalising to the catalog's (lower-case) spelling: PostgreSQL's
@@ -70,6 +73,8 @@ class ServerLayer(Layer):
     name = "server"
 
     def __init__(self) -> None:
+        # what the file says, for the planner: the installed catalog's context of each
+        # setting (a trial asks the catalog of the binaries its server runs)
         self._contexts: dict[str, str] = {}
         self.renames: dict[str, str] = {}  # as written -> the catalog's spelling
 
@@ -234,7 +239,7 @@ class ServerLayer(Layer):
             elif wanted != server.settings:
                 changed = set(wanted.items()) ^ set(server.settings.items())
                 cluster.write_settings(wanted)
-                if any(self.cost(k) is Cost.RESTART for k, _ in changed):
+                if any(_restarts(k, server.binaries) for k, _ in changed):
                     cluster.stop()
                     cluster.start()
                     trial.events.append("restart")
@@ -261,6 +266,13 @@ class ServerLayer(Layer):
                 why = _check_level(conn, name, text, expected, trial.effective)
                 if why:
                     raise TrialFailure(f"server.{name}: {why}", cluster.log_tail())
+
+
+def _restarts(name: str, binaries: Binaries) -> bool:
+    """Only a restart changes `name` on a server of these binaries (a setting their
+    catalog does not know, an extension's, is restarted for: the safe way)."""
+    setting = binaries.settings.get(name)
+    return setting is None or setting.context in RESTART_CONTEXTS
 
 
 def _check_level(conn: Any, name: str, text: str, expected: str | None,

@@ -55,10 +55,8 @@ class StorageLayer(ResourceLayer):
     needs_root = True
 
     def __init__(self) -> None:
+        # what the file says; what a run made on its host is in its context (StorageRun)
         self.used = False
-        self.grant = blockdev.Grant()
-        self.built = 0
-        self.ours: dict[str, set[str]] = {}  # real device -> UUIDs of filesystems we made
         self.where: dict[str, str] = {}
 
     def validate(
@@ -165,10 +163,8 @@ class StorageLayer(ResourceLayer):
                 fix="give pg_wal a device of its own, or remove wal_device",
             )
 
-    def authorize(self, grant: blockdev.Grant) -> None:
-        self.grant = grant
-
-    def check_host(self, where: Path, settings: list[StorageSettings]) -> None:
+    def check_host(self, where: Path, settings: list[StorageSettings],
+                   grant: blockdev.Grant | None = None) -> None:  # fmt: skip
         """Real devices: named on the command line, and not in use; zfs-fuse usable; each
         configuration's loop images fit. Read-only."""
         used = [s for s in settings if s.used]
@@ -183,8 +179,8 @@ class StorageLayer(ResourceLayer):
                 for device in sorted({fs.device for s in used if (fs := getattr(s, attr))
                                       and fs.loop_bytes is None}):  # fmt: skip
                     where_key = self.where.get(key, f"storage.{key}")
-                    blockdev.check_real_device(Path(device), self.grant, Path(scratch),
-                                               where_key)  # fmt: skip
+                    blockdev.check_real_device(Path(device), grant or blockdev.Grant(),
+                                               Path(scratch), where_key)  # fmt: skip
 
     def coexist(self, configs: Sequence[Mapping[str, Any]], where: Path) -> str | None:
         storages = {self.resource_key(c[self.name], c): c[self.name] for c in configs}
@@ -225,10 +221,13 @@ class StorageLayer(ResourceLayer):
               below: Mapping[str, Any], run: RunContext) -> Storage:  # fmt: skip
         if not settings.used:
             home = run.workdir / "clusters"
-            home.mkdir(mode=0o711, exist_ok=True)
+            if run.host.lstat(home) is None:
+                run.host.private_dir(home, 0o711)
             return Storage("", home)
-        self.built += 1
-        storage = storage_build.build(settings, self.built, run, self.grant, self.ours)
+        run.direct("storage (a loop image or a device, mkfs, mount, zfs-fuse)")
+        ours: dict[str, set[str]] = run.state_of(self.name, dict)  # device -> UUIDs we made
+        storage = storage_build.build(settings, run.next_number("storage"), run,
+                                      run.grant or blockdev.Grant(), ours)  # fmt: skip
         storage.key = self.resource_key(settings, config)
         return storage
 
@@ -254,6 +253,7 @@ class StorageLayer(ResourceLayer):
         drop = cold or bool(live and {"primarycache", "secondarycache"} & changed)
         if not changed and not drop:
             return
+        trial.run.direct("storage.zfs properties of a live dataset")
         if trial.server.running():
             trial.server.stop()
         trial.events += storage_build.set_live(storage, wanted, drop)

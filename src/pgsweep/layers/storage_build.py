@@ -65,7 +65,7 @@ def build(s: StorageSettings, number: int, run: RunContext, grant: blockdev.Gran
           ours: dict[str, set[str]]) -> Storage:  # fmt: skip
     """The storage for settings `s` (number `number` in this run), or TrialFailure with
     everything made so far taken down again."""
-    journal = UndoJournal.for_this_run(f"storage-{number}", run.workdir)
+    journal = run.journal(f"storage-{number}", run.workdir)
     built = Built(number, journal)
     scratch = run.private / "storage-cmd"
     try:

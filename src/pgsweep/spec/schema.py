@@ -19,7 +19,7 @@ from ..core import Cost
 from ..layers import all_layers
 from ..layers.build import BASE_ONLY, BuildTable
 from ..layers.cluster import ClusterTable
-from ..layers.oslayer import OsTable
+from ..layers.os_tables import OsTable
 from ..layers.replication import STANDBY_SETTINGS, ReplicationTable
 from ..layers.storage_tables import StorageTable, WalTable, ZfsTable
 from ..layers.workload import WorkloadTable

@@ -1,0 +1,307 @@
+"""`pgsweep plan --commands`: what `run` would do to the machine, printed before it runs.
+
+The plan is walked trial by trial through the same engine and layers as a run
+(resources acquired, every layer prepared, the run's end put back), on a `DryHost`
+(dryhost.py): reads come from this machine, effects are only recorded, so nothing is
+changed. Printed are the effects of the first trial of each kind (a new cluster, a
+snapshot restored, a restart, a start, a reload, nothing to change), what comes before the
+first trial and after the last, and, named honestly, what the dry run cannot show yet: the
+parts that act on this machine directly instead of through the Host (docs/architecture.md)
+refuse the dry host (RunContext.direct), and the trials that need them say so."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..host import workarea
+from ..host.local import LOCAL
+from ..host.recording import Effect
+from ..layers.base import ResourceLayer
+from ..layers.context import RunContext, Server, Storage, TrialContext, TrialFailure
+from ..plan import Plan
+from ..postgres.cluster import ServerError
+from ..spec import Experiment
+from .dryhost import DryHost
+from .measure import AUTO_LOGGED_PER_S, sampling_rate
+from .resources import Resources
+from .trial import prepare_layers
+
+KINDS = ("new cluster", "restore", "restart", "start", "reload", "no change")
+MAX_TRIALS = 2000  # walked at most (milliseconds each): enough to meet every kind
+DRY = "DRYRUN"  # in every path the dry run names for what a run makes with a random name
+
+
+def kind(events: list[str]) -> str:
+    """What a trial does to its server, from its events (the first that applies)."""
+    for event, name in (("new-cluster", "new cluster"), ("restore", "restore"),
+                        ("restart", "restart"), ("start", "start"), ("reload", "reload")):
+        if event in events:
+            return name
+    return "no change"
+
+
+def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> list[str]:
+    """The lines `plan --commands` prints (nothing on the machine changes)."""
+    users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
+    host = DryHost(users, exp.canonical)
+    run = _run_context(exp, results, host)
+    layers = [_StandIn(la) if la.name == "storage" else la
+              for la in exp.layers if isinstance(la, ResourceLayer)]  # fmt: skip
+    resources = Resources(layers, run, not plan.keep_alive)
+    out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
+           f"from this machine, every effect is only recorded). `{DRY}` stands for the "
+           "random part of a name the run makes.", "", "host local (this machine): the "
+           "server" + ("" if client else ", and pgbench beside it")]  # fmt: skip
+    mark = len(host.effects)
+    for layer in exp.layers:
+        layer.start_run(run)
+    out += _section("before the first trial", host.effects[mark:])
+    lines, refused = _walk(exp, plan, resources, run, client)
+    out += lines
+    mark = len(host.effects)
+    _finish(exp, resources, run)
+    out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
+                    host.effects[mark:])  # fmt: skip
+    out += ["", "not shown (made on this machine directly, not through the Host yet):"]
+    out += [f"  - {line}" for line in _not_shown(exp, run, client)]
+    out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
+    return out
+
+
+def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
+          client: str | None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The trials in the run's order (this shard's), each prepared as `run` prepares it;
+    the lines of the first of each kind, and why trials could not be shown (-> the first)."""
+    host = run.host
+    assert isinstance(host, DryHost)
+    todo = plan.shard_trials(exp.shard.k) if exp.shard is not None else list(plan.trials)
+    out: list[str] = []
+    shown: set[str] = set()
+    refused: dict[str, str] = {}
+    current, walked = None, 0
+    for trial in todo:
+        if shown >= set(KINDS) or walked == MAX_TRIALS:
+            break
+        walked += 1
+        if plan.renews_at(trial.round) and current not in (None, trial.round):
+            resources.release_all()  # a new instance of every whole plot (plan.py)
+        current = trial.round
+        config = plan.config(trial.config)
+        mark = len(host.effects)
+        events, failed, window = _trial(exp, resources, run, trial.id, config.levels)
+        if failed is not None:
+            refused.setdefault(failed, trial.id)
+            continue
+        if client:
+            window = [f"pgbench runs on the client host {client}, over TCP (not shown)"]
+        what = kind(events)
+        if what not in shown:
+            shown.add(what)
+            title = (f"trial {trial.id} ({config.label()}), the first with {what} "
+                     f"[{', '.join(events) or 'no events'}]")  # fmt: skip
+            effects = host.effects[mark:]
+            if getattr(exp.settings(config.levels).get("storage"), "used", False):
+                effects = _on_stand_in(effects)
+            out += _section(title, effects, window)
+    if walked < len(todo):
+        out += ["", f"  (the first {walked} of {len(todo)} trials walked: the others repeat "
+                "these kinds)"]  # fmt: skip
+    return out, refused
+
+
+class _StandIn(ResourceLayer):
+    """The storage layer in a dry run: a filesystem pgsweep would make (a loop image or an
+    allowed device, mkfs, mount, zfs-fuse) is made on this machine directly, not through
+    the Host; here it is named in its trial's effects, and the trial goes on on its mount
+    point, so what the other layers would do on it is shown. Without [storage] the real
+    layer runs (the work area's folder, through the host)."""
+
+    def __init__(self, real: ResourceLayer) -> None:
+        self.real, self.name = real, real.name
+        self.named: set[int] = set()  # the stand-in storages (id), taken down by name
+
+    def validate(self, base: Any, factors: Any, ctx: Any) -> Any:
+        raise NotImplementedError  # a dry run's layers were validated already
+
+    def cost(self, key: str) -> Any:
+        return self.real.cost(key)
+
+    def resource_key(self, settings: Any, config: Any) -> str:
+        return self.real.resource_key(settings, config)
+
+    def built_event(self, settings: Any) -> str | None:
+        return self.real.built_event(settings)
+
+    def build(self, settings: Any, config: Any, below: Any, run: RunContext) -> Storage:
+        if not settings.used:
+            return self.real.build(settings, config, below, run)  # type: ignore[no-any-return]
+        n, folder = run.next_number("storage"), run.workdir / "storage"
+        fs, wal = settings.data, settings.wal
+        mkfs, mount = fs.mkfs_options or "defaults", fs.mount_options or "defaults"
+        what = (f"storage {n}: {fs.filesystem} made on {fs.device} (mkfs options: {mkfs}), "
+                f"mounted ({mount}) at {folder}/mnt-{n}")  # fmt: skip
+        what += f"; pg_wal: {wal.filesystem} on {wal.device}" if wal else ""
+        _note(run, what)
+        storage = Storage("", folder / f"mnt-{n}")
+        storage.wal_home = folder / f"mnt-{n}-wal" if wal else None
+        self.named.add(id(storage))
+        return storage
+
+    def destroy(self, resource: Any, run: RunContext) -> None:
+        if id(resource) in self.named:
+            _note(run, f"unmount {resource.home} and detach or release its device")
+        else:
+            self.real.destroy(resource, run)
+
+
+def _on_stand_in(effects: list[Effect]) -> list[Effect]:
+    """A stand-in storage's device is not known before it is made: the I/O scheduler and
+    read-ahead the os layer sets on it are named, not shown (on the folder's device)."""
+    queue = [e for e in effects if "/queue/" in e.what or "/queue/" in str(e.detail)]
+    if not queue:
+        return effects
+    kept = [e for e in effects if e not in queue]
+    return [*kept, Effect("not_shown", "os.io_scheduler and os.read_ahead_kb on the "
+                          "storage's device, once it is made")]  # fmt: skip
+
+
+def _note(run: RunContext, what: str) -> None:
+    """A step the dry run names but cannot record (not through the Host yet)."""
+    host = run.host
+    assert isinstance(host, DryHost)
+    host.effects.append(Effect("not_shown", what))
+
+
+def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
+    """The run's context as `run` would make it, with the names a run draws at random
+    shown as DRYRUN; nothing is made (the work area and the run's lock are not)."""
+    base = workarea.work_base(results, exp.user)
+    tag = workarea.run_tag(results)
+    prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-{tag}-"
+    workdir = base.resolve() / f"{prefix}{DRY}"
+    return RunContext(exp.binaries, exp.user, workdir, workdir / "private",
+                      Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, exp.builds or {},
+                      host=host, run_id=f"PID-{DRY}", registry=workarea.registry_dir(),
+                      grant=exp.grant)  # fmt: skip
+
+
+def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str,
+           levels: dict[str, Any]) -> tuple[list[str], str | None, list[str]]:  # fmt: skip
+    """One trial prepared as `run` prepares it: its events, why it cannot be shown (or
+    None), and the commands of its measured window."""
+    settings = exp.settings(levels)
+    events: list[str] = []
+    if getattr(settings.get("build"), "spec", None) is not None:
+        return events, "it runs a [build] compiled before the first trial", []
+    try:
+        got = resources.acquire(settings, events)
+        server = next(r for r in reversed(got.values()) if isinstance(r, Server))
+        ctx = TrialContext(trial_id, settings, got, run, server, events=events)
+        prepare_layers(exp.layers, settings, ctx)
+    except TrialFailure as exc:
+        return events, exc.reason, []
+    except ServerError as exc:  # what a real server would not do: not predicted here
+        return events, str(exc), []
+    window = _window(ctx, run.workdir / "trials" / trial_id)
+    if settings["workload"].writes:
+        server.dirty = True  # as the measured window leaves it (engine/measure.py)
+    return events, None, window
+
+
+def _window(trial: TrialContext, folder: Path) -> list[str]:
+    """The pgbench runs of the measured window (engine/measure.py), as the server user."""
+    w, settings = trial.demand.workload, trial.settings["workload"]
+    argv: Callable[..., list[str]] | None = getattr(w, "argv", None)
+    if w is None or argv is None:
+        return ["(the measured window's commands: not shown for this workload yet)"]
+    pgb, conn = trial.client.path("pgbench"), trial.cluster.pgbench_conn_args()
+    lines = []
+    if settings.warmup_s > 0:
+        lines.append(argv(pgb, conn, seconds=settings.warmup_s, vacuum=True))
+    rate = sampling_rate(settings.latency_log, getattr(w, "rate", None), None)
+    log = str(folder / "txlog" / "tx") if rate is not None else None
+    lines.append(argv(pgb, conn, seconds=w.seconds, vacuum=settings.warmup_s == 0,
+                      log_prefix=log, sampling_rate=rate or 1.0))  # fmt: skip
+    user = trial.run.user.name if trial.run.user else "root"
+    auto = settings.latency_log == "auto" and getattr(w, "rate", None) is None
+    return [f"run as {user}: {shlex.join(a)}" for a in lines] + (
+        [f"(the log is sampled when the warm-up runs above {AUTO_LOGGED_PER_S} TPS)"]
+        if log and auto else [])  # fmt: skip
+
+
+def _finish(exp: Experiment, resources: Resources, run: RunContext) -> None:
+    """What the run's end does (engine/run.py's _clean_up): resources, then every layer's
+    put-back, newest first."""
+    resources.release_all()
+    for layer in reversed(exp.layers):
+        try:
+            layer.finish_run(run)
+        except TrialFailure:
+            continue
+
+
+def _section(title: str, effects: list[Effect], window: Sequence[str] = ()) -> list[str]:
+    lines = [describe(e) for e in effects]
+    reads = sum(1 for e in effects if e.kind == "sql" and _reads_only(e.what))
+    body = [line for line in lines if line is not None]
+    if reads:
+        body.append(f"({reads} read-only queries to the server: its start time, the levels "
+                    "in force, counters)")  # fmt: skip
+    body += list(window)
+    return ["", f"  {title}:", *(f"    {line}" for line in body or ["(nothing)"])]
+
+
+def _reads_only(query: str) -> bool:
+    head = query.lstrip().split(None, 1)[0].upper() if query.strip() else ""
+    return head in ("SELECT", "SHOW") and "pg_prewarm(" not in query
+
+
+def describe(e: Effect) -> str | None:
+    """One effect as a line a root user reads (None: a read-only query, counted apart)."""
+    d = e.detail
+    if e.kind == "run":
+        return f"run as {d.get('user', 'root')}: {shlex.join(d['argv'])}"
+    if e.kind == "write_kernel":
+        old = str(d.get("old") or "")
+        menu = re.search(r"\[([^\]]+)\]", old)  # a menu file: the choice in force
+        was = menu.group(1) if menu else old.strip()
+        return f"kernel: {e.what} = {d['new']}" + (f" (was {was})" if was else "")
+    if e.kind == "journal":
+        return f"journal {e.what}: {d['entry']}"
+    if e.kind == "sql":
+        return None if _reads_only(e.what) else f"SQL: {e.what}"
+    if e.kind == "not_shown":
+        return f"(not through the Host yet, not shown in detail) {e.what}"
+    words = {"private_dir": "make directory (root's)", "leaf_dir": "make directory for "
+             f"{d.get('user')}", "write_file": "write file", "remove_tree": "remove",
+             "make_kernel_dir": "make cgroup", "remove_kernel_dir": "remove cgroup",
+             "chown": f"hand to uid {d.get('uid')}", "sync": "sync:"}  # fmt: skip
+    extra = f" (mode {str(d['mode']).replace('0o', '0')})" if "mode" in d else ""
+    return f"{words.get(e.kind, e.kind)} {e.what}{extra}"
+
+
+def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
+    configs = list(exp.configurations.values())
+    lines = [f"the work area {run.workdir} (root, 0711), the socket folder {run.socket_root}, "
+             f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
+    if any(getattr(c.get("storage"), "used", False) for c in configs):
+        lines.append("[storage]: loop images or the allowed device, mkfs, mount, zfs-fuse "
+                     "(each journaled in the registry before it is made)")  # fmt: skip
+    if any(getattr(c.get("build"), "spec", None) for c in configs):
+        lines.append("[build]: sources fetched and compiled into the build cache before the "
+                     "first trial (`plan` above lists the builds)")  # fmt: skip
+    replication = [c.get("replication") for c in configs]
+    if any(getattr(r, "network", False) for r in replication):
+        lines.append("replication.network: network namespaces, a veth link, tc")
+    if any(getattr(r, "standbys", 0) for r in replication):
+        lines.append("the standbys (pg_basebackup from the running primary, their servers), "
+                     "made once the primary runs")  # fmt: skip
+    lines.append("the environment recorded in results.db (facts read, nothing changed)")
+    if client:
+        lines.append(f"the client host {client}: its agent's work area, pgbench there over "
+                     "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
+    return lines

@@ -1,0 +1,128 @@
+"""`pgsweep plan --commands` on this machine: for a file with os, server, cluster and
+workload keys it names what a run would do (initdb, pg_ctl, pgbench, the kernel files
+with the values it would write, journaled first, and put back at the end), the first
+trial of each kind (new cluster, restore, restart, reload), and it changes nothing: no
+server, no /tmp/pgsweep-* folder, no journal, no results folder, kernel values as they
+were."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, postmasters, requires_pg, write_experiment
+from pgsweep.host.journal import read_setting
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+SWAPPINESS = Path("/proc/sys/vm/swappiness")
+
+pytestmark = [requires_pg, pytest.mark.skipif(os.geteuid() != 0,
+                                              reason="os keys need root")]  # fmt: skip
+
+
+def _tmp() -> set[str]:
+    return {n for n in os.listdir("/tmp") if n.startswith("pgsweep-")}
+
+
+def test_plan_commands_names_every_effect_and_changes_nothing(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    thp_was, swap_was = read_setting(THP), read_setting(SWAPPINESS)
+    thp = "never" if thp_was != "never" else "always"
+    swap = "17" if swap_was != "17" else "23"
+    path = write_experiment(tmp_path, f"""
+        [experiment]
+        name = "dry"
+        seed = 4  # its order has two select-only trials in a row of each kind
+        [cluster]
+        scale = 1
+        [os]
+        thp = "{thp}"
+        sysctl = {{ "vm.swappiness" = {swap} }}
+        [factors]
+        server.shared_buffers = ["128MB", "256MB"]
+        server.synchronous_commit = ["on", "off"]
+        workload.script = ["select-only", "tpcb-like"]
+        [workload]
+        clients = 2
+        duration = "2s"
+        warmup = "1s"
+        [repeat]
+        rounds = 1
+    """)  # fmt: skip
+    results = tmp_path / "results"
+    servers, folders = set(postmasters()), _tmp()
+    res = pgsweep("plan", str(path), "--results", str(results), "--commands")
+    assert res.returncode == 0, res.stderr + res.stdout
+    out = res.stdout
+    # nothing changed on the machine
+    assert set(postmasters()) <= servers, "a server was left running"
+    assert _tmp() <= folders, _tmp() - folders
+    assert (read_setting(THP), read_setting(SWAPPINESS)) == (thp_was, swap_was)
+    assert not state_dir.exists() or not list(state_dir.iterdir())  # no journal, no lock
+    assert not results.exists()
+    # what it names: the first trial of each kind, with its commands
+    titles = re.findall(r"the first with ([a-z ]+) \[", out)
+    assert {"new cluster", "restore", "restart", "reload"} <= set(titles), titles
+    assert re.search(r"run as pgsweep: \S+/initdb -D \S+/clusters/cluster-1/data ", out)
+    assert re.search(r"run as pgsweep: \S+/pg_ctl -D \S+/cluster-1/conf .* start\n", out)
+    assert re.search(r"run as pgsweep: \S+/pg_ctl .* reload\n", out)
+    assert re.search(r"run as pgsweep: \S+/pgbench -h \S+ -p 5432 -U pgsweep -i -q -s 1 ", out)
+    assert "cp -a --reflink=auto" in out  # the snapshot taken, then put back
+    assert re.search(r"run as pgsweep: \S+/pgbench .* -b tpcb-like -c 2 -j 1 -T 2 ", out)
+    # kernel values: journaled (with the original) before each write, put back at the end
+    journal = f'"file": "{THP}", "original": "{thp_was}"'
+    write = f"kernel: {THP} = {thp} (was "
+    assert journal in out and write in out
+    assert out.index(journal) < out.index(write)
+    assert f"kernel: {SWAPPINESS} = {swap} (was {swap_was})" in out
+    end = out[out.index("after the last trial"):]
+    assert f"kernel: {SWAPPINESS} = {swap_was} (was {swap})" in end
+    assert f"kernel: {THP} = {thp_was} " in end
+    assert re.search(r"remove \S+/clusters/cluster-1\n", end)
+    # what it cannot show, said
+    assert "not shown (made on this machine directly" in out and "the work area" in out
+
+
+def _loops_and_mounts() -> tuple[list[str], str]:
+    """Every attached loop device's backing file, and every mount."""
+    loops = sorted(f.read_text() for f in Path("/sys/block").glob("loop*/loop/backing_file"))
+    return loops, Path("/proc/self/mounts").read_text()
+
+
+def test_plan_commands_names_the_storage_it_cannot_show_and_shows_the_rest(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """[storage] is made on this machine directly (not through the Host yet): the dry run
+    names the filesystem it would make, walks the trial on its mount point, and attaches,
+    formats and mounts nothing."""
+    path = write_experiment(tmp_path, """
+        [experiment]
+        name = "dry-storage"
+        seed = 1
+        [storage]
+        device = "loop:1GiB"
+        mount_options = "noatime"
+        [factors]
+        storage.filesystem = ["ext4", "xfs"]
+        [cluster]
+        scale = 1
+        [workload]
+        duration = "2s"
+        warmup = "0s"
+        [repeat]
+        rounds = 1
+    """)  # fmt: skip
+    before, folders = _loops_and_mounts(), _tmp()
+    res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert _loops_and_mounts() == before and _tmp() <= folders
+    assert not (tmp_path / "r").exists()
+    out = res.stdout
+    assert re.search(r"not shown in detail\) storage 1: (ext4|xfs) made on loop:1GiB \(mkfs "
+                     r"options: defaults\), mounted \(noatime\) at \S+/storage/mnt-1\n", out), out
+    assert re.search(r"run as pgsweep: \S+/initdb -D \S+/storage/mnt-1/cluster-1/data ", out)
+    assert re.search(r"unmount \S+/storage/mnt-[12] and detach", out)  # the last one, at the end
