@@ -14,12 +14,14 @@ fi
 # with the pure lane beside it. Which module goes where is about what it shares with the
 # machine:
 # - build: the suite's one PostgreSQL build (tests/prebuild.py, about 2 minutes of
-#   compiling, on tmpfs) at the lowest CPU priority, then the real runs that need it;
+#   compiling, on tmpfs) at the lowest CPU priority, then the real runs that need it, and
+#   test_explain (its run is long, and the build lane has room once the compile is done);
 # - network: the modules that make namespaces, veth links and TCP listeners, and the
 #   engine's real runs; the modules that make filesystems on loop devices too (test_storage
 #   counts every pgsweep mount, loop device and zfs-fuse: test_engine_real's are here, one
 #   after the other, and no other lane makes any), and test_examples (plan refuses a ZFS
-#   experiment while a zfs-fuse pgsweep did not start runs: test_storage's);
+#   experiment while a zfs-fuse pgsweep did not start runs: test_storage's); and, to even
+#   the lanes' lengths, shards, sysbench and pgreplay (their leftovers are tagged);
 # - rest (every module not named here): runs whose leftovers are told apart by their
 #   results folder's tag (conftest.leftovers), so they never look at another run's;
 # - machine, after those three: modules that change kernel values, huge page pools,
@@ -35,12 +37,15 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_design.py tests/unit/test_sysbench_parse.py tests/unit/test_shards.py
       tests/unit/test_fleet_verdicts.py tests/unit/test_pgreplay_parse.py
       tests/unit/test_workload_line.py tests/unit/test_explain.py)
-side_real=(tests/integration/test_build.py tests/integration/test_measure.py)
+side_real=(tests/integration/test_build.py tests/integration/test_measure.py
+           tests/integration/test_explain.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
          tests/integration/test_fleet_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py tests/integration/test_adaptive_real.py)
+         tests/unit/test_examples.py tests/integration/test_adaptive_real.py
+         tests/integration/test_fleet.py tests/integration/test_sysbench.py
+         tests/integration/test_pgreplay.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_nonroot.py tests/integration/test_safety.py
