@@ -163,8 +163,10 @@ def test_two_scripts_with_one_name_stay_apart(open_dir: Path) -> None:
     layer = exp.layer("workload")
     work = tmp_path / "work"
     work.mkdir()
-    layer.start_run(RunContext(exp.binaries, exp.user, work, work, tmp_path, host=LOCAL))
-    a, b = (layer.frozen[s] for s in ("a/point.sql", "b/point.sql"))  # type: ignore[attr-defined]
+    run = RunContext(exp.binaries, exp.user, work, work, tmp_path, host=LOCAL)
+    layer.start_run(run)
+    assert not vars(layer).get("frozen")  # the copies are the run's, not the layer's
+    a, b = (run.state["workload"][s] for s in ("a/point.sql", "b/point.sql"))
     assert a != b and a.read_text() == "SELECT 1;\n" and b.read_text() == "SELECT 2;\n"
     assert a.stat().st_mode & 0o777 == 0o400  # the server user's to read, nobody else's
     (tmp_path / "a" / "point.sql").write_text("DROP TABLE x;\n")  # changed after validation

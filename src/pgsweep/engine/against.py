@@ -102,8 +102,8 @@ def _check_together(after: Experiment, configs: list[dict[str, Any]], folder: Pa
 
 
 def _supported(exp: Experiment, folder: Path) -> None:
-    """The workload layer keeps its custom scripts' frozen copies itself (from one file's
-    validation): files with custom scripts are not combined yet. [storage] and [os] are:
+    """The combined run's workload layer validates and copies the custom scripts of one
+    file only: files with custom scripts are not combined yet. [storage] and [os] are:
     what a run does on its host lives in its context, each configuration carries its
     own settings (a storage is a resource keyed by them), the os layer's page counts
     come from the checks `_check_together` runs on both sides, and a kernel value one

@@ -152,7 +152,6 @@ class WorkloadLayer(Layer):
 
     def __init__(self) -> None:
         self.scripts: dict[str, tuple[Path, str]] = {}  # as written -> (resolved path, text)
-        self.frozen: dict[str, Path] = {}  # as written -> the copy pgbench reads
         self.replays: dict[str, ReplayLog] = {}  # workload.replay as written -> its log
 
     def validate(
@@ -257,31 +256,39 @@ class WorkloadLayer(Layer):
         if not self.scripts and not self.replays:
             return
         folder = run.workdir / "scripts"
+        frozen_of = _frozen(run)  # as written -> the copy on this run's host
         if run.host.lstat(folder) is None:
             run.host.private_dir(folder, 0o711)
         for i, (script, (src, text)) in enumerate(self.scripts.items()):
             frozen = folder / f"{i}-{src.name}"
             run.host.write_file(frozen, text, 0o400, run.host.ids(run.user))
-            self.frozen[script] = frozen
+            frozen_of[script] = frozen
         for i, (replay, log) in enumerate(self.replays.items()):  # pgreplay reads its copy
             frozen = folder / f"replay-{i}-{log.path.name}"
             run.host.write_file(frozen, log.text, 0o400, run.host.ids(run.user))
-            self.frozen[replay] = frozen
+            frozen_of[replay] = frozen
 
 
     def prepare(self, settings: WorkloadSettings, trial: TrialContext) -> Demand:
+        frozen = _frozen(trial.run)
         if settings.tool == "sysbench":
             return Demand(tool_workload=settings.sysbench())
         if settings.tool == "pgreplay" and settings.replay is not None:
-            return Demand(tool_workload=settings.replayed(self.frozen[settings.replay]))
-        script = str(self.frozen.get(settings.script, settings.script))
+            return Demand(tool_workload=settings.replayed(frozen[settings.replay]))
+        script = str(frozen.get(settings.script, settings.script))
         if settings.prewarm and trial.server.prewarmed_for != trial.server.started_at:
             _prewarm(trial)
         demand = Demand(workload=settings.pgbench(script))
         if settings.standby_script is not None:
-            path = str(self.frozen.get(settings.standby_script, settings.standby_script))
+            path = str(frozen.get(settings.standby_script, settings.standby_script))
             demand.standby_workload = settings.standby_pgbench(path)
         return demand
+
+
+def _frozen(run: RunContext) -> dict[str, Path]:
+    """The run's copies of the custom scripts and replayed logs on its host: the script as
+    written -> the copy pgbench (or pgreplay) reads. Run state, so it lives in the run."""
+    return run.state_of("workload", dict)
 
 
 MAX_SCRIPT_BYTES = 1 << 20
