@@ -10,22 +10,21 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/pytest -q -p no:cacheprovider "$@"
 fi
 
-# Four lanes run at once, each one pytest after the other in it; then the machine lane
+# Three lanes run at once, each one pytest after the other in it; then the machine lane
 # with the pure lane beside it. Which module goes where is about what it shares with the
 # machine:
 # - build: the suite's one PostgreSQL build (tests/prebuild.py, about 2 minutes of
 #   compiling, on tmpfs) at the lowest CPU priority, then the real runs that need it, and
 #   test_explain (its run is long, and the build lane has room once the compile is done);
-# - network: the modules that make namespaces, veth links and TCP listeners; and, to even
-#   the lanes' lengths, replicated runs, sysbench and pgreplay (their leftovers are tagged);
-# - devices: the modules that make filesystems on loop devices (test_storage counts every
-#   pgsweep mount, loop device and zfs-fuse: test_engine_real's and test_counters' are
-#   here, one after the other, and no other lane makes any), test_examples (plan refuses a
-#   ZFS experiment while a zfs-fuse pgsweep did not start runs: test_storage's), and, to
-#   even the lanes, adaptive runs and shards;
+# - network: the modules that make namespaces, veth links and TCP listeners, and the
+#   engine's real runs; the modules that make filesystems on loop devices too (test_storage
+#   counts every pgsweep mount, loop device and zfs-fuse: test_engine_real's are here, one
+#   after the other, and no other lane makes any), and test_examples (plan refuses a ZFS
+#   experiment while a zfs-fuse pgsweep did not start runs: test_storage's); and, to even
+#   the lanes' lengths, shards, sysbench and pgreplay (their leftovers are tagged);
 # - rest (every module not named here): runs whose leftovers are told apart by their
 #   results folder's tag (conftest.leftovers), so they never look at another run's;
-# - machine, after those four: modules that change kernel values, huge page pools,
+# - machine, after those three: modules that change kernel values, huge page pools,
 #   mounts, loop devices or cgroups, or compare every server, process, shared memory
 #   segment and folder on the machine before and after (another lane's server would be one
 #   of them; a reserved huge page pool would be taken by another lane's server);
@@ -41,11 +40,12 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
 side_real=(tests/integration/test_build.py tests/integration/test_measure.py
            tests/integration/test_explain.py)
 network=(tests/integration/test_replication.py tests/integration/test_hosts.py
-         tests/integration/test_fleet_hosts.py tests/integration/test_replicated_real.py
-         tests/integration/test_sysbench.py tests/integration/test_pgreplay.py)
-devices=(tests/integration/test_storage.py tests/integration/test_engine_real.py
-         tests/integration/test_counters.py tests/unit/test_examples.py
-         tests/integration/test_adaptive_real.py tests/integration/test_fleet.py)
+         tests/integration/test_fleet_hosts.py
+         tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
+         tests/integration/test_storage.py tests/integration/test_counters.py
+         tests/unit/test_examples.py tests/integration/test_adaptive_real.py
+         tests/integration/test_fleet.py tests/integration/test_sysbench.py
+         tests/integration/test_pgreplay.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_nonroot.py tests/integration/test_safety.py
@@ -68,14 +68,11 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
 build_pid=$!
 "${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
 network_pid=$!
-"${pytest[@]}" "${devices[@]}" >"$logs/devices" 2>&1 &
-devices_pid=$!
-lanes=("$build_pid" "$network_pid" "$devices_pid")
+lanes=("$build_pid" "$network_pid")
 status=0
-skip=("${pure[@]}" "${side_real[@]}" "${network[@]}" "${devices[@]}" "${machine[@]}")
+skip=("${pure[@]}" "${side_real[@]}" "${network[@]}" "${machine[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
-wait "$devices_pid" || status=1
 wait "$build_pid" || status=1
 # The pure lane touches nothing outside its own memory: it runs beside the machine lane.
 (
@@ -88,7 +85,7 @@ pure_pid=$!
 lanes=("$pure_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
 wait "$pure_pid" || status=1
-for lane in network devices build pure; do
+for lane in network build pure; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done
