@@ -71,15 +71,8 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     )
     record.pgbench_argv = json.dumps(argv)
     record.warmup_s, record.duration_s = settings.warmup_s, w.seconds
-    pool = trial.resources["storage"].pool_devices if "storage" in trial.resources else []
-    if not server.devices:
-        server.devices, server.primary_devices = devices.for_cluster(cluster, pool)
-    if not server.recorded:
-        record.environment[cluster.root.name] = environment.storage(cluster, server.devices)
-        server.recorded = True
+    ready_server(trial, record)
     cgroup = trial.demand.cgroup
-    if cgroup is not None:
-        _check_in_cgroup(trial, cgroup)
     if settings.writes:
         server.dirty = True  # from here on, even if the trial fails
     before = snapshot(trial)
@@ -151,6 +144,20 @@ def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialReco
     if first is not None:
         raise first
     return res
+
+
+def ready_server(trial: TrialContext, record: TrialRecord) -> None:
+    """Before any tool's window: the server's devices (once), its storage facts in the
+    record (once), and the server inside the trial's memory cgroup when it has one."""
+    server, cluster = trial.server, trial.cluster
+    pool = trial.resources["storage"].pool_devices if "storage" in trial.resources else []
+    if not server.devices:
+        server.devices, server.primary_devices = devices.for_cluster(cluster, pool)
+    if not server.recorded:
+        record.environment[cluster.root.name] = environment.storage(cluster, server.devices)
+        server.recorded = True
+    if trial.demand.cgroup is not None:
+        _check_in_cgroup(trial, trial.demand.cgroup)
 
 
 def _check_in_cgroup(trial: TrialContext, cgroup: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..collect import counters, devices, environment, metrics
+from ..collect import counters, environment, metrics
 from ..host import bounded
 from ..layers.context import TrialContext, TrialFailure
 from ..layers.workload_tools import program
@@ -40,14 +40,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     argv = replay.argv(str(found), str(cluster.socket_dir), cluster.port)
     record.pgbench_argv = json.dumps(argv)  # the workload tool's command line, whichever
     record.warmup_s, record.duration_s = 0, replay.seconds
-    pool = trial.resources["storage"].pool_devices if "storage" in trial.resources else []
-    if not server.devices:
-        server.devices, server.primary_devices = devices.for_cluster(cluster, pool)
-    if not server.recorded:
-        record.environment[cluster.root.name] = environment.storage(cluster, server.devices)
-        server.recorded = True
-    if trial.demand.cgroup is not None:
-        common._check_in_cgroup(trial, trial.demand.cgroup)
+    common.ready_server(trial, record)
     server.dirty = True  # from here on, even if the trial fails
     before = common.snapshot(trial)
     # a replay behind its schedule is a finding (lag_max_s), not a hang: room for 3x its span
