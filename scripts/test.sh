@@ -14,7 +14,9 @@ fi
 # with the pure lane beside it. Which module goes where is about what it shares with the
 # machine:
 # - build: the suite's one PostgreSQL build (tests/prebuild.py, about 2 minutes of
-#   compiling, on tmpfs) at the lowest CPU priority, then the real runs that need it, and
+#   compiling, on tmpfs) at a lower CPU priority (nice 10: not 19, which starved it and the
+#   real runs after it when another process loaded the CPU), then the real runs that need
+#   it at normal priority (a niced server is a slow one: a run timed out that way), and
 #   test_explain (its run is long, and the build lane has room once the compile is done);
 # - network: the modules that make namespaces, veth links and TCP listeners, and the
 #   engine's real runs; the modules that make filesystems on loop devices too (test_storage
@@ -61,8 +63,8 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 (
     side=0
-    nice -n 19 .venv/bin/python tests/prebuild.py || side=1
-    nice -n 19 "${pytest[@]}" "${side_real[@]}" || side=1
+    nice -n 10 .venv/bin/python tests/prebuild.py || side=1
+    "${pytest[@]}" "${side_real[@]}" || side=1
     exit "$side"
 ) >"$logs/build" 2>&1 &
 build_pid=$!

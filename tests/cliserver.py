@@ -5,13 +5,16 @@ runs in a process of its own, from a state no earlier command touched, with the 
 environment, working folder and argument list, its output in files; only the imports are
 shared. Hundreds of CLI calls in the suite made the imports a large share of its time.
 
-Protocol (one JSON object per line): the test sends {"argv", "env", "cwd", "out", "err"};
-the server answers {"pid"} once the child exists, then {"rc"} when it has exited.
+Protocol (one JSON object per line): the test sends {"id", "argv", "env", "cwd", "out",
+"err"}; the server answers {"id", "pid"} once the child exists, then {"id", "rc"} when it
+has exited. The test skips answers of another id: a call abandoned half-way (an exception
+between sending and reading) can never hand its answer to the next call.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -19,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,20 @@ WARM = ("pgsweep.cli", "pgsweep.analysis", "pgsweep.outputs.report", "pgsweep.ou
 
 
 def _child(req: dict[str, Any], proto: int) -> None:
-    """In the forked child: become the command, then exit with its status."""
+    """In the forked child: become the command, then exit with its status. Whatever
+    happens, the child ends in os._exit: it never returns into the server's loop."""
+    code = 1
+    try:
+        code = _become(req, proto)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _become(req: dict[str, Any], proto: int) -> int:
     os.close(proto)
     os.setpgid(0, 0)  # like a command started on its own: a test may signal its group
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -53,17 +70,23 @@ def _child(req: dict[str, Any], proto: int) -> None:
         code = main(req["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
     finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+def _warm_log_kernels() -> None:
+    """Load numba's compiled pgbench-log kernels once (about a second a process, every run
+    that measures pays it) by reducing a two-line log, as a trial's measurement does."""
+    import io
+
+    from pgsweep.collect import txlog
+
+    log = io.BytesIO(b"0 1 1200 0 1700000000 5\n1 1 900 0 1700000001 7\n")
+    log.name = "warm-up"
+    txlog.reduce(txlog.parse([log]), 2)
 
 
 def serve() -> None:
@@ -71,6 +94,7 @@ def serve() -> None:
 
     for name in WARM:
         importlib.import_module(name)
+    _warm_log_kernels()
     proto_in = sys.stdin.buffer
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
     for line in proto_in:
@@ -78,9 +102,10 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(req, proto_out.fileno())
-        proto_out.write(json.dumps({"pid": pid}) + "\n")
+        proto_out.write(json.dumps({"id": req["id"], "pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
-        proto_out.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+        proto_out.write(json.dumps({"id": req["id"], "rc": os.waitstatus_to_exitcode(status)})
+                        + "\n")  # fmt: skip
 
 
 class CliServer:
@@ -90,19 +115,27 @@ class CliServer:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), start_new_session=True,
+            env=dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_THREADING_LAYER="workqueue"), start_new_session=True,
         )  # fmt: skip
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout
+        self._calls = 0
 
-    def _answer(self, timeout: float | None) -> dict[str, Any] | None:
-        ready, _, _ = select.select([self._out], [], [], timeout)
-        if not ready:
-            return None
-        line = self._out.readline()
-        if not line:
-            raise RuntimeError("the CLI fork server stopped")
-        return dict(json.loads(line))
+    def _answer(self, call: int, key: str, timeout: float | None) -> dict[str, Any] | None:
+        """The answer of this call that carries `key` ("pid" or "rc"); None on timeout.
+        Answers of earlier, abandoned calls are read and dropped."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._out], [], [], left)
+            if not ready:
+                return None
+            line = self._out.readline()
+            if not line:
+                raise RuntimeError("the CLI fork server stopped")
+            answer = dict(json.loads(line))
+            if answer.get("id") == call and key in answer:
+                return answer
 
     def run(self, argv: list[str], env: dict[str, str], timeout: float
             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -110,16 +143,19 @@ class CliServer:
             out, err = Path(d, "out"), Path(d, "err")
             out.touch()
             err.touch()
-            req = {"argv": argv, "env": env, "cwd": os.getcwd(), "out": str(out),
+            self._calls += 1
+            call = self._calls
+            req = {"id": call, "argv": argv, "env": env, "cwd": os.getcwd(), "out": str(out),
                    "err": str(err)}  # fmt: skip
             self._in.write((json.dumps(req) + "\n").encode())
             self._in.flush()
-            started = self._answer(None)
+            started = self._answer(call, "pid", None)
             assert started is not None
-            done = self._answer(timeout)
+            done = self._answer(call, "rc", timeout)
             if done is None:
-                os.kill(started["pid"], signal.SIGKILL)
-                self._answer(None)
+                with contextlib.suppress(ProcessLookupError):  # it ended at the deadline
+                    os.kill(started["pid"], signal.SIGKILL)
+                self._answer(call, "rc", None)
                 raise subprocess.TimeoutExpired(["pgsweep", *argv], timeout,
                                                 out.read_text(), err.read_text())  # fmt: skip
             args = [sys.executable, "-m", "pgsweep.cli", *argv]

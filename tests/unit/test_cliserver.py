@@ -1,0 +1,47 @@
+"""The tests' CLI fork server (tests/cliserver.py) keeps each call's answer with its call:
+a call abandoned half-way, or one killed at its deadline, never hands its exit status to
+the next call (a CI run once failed every later test of a lane that way)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from cliserver import CliServer
+
+
+@pytest.fixture()
+def server() -> Iterator[CliServer]:
+    s = CliServer()
+    yield s
+    s.close()
+
+
+def _abandon(server: CliServer, argv: list[str]) -> None:
+    """Send a call and never read its answers (as an exception between the two would)."""
+    server._calls += 1
+    req = {"id": server._calls, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
+           "out": os.devnull, "err": os.devnull}  # fmt: skip
+    server._in.write((json.dumps(req) + "\n").encode())
+    server._in.flush()
+
+
+def test_an_abandoned_call_never_answers_the_next(server: CliServer) -> None:
+    _abandon(server, ["--version"])  # exit 0, unread
+    res = server.run(["plan", "/nonexistent/exp.toml"], dict(os.environ), 120)
+    assert res.returncode == 2, res.stderr
+    assert "/nonexistent/exp.toml" in res.stderr
+    assert server.run(["--version"], dict(os.environ), 120).returncode == 0
+
+
+def test_a_call_past_its_deadline_is_killed_and_the_next_gets_its_own_status(
+    server: CliServer,
+) -> None:
+    with pytest.raises(subprocess.TimeoutExpired):
+        server.run(["--version"], dict(os.environ), 0.0)
+    res = server.run(["plan", "/nonexistent/exp.toml"], dict(os.environ), 120)
+    assert res.returncode == 2 and "cannot read the experiment file" in res.stderr
