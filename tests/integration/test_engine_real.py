@@ -4,7 +4,10 @@ setting of large effect, 4 rounds. Each group's cluster is built once (`rebuild 
 chosen here: this module is about keeping clusters alive) and kept alive, every round
 visits every configuration with the groups interleaved, every trial's stored storage and
 cluster identity are its configuration's, and the A/A factor gets no verdict (one build per
-level) while the real effect is called."""
+level) while the real effect is called. The effect is synchronous_commit with a 10 ms
+commit_delay beside it (a commit that waits for its flush first sleeps 10 ms; without the
+flush there is no sleep): a tenfold difference that no loaded machine hides, where a loop
+device's own fsync cost was once "undecided" with two other lanes beside it."""
 
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ duration = "1s"
 warmup = "0s"
 [storage]
 filesystem = "ext4"
+[server]
+commit_delay = 10000
+commit_siblings = 0
 [repeat]
 rounds = 4
 rebuild = "once"
