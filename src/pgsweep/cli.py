@@ -26,7 +26,7 @@ from .errors import (
     EXIT_REGRESSION,
     PgsweepError,
 )
-from .host import folders, journal
+from .host import folders, journal, safefs
 from .host.blockdev import Grant
 from .outputs import show
 from .outputs.progress import ConsoleReporter
@@ -189,6 +189,8 @@ def _console() -> Console:
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from .engine import buildprep, plans
 
+    if args.noise_from is not None:  # refused before the file's checks start servers
+        Results(args.noise_from).close()
     exp = spec.load(args.file)
     spec.check_adaptive(exp)
     exp.grant = _grant(args)
@@ -234,12 +236,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             fix="pgsweep run FILE --results DIR --resume",
         )
     grant = _grant(args)
-    exp = spec.load(args.file)
-    if args.against is not None:
-        from .engine import against
+    from .engine import against
 
-        before = spec.load(against.frozen_file(args.against))
-        exp = against.combine(before, exp, args.against)
+    # a folder this run cannot use is refused before the file's checks start servers
+    frozen = against.frozen_file(args.against) if args.against is not None else None
+    if args.results is not None:  # checked again, and resolved once, where the run writes
+        safefs.trusted_target(args.results, "the results folder")
+    exp = spec.load(args.file)
+    if frozen is not None:
+        exp = against.combine(spec.load(frozen), exp, args.against)
     spec.check_adaptive(exp)
     exp.grant = grant
     if args.inventory is not None:
@@ -495,11 +500,12 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     from .outputs import export
 
     store = show.open_store(args.results)
+    out = args.output or args.results / f"{args.what}.{args.format}"
+    folders.output_target(out, "the export")  # refused before the table is computed
     try:
         tbl = export.table(store, args.what)
     finally:
         store.close()
-    out = args.output or args.results / f"{args.what}.{args.format}"
     folders.write_output(out, export.encode(tbl, args.format), "the export")
     console.print(f"{out}: {tbl.num_rows} rows, {tbl.num_columns} columns", markup=False)
     return EXIT_OK

@@ -82,6 +82,14 @@ def write_output(path: Path, data: bytes | str, what: str) -> Path:
     """Write a command's output file (mode 0600) and return where it went: refused
     (exit 2) when a link sits at the name, or the directory is one another user could
     change; an existing file of yours is replaced whole, never written through."""
+    target = output_target(path, what)
+    safefs.write_file(target, data, 0o600)
+    return target
+
+
+def output_target(path: Path, what: str) -> Path:
+    """Where `write_output` would write `path`, or the error it would give: a command that
+    computes for a while checks its output name first (and write_output checks again)."""
     parent = Path(os.path.realpath(path.absolute().parent))
     if not parent.is_dir():
         raise PgsweepError(
@@ -112,7 +120,6 @@ def write_output(path: Path, data: bytes | str, what: str) -> Path:
         if why:
             raise PgsweepError(f"{what} {why}", where=str(path),
                                fix="remove it, or choose another file name")  # fmt: skip
-    safefs.write_file(target, data, 0o600)
     return target
 
 
