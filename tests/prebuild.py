@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -21,8 +22,16 @@ def main() -> int:
     from pgsweep import spec
     from pgsweep.engine import buildprep
 
-    exp = spec.load(SUITE_BUILD)
-    built = buildprep.prepare(exp, lambda line: print(line, flush=True))
+    # the build's scratch (pgsweep-build-*, pgsweep-inspect-*) off /tmp: the machine lane,
+    # which runs beside the compile, compares /tmp's pgsweep names before and after
+    scratch = SUITE_CACHE.parent / "tmp"
+    scratch.mkdir(mode=0o755, parents=True, exist_ok=True)  # apt's sandbox user passes
+    was, tempfile.tempdir = tempfile.tempdir, str(scratch)
+    try:
+        exp = spec.load(SUITE_BUILD)
+        built = buildprep.prepare(exp, lambda line: print(line, flush=True))
+    finally:
+        tempfile.tempdir = was
     failed = [p.failure for p in built.values() if p.build is None]
     for why in failed:
         print(f"prebuild failed: {why}", file=sys.stderr)
