@@ -115,7 +115,8 @@ class CliServer:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_THREADING_LAYER="workqueue"), start_new_session=True,
+            env=dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_THREADING_LAYER="workqueue"),
+            start_new_session=True,
         )  # fmt: skip
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout

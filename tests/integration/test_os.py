@@ -58,7 +58,7 @@ def _others(path: Path) -> tuple[str, str]:
     return options[0], options[1]
 
 
-def _experiment(duration: str = "2s", rounds: int = 1) -> str:
+def _experiment(duration: str = "1s", rounds: int = 1) -> str:
     before = _watched()
     queue = devices.SYS_BLOCK / _disk() / "queue"
     shmem, sched = _others(THP_SHMEM), _others(queue / "scheduler")
