@@ -30,7 +30,10 @@ fi
 #   while a zfs-fuse pgsweep did not start runs: test_storage's);
 # - build (phase 2): the real runs that use the build, then modules whose leftovers are
 #   told apart by their results folder's tag (conftest.leftovers), to even the lanes;
-# - rest (phase 2, every module not named here): runs told apart the same way.
+#   test_hosts too (its namespaces take a free subnet of their own and its leftovers are
+#   its own hosts' namespaces);
+# - rest (phase 2, every module not named here): runs told apart the same way, and
+#   test_nonroot (it looks only at what the account "nobody" owns).
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
@@ -40,18 +43,18 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_workload_line.py tests/unit/test_explain.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
-         tests/integration/test_nonroot.py tests/integration/test_safety.py
+         tests/integration/test_safety.py
          tests/unit/test_bad_experiments.py
          tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
-network=(tests/integration/test_replication.py tests/integration/test_hosts.py
-         tests/integration/test_fleet_hosts.py
+network=(tests/integration/test_replication.py tests/integration/test_fleet_hosts.py
          tests/integration/test_replicated_real.py tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py)
 build=(tests/integration/test_build.py tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_gate.py)
+       tests/integration/test_pgreplay.py tests/integration/test_gate.py
+       tests/integration/test_hosts.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

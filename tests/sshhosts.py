@@ -22,7 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,15 +83,17 @@ def _sshd_config(folder: Path, name: str, address: str) -> Path:
     return conf
 
 
-def _start_sshd(ns: str, hostname: str, conf: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start_sshd(ns: str, hostname: str, conf: Path, log: Path,
+                pinned: bool) -> subprocess.Popen[bytes]:  # fmt: skip
     """sshd -D in the namespace, in a private mount namespace with its own tmpfs over the
     folders pgsweep keeps state in (`ip netns exec`, `unshare` and `sh` each exec the next:
-    the Popen's PID is sshd's)."""
+    the Popen's PID is sshd's). A pinned host's sshd, and so everything run over SSH there,
+    may use CPU 0 only: a host with fewer CPUs than the others."""
     mounts = " && ".join(f"mkdir -p {d} && mount -t tmpfs -o mode=0755 tmpfs {d}"
                          for d in PRIVATE_DIRS)  # fmt: skip
     script = (f"hostname {hostname} && {mounts} && chmod 1777 /var/tmp && "
               "mkdir -p -m 0755 /run/sshd && "
-              f"exec {SSHD} -D -f {conf} -E {log}")
+              f"exec {'taskset -c 0 ' if pinned else ''}{SSHD} -D -f {conf} -E {log}")
     return subprocess.Popen(
         ["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private",
          "sh", "-c", script],
@@ -109,8 +111,9 @@ def _wait_listening(host: SimHost, deadline: float) -> None:
 
 
 @contextmanager
-def ssh_hosts(count: int) -> Iterator[list[SimHost]]:
-    """`count` hosts reachable over SSH from the root namespace; all gone afterwards."""
+def ssh_hosts(count: int, pinned: Collection[int] = ()) -> Iterator[list[SimHost]]:
+    """`count` hosts reachable over SSH from the root namespace; all gone afterwards. The
+    hosts numbered in `pinned` (1, 2, ...) run on CPU 0 only."""
     if not shutil.which(SSHD):
         raise RuntimeError("no sshd (scripts/setup.sh --dev installs openssh-server)")
     tag = f"{os.getpid() % 100000}{random.randrange(100):02d}"
@@ -146,7 +149,7 @@ def ssh_hosts(count: int) -> Iterator[list[SimHost]]:
             hostkey = _keygen(folder / f"{ns}.hostkey")
             known.append(f"{address} {hostkey}")
             conf = _sshd_config(folder, ns, address)
-            daemons.append(_start_sshd(ns, f"h{i}", conf, folder / f"{ns}.log"))
+            daemons.append(_start_sshd(ns, f"h{i}", conf, folder / f"{ns}.log", i in pinned))
             hosts.append(SimHost(ns, address, folder / "known_hosts", folder / "client"))
         (folder / "known_hosts").write_text("\n".join(known) + "\n")
         deadline = time.monotonic() + 20

@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     sd = sub.add_parser("doctor", help="what this machine offers the layers (changes nothing)")
     sd.add_argument("--host", metavar="NAME", help="ask the host [hosts.NAME] of FILE instead")
     sd.add_argument("file", type=Path, nargs="?", help="the experiment file that names it")
+    sf = sub.add_parser("facts", help="this machine's facts a fleet compares between its "
+                        "groups, as JSON (changes nothing)")  # fmt: skip
+    sf.add_argument("file", type=Path, help="the experiment file (its PostgreSQL server)")
     sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
                    "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
@@ -496,6 +499,15 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_facts(args: argparse.Namespace, console: Console) -> int:
+    from .collect import hostfacts
+
+    facts = hostfacts.gather(spec.server_bindir(args.file))
+    console.print(json.dumps(facts, sort_keys=True), markup=False, highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     from .outputs import export
 
@@ -559,6 +571,7 @@ COMMANDS = {
     "cleanup": cmd_cleanup,
     "restore": cmd_cleanup,
     "doctor": cmd_doctor,
+    "facts": cmd_facts,
     "agent": cmd_agent,
     "export": cmd_export,
     "explain": cmd_explain,

@@ -51,24 +51,27 @@ rounds = 6
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[list[SimHost]]:
-    with ssh_hosts(2) as made:
+    """Two hosts alike, and a third that may use one CPU only (its sshd is pinned)."""
+    with ssh_hosts(3, pinned=(3,)) as made:
         yield made
 
 
-def _inventory(folder: Path, hosts: list[SimHost]) -> Path:
-    """alpha and beta on the two hosts; gamma on beta's host name at an address no host
-    has (the same key and known_hosts: only the connection fails)."""
+def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1) -> Path:
+    """alpha on the first host, beta on hosts[beta]; gamma on beta's host name at an
+    address no host has (the same key and known_hosts: only the connection fails)."""
     lines = []
-    gone = hosts[1].address.rsplit(".", 1)[0] + ".99"
+    gone = hosts[beta].address.rsplit(".", 1)[0] + ".99"
     for group, h, address in (("alpha", hosts[0], hosts[0].address),
-                              ("beta", hosts[1], hosts[1].address),
-                              ("gamma", hosts[1], gone)):  # fmt: skip
+                              ("beta", hosts[beta], hosts[beta].address),
+                              ("gamma", hosts[beta], gone)):  # fmt: skip
         args = (f"-F /dev/null -o UserKnownHostsFile={h.known_hosts} "
                 "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes")  # fmt: skip
         lines.append(f"[{group}]\n{group}-{h.name} ansible_host={address} ansible_user=root "
                      f"ansible_ssh_private_key_file={h.identity} "
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
-                     "ansible_python_interpreter=/usr/bin/python3\n")  # fmt: skip
+                     "ansible_python_interpreter=/usr/bin/python3"
+                     # no one answers there: give up after 2 s, not Ansible's 10
+                     + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"
     path.write_text("\n".join(lines))
     return path
@@ -97,6 +100,10 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     rep = pgsweep("show", str(out), "--env")
     assert "host@alpha" in rep.stdout and "host@beta" in rep.stdout
     assert "host@gamma" not in rep.stdout
+    # the facts every group's host gave before dispatch, kept, and the same
+    for fact in ("usable_cpus", "kernel", "postgres"):
+        assert f"{fact}@alpha" in rep.stdout and f"{fact}@beta" in rep.stdout, rep.stdout
+    assert "facts_differ" not in rep.stdout
     # nothing left: the hosts' work folders (their /tmp is this machine's) and ours
     assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
 
@@ -107,3 +114,24 @@ def test_an_unknown_group_is_refused(hosts: list[SimHost], tmp_path: Path) -> No
                   "--groups", "alpha,delta", "--results", str(tmp_path / "r"))  # fmt: skip
     assert res.returncode == 2 and "no group 'delta'" in res.stderr, res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_groups_on_different_machines_are_refused_before_dispatch(
+    hosts: list[SimHost], tmp_path: Path
+) -> None:
+    """beta on the host that may use one CPU: its facts differ from alpha's, so nothing is
+    dispatched (exit 2, no folder), and the error names the fact, each group's value and
+    the key that would allow it."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one usable CPU here: a host pinned to one is no different")
+    path = write_experiment(tmp_path, BODY)
+    out = tmp_path / "fleet"
+    res = pgsweep("run", str(path), "--inventory", str(_inventory(tmp_path, hosts, beta=2)),
+                  "--groups", "alpha,beta", "--results", str(out))  # fmt: skip
+    assert res.returncode == 2, res.stderr + res.stdout
+    assert "the host groups are not the same machine" in res.stderr, res.stderr
+    assert f"usable_cpus: alpha {len(os.sched_getaffinity(0))}; beta 1" in res.stderr
+    assert 'hosts_may_differ = ["usable_cpus"]' in res.stderr
+    assert "kernel:" not in res.stderr  # only what differs
+    assert not out.exists()
+    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))

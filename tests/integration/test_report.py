@@ -25,7 +25,7 @@ import chromium
 from conftest import pgsweep, requires_pg, run_shared
 
 SCRIPT = "<script>alert(1)</script>"
-ROUNDS = 3
+ROUNDS = 2
 EXPERIMENT = f"""
 [experiment]
 name = "report-2x2"

@@ -78,6 +78,7 @@ def analyse(
         tps_model = model if metric == TPS else tps_model
         if metric == TPS and fleet_of:
             fleet = fleet_rows(obs, [fleet_of.get(r, "?") for r in rounds], kept, alpha)
+            fleet["facts_differ"] = results.fleet().get("facts_differ", "")
         _summaries(kept, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
         both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))

@@ -7,8 +7,12 @@ a topology). ansible-runner (the [fleet] extra) runs one playbook against every 
 once: it checks that the host's pgsweep (`pgsweep_bin`, default `pgsweep` on PATH) is
 this version, copies the frozen file, starts the group's shard (`run --shard K/N --group
 NAME`) as an async job, waits for it and fetches the shard's folder back. The shards are
-then merged (store.merge) into the fleet folder. No retry: a host that fails or cannot
-be reached has its rounds named missing, the others' are kept. Each host's kernel
+then merged (store.merge) into the fleet folder. Before that, a first playbook asks every
+group's host for its facts (`pgsweep facts`: kernel, CPU, microcode, usable CPUs, memory,
+NUMA nodes, PostgreSQL; collect.hostfacts): groups that differ in a fact the file does
+not allow ([experiment] hosts_may_differ) are refused (exit 2) before any shard starts,
+and the facts are kept in the fleet folder. No retry: a host that fails or cannot be
+reached has its rounds named missing, the others' are kept. Each host's kernel
 changes are put back by its own run, as on one machine. Every process starts through
 the local Host."""
 
@@ -18,11 +22,13 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..collect import hostfacts
 from ..errors import PgsweepError
 from ..host import safefs
 from ..host.api import scratch_path
@@ -30,6 +36,7 @@ from ..host.local import LOCAL
 from ..plan import round_spans, shard_rounds
 from ..spec import Experiment
 from ..store import merge
+from ..store.db import Store
 
 RESERVED = ("all", "ungrouped")
 SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
@@ -98,22 +105,42 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _playbook(names: dict[str, str], fetched: Path) -> list[dict[str, Any]]:
+BIN = "{{ pgsweep_bin | default('pgsweep') }}"
+
+
+def _prologue() -> list[dict[str, Any]]:
+    """The same pgsweep as here, and a work folder holding the frozen file."""
+    return [
+        {"name": "pgsweep version", "command": {"argv": [BIN, "--version"]},
+         "register": "version", "changed_when": False},
+        {"name": "the same pgsweep", "assert": {
+            "that": [f"version.stdout == 'pgsweep {__version__}'"],
+            "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
+        {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
+         "register": "work"},
+        {"name": "the frozen file", "copy": {"src": "experiment.toml",
+                                             "dest": "{{ work.path }}/experiment.toml",
+                                             "mode": "0600"}},
+    ]  # fmt: skip
+
+
+def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
+    """One play over every group's host: check, copy, `pgsweep facts` (read only)."""
+    return [{"hosts": ":".join(names), "gather_facts": False, "tasks": [
+        *_prologue(),
+        {"name": "host facts", "register": "facts", "changed_when": False,
+         "command": {"argv": [BIN, "facts", "{{ work.path }}/experiment.toml"]}},
+        {"name": "clean up", "file": {"path": "{{ work.path }}", "state": "absent"}},
+    ]}]  # fmt: skip
+
+
+def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, run the shard (async), fetch."""
     shard = {k: f"{{{{ pgsweep_shards[inventory_hostname].{k} }}}}" for k in ("k", "group")}
-    bin_ = "{{ pgsweep_bin | default('pgsweep') }}"
+    bin_ = BIN
     return [{
         "hosts": ":".join(names), "gather_facts": False, "tasks": [
-            {"name": "pgsweep version", "command": {"argv": [bin_, "--version"]},
-             "register": "version", "changed_when": False},
-            {"name": "the same pgsweep", "assert": {
-                "that": [f"version.stdout == 'pgsweep {__version__}'"],
-                "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
-            {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
-             "register": "work"},
-            {"name": "the frozen file", "copy": {"src": "experiment.toml",
-                                                 "dest": "{{ work.path }}/experiment.toml",
-                                                 "mode": "0600"}},
+            *_prologue(),
             {"name": "shard", "command": {"argv": [
                 bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
                 "--group", shard["group"], "--results", "{{ work.path }}/results"]},
@@ -128,7 +155,8 @@ def _playbook(names: dict[str, str], fetched: Path) -> list[dict[str, Any]]:
 
 
 def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path) -> FleetOutcome:
-    """Run every group's shard at once through Ansible, fetch them, merge them."""
+    """Ask every group's host for its facts, refuse groups that differ; run every
+    reachable group's shard at once through Ansible, fetch them, merge them."""
     results = safefs.trusted_target(results, "the fleet's results folder")
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
@@ -138,24 +166,23 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path)
             raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
                                where=exp.source.where("repeat", "rounds"),
                                fix=f"rounds = {2 * n} (two per group)")  # fmt: skip
+        facts, status = _host_facts(exp, hosts, inventory, scratch)
+        _refuse_differences(exp, facts, inventory)
+        reachable = [g for g in hosts if g not in status]
         fetched = LOCAL.private_dir(scratch / "shards")
-        project = LOCAL.private_dir(scratch / "run")
-        LOCAL.private_dir(project / "project")
-        LOCAL.write_file(project / "project" / "experiment.toml", exp.source.text)
-        LOCAL.write_file(project / "project" / "fleet.json",
-                         json.dumps(_playbook(hosts, fetched)))  # fmt: skip
         shards = {h: {"k": f"{k}/{n}", "group": g} for k, (g, h) in enumerate(hosts.items(), 1)}
-        LOCAL.private_dir(project / "env")
-        LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
-        res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", "fleet.json",
-                         "--inventory", str(inventory.absolute()), "--ident", "fleet"],
-                        out=scratch / "runner.out", timeout=SHARD_TIMEOUT,
-                        env=_env())  # fmt: skip
-        status = _status(project, hosts, fetched, res.returncode)
+        if reachable:
+            project = _project(scratch / "run", exp, "fleet.json", _playbook(reachable, fetched))
+            LOCAL.private_dir(project / "env")
+            LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
+            rc = _runner(project, "fleet.json", inventory, scratch)
+            status |= _status(project, {g: hosts[g] for g in reachable}, fetched, rc)
+        status = {g: status[g] for g in hosts}
         done = [fetched / g for g, why in status.items() if why == "ok"]
         outcome = FleetOutcome(results, status)
         if done:
             outcome.merged = merge.merge(done, results)
+            _keep_facts(results, facts, exp.hosts_may_differ)
         ran = {r for k, g in enumerate(hosts, 1) if status[g] == "ok"
                for r in shard_rounds(exp.rounds, n)[k - 1]}  # fmt: skip
         outcome.missing = [r for r in range(1, exp.rounds + 1) if r not in ran]
@@ -164,19 +191,96 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path)
         LOCAL.remove_tree(scratch)
 
 
+def _project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, Any]]) -> Path:
+    """An ansible-runner project folder: the frozen file and one playbook."""
+    project = LOCAL.private_dir(folder)
+    LOCAL.private_dir(project / "project")
+    LOCAL.write_file(project / "project" / "experiment.toml", exp.source.text)
+    LOCAL.write_file(project / "project" / name, json.dumps(playbook))
+    return project
+
+
+def _runner(project: Path, playbook: str, inventory: Path, scratch: Path) -> int:
+    ident = playbook.removesuffix(".json")
+    res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", playbook,
+                     "--inventory", str(inventory.absolute()), "--ident", ident],
+                    out=scratch / f"{ident}.out", timeout=SHARD_TIMEOUT, env=_env())  # fmt: skip
+    return res.returncode
+
+
+def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch: Path
+                ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:  # fmt: skip
+    """Group -> its host's facts; and group -> why it gave none (unreachable, another
+    pgsweep): those groups are not dispatched, their rounds are missing."""
+    project = _project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
+    rc = _runner(project, "facts.json", inventory, scratch)
+    by_host: dict[str, dict[str, str]] = {}
+    failed: dict[str, str] = {}
+    for event, data in _events(project, "facts"):
+        host = str(data.get("host"))
+        if event == "runner_on_ok" and data.get("task") == "host facts":
+            by_host[host] = json.loads(data.get("res", {}).get("stdout", "{}"))
+        elif event in ("runner_on_failed", "runner_on_unreachable") and host not in failed:
+            failed[host] = _why(data, event)
+    facts = {g: by_host[h] for g, h in hosts.items() if h in by_host}
+    status = {g: failed.get(h, f"no facts (ansible-runner exit {rc})")
+              for g, h in hosts.items() if g not in facts}  # fmt: skip
+    return facts, status
+
+
+def _refuse_differences(exp: Experiment, facts: dict[str, dict[str, str]],
+                        inventory: Path) -> None:  # fmt: skip
+    diff = hostfacts.differences(facts, exp.hosts_may_differ)
+    if diff:
+        allowed = ", ".join(f'"{f}"' for f in (*exp.hosts_may_differ, *diff))
+        raise PgsweepError(
+            "the host groups are not the same machine, so a verdict could hold on one and "
+            "not another: " + "; ".join(hostfacts.describe(diff)),
+            where=str(inventory),
+            fix="give every group the same kind of machine, or let the file allow the facts "
+            f"(their groups become a factor the report names): [experiment] "
+            f"hosts_may_differ = [{allowed}]",
+        )  # fmt: skip
+
+
+def _keep_facts(results: Path, facts: dict[str, dict[str, str]], allowed: tuple[str, ...]
+                ) -> None:  # fmt: skip
+    """Each group's facts in the fleet folder (scope "hostfacts"), and the allowed facts
+    that differ under "fleet" for the report."""
+    store = Store(results / "results.db")
+    try:
+        store.save_environment("hostfacts", {f"{fact}@{g}": v for g, f_ in facts.items()
+                                             for fact, v in f_.items()})  # fmt: skip
+        differ = hostfacts.differences(facts, ())
+        if differ:
+            store.save_environment("fleet", {"facts_differ": " | ".join(
+                hostfacts.describe(differ))})  # fmt: skip
+    finally:
+        store.close()
+
+
+def _events(project: Path, ident: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """ansible-runner's job events of one run, in order: (event, event_data)."""
+    events = project / "artifacts" / ident / "job_events"
+    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
+        ev = json.loads(LOCAL.output(path))
+        yield ev.get("event", ""), ev.get("event_data", {})
+
+
+def _why(data: dict[str, Any], event: str) -> str:
+    result = data.get("res", {})
+    msg = result.get("msg") or result.get("stderr") or event
+    return f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
+
+
 def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dict[str, str]:
     """Group -> "ok" (its shard's folder came back), or the first failure Ansible
     reported for its host (ansible-runner's job events)."""
     why: dict[str, str] = {}
-    events = project / "artifacts" / "fleet" / "job_events"
-    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
-        ev = json.loads(LOCAL.output(path))
-        data = ev.get("event_data", {})
-        host = data.get("host")
-        if ev.get("event") in ("runner_on_failed", "runner_on_unreachable") and host not in why:
-            result = data.get("res", {})
-            msg = result.get("msg") or result.get("stderr") or ev.get("event")
-            why[host] = f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
+    for event, data in _events(project, "fleet"):
+        host = str(data.get("host"))
+        if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
+            why[host] = _why(data, event)
     back = {g for g in hosts if LOCAL.lstat(fetched / g / "results.db") is not None}
     return {g: "ok" if g in back and h not in why else why.get(h, f"ansible-runner exit {rc}")
             for g, h in hosts.items()}  # fmt: skip

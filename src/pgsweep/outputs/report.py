@@ -65,6 +65,10 @@ def fleet_lines(a: Analysis) -> list[str]:
     out = [f"host groups: {len(f['groups'])} ({ran} rounds); every verdict rests on "
            f"{len(f['groups'])} groups and {f['rounds_total']} rounds, its effect estimated "
            "within rounds, so a group's own speed is no part of it"]  # fmt: skip
+    if f.get("facts_differ"):
+        out.append(f"the groups are different machines, as the file allows "
+                   f"(hosts_may_differ): {f['facts_differ']}; the configuration x group test "
+                   "below asks whether the effect depends on them")  # fmt: skip
     test = f["interaction"]
     if test["p"] is None:
         out.append(f"configuration x group: not tested ({test['why_not']})")

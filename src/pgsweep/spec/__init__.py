@@ -74,6 +74,7 @@ class Experiment:
     topology: hosts.Topology = field(default_factory=hosts.Topology)  # [hosts], [roles]
     shard: Shard | None = None  # `run --shard K/N`: this run is group K of a fleet of N
     group: str = ""  # the name of that group (`run --group`; default "shardK")
+    hosts_may_differ: tuple[str, ...] = ()  # host facts a fleet's groups may differ in
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -342,6 +343,14 @@ def report_options(text: str) -> ReportTable:
     return ReportTable.model_validate(tomllib.loads(text).get("report", {}))
 
 
+def server_bindir(path: Path) -> Path:
+    """The PostgreSQL binaries an experiment file runs, read without checking the rest of
+    the file (`pgsweep facts` on a fleet's host, before dispatch)."""
+    source, doc = read_source(path)
+    pg = fixed_table(source, doc, "postgres")
+    return pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
+
+
 def load(path: Path) -> Experiment:
     """Read and validate an experiment file. Changes nothing on the machine."""
     source, doc = read_source(path)
@@ -411,6 +420,7 @@ def load(path: Path) -> Experiment:
         adaptive=adaptive,
         notes=[*ctx.notes, *topo.notes],
         topology=topo,
+        hosts_may_differ=tuple(exp.hosts_may_differ),
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
         from ..engine.plans import settle_max_rounds

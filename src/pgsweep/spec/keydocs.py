@@ -62,6 +62,13 @@ KEYS: dict[str, Doc] = {
                         "shared-buffers-vs-clients", "letters, digits, - _ ."),
     "experiment.seed": ("Fixes the run order; recorded when absent.", 7, ""),
     "experiment.description": ("Free text.", "what this experiment asks", ""),
+    "experiment.hosts_may_differ": (
+        "Host facts a fleet's groups (`run --inventory`) may differ in. Before dispatch every "
+        "group's host reports its kernel, CPU model, microcode, usable CPUs, memory (GiB), "
+        "NUMA nodes and PostgreSQL server; groups that differ in a fact not listed here are "
+        "refused (exit 2), and the report names the facts that differ.",
+        ["microcode"], "kernel, cpu_model, microcode, usable_cpus, memory_gib, numa_nodes, "
+        "postgres"),
     "postgres.bin": ("The PostgreSQL binaries: \"auto\" is the newest /usr/lib/postgresql/N/bin, "
                      "else pg_config on PATH; or a directory.", "/usr/lib/postgresql/15/bin",
                      ""),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..collect.hostfacts import FACTS
 from ..layers.base import Source
 from ..plan import Adaptive
 from ..units import parse_duration
@@ -18,6 +19,19 @@ class ExperimentTable(BaseModel):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
     seed: int | None = Field(None, ge=0)
     description: str = ""
+    hosts_may_differ: list[str] = Field(
+        default_factory=list, description="host facts a fleet's groups may differ in "
+        f"(else they are refused before dispatch): {', '.join(FACTS)}",
+    )  # fmt: skip
+
+    @field_validator("hosts_may_differ")
+    @classmethod
+    def _known_facts(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in FACTS]
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} is not a host fact; the facts "
+                             f"are {', '.join(FACTS)}")  # fmt: skip
+        return v
 
 
 class PostgresTable(BaseModel):
