@@ -164,6 +164,9 @@ def test_synchronous_commit_panel_names_the_wal_sync_first(tmp_path: Path) -> No
     assert walsync.before > 0.05 and walsync.after == 0 and walsync.scale == "difference"
     assert p.compared == len(p.rows) and p.alpha == 0.05
     assert any(w["label"] == "waits on IO:WALSync" and w["after"] == 0 for w in p.profile)
+    # the one setting whose value in force differs (paths and ports of each cluster aside)
+    assert p.settings == [{"name": "synchronous_commit", "before": "on (configuration file)",
+                           "after": "off (configuration file)"}]  # fmt: skip
 
 
 def test_a_a_panels_rarely_call_anything_different_and_see_an_injected_change() -> None:
@@ -230,8 +233,11 @@ def test_panel_in_the_terminal_markdown_and_html(tmp_path: Path) -> None:
     assert max(len(line) for line in lines) <= 100
     assert any(line.startswith("WAL syncs / tx ") and line.endswith("lower") for line in lines)
     assert "explain figures judged as one family" in buffer.getvalue()
+    assert "settings that differ: synchronous_commit on → off" in lines
     md = render_markdown(a)
     assert "## Why: what changed beside each verdict" in md and "| WAL syncs / tx |" in md
+    assert "Settings that differ: synchronous_commit on → off" in md
+    assert "<code>synchronous_commit</code> on (configuration file) → off" in page
     assert page.count('class="wbar"') == 2  # before and after, stacked by wait state
     assert "more figures without a significant change</summary>" in page
     assert 'title="waits on IO:WALSync: 0.0%"' not in page  # a state at 0 draws nothing

@@ -23,7 +23,7 @@ import numpy as np
 from .. import verdict as sm
 from ..errors import PgsweepError
 from ..store import TPS, Results
-from .explain_data import MIN_SHARE, SHARE, Metric, per_trial
+from .explain_data import MIN_SHARE, SHARE, Metric, per_trial, settings_differ
 from .headline import percent_interval, verdict_words
 from .types import Analysis
 
@@ -110,12 +110,13 @@ class Panel:
     compared: int  # m, the family's size
     rounds: int
     profile: list[dict[str, Any]]  # client backends' wait states, both sides (shares)
+    settings: list[dict[str, str]]  # the server settings in force that differ
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config, "against": self.against, "contrast": self.contrast,
                 "sentence": self.sentence, "alpha": self.alpha, "family": self.compared,
                 "rounds": self.rounds, "tps": self.tps, "profile": self.profile,
-                "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
+                "settings": self.settings, "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
 
 
 def panel(a: Analysis, results: Results, config: str, against: str | None = None,
@@ -147,7 +148,8 @@ def panel(a: Analysis, results: Results, config: str, against: str | None = None
     name = a.names.get(config, config)
     other = a.names.get(against, against) if against != a.baseline else "the baseline"
     return Panel(config, against, f"{name} vs {other}", sentence(tps, rows, m), tps, rows,
-                 alpha, m, len(rounds), profile(table, known, config, against))  # fmt: skip
+                 alpha, m, len(rounds), profile(table, known, config, against),
+                 settings_differ(results, config, against))  # fmt: skip
 
 
 PROFILED = "client backend"  # the process type whose wait profile the panel draws

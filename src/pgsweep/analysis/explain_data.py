@@ -152,3 +152,24 @@ def _counters(per: Mapping[str, float], tx: float, out: dict[str, float],
             where = f"{obj}, {context}" if context != "normal" else obj
             known[name] = Metric(name, f"{backend}: {op} ({where}) / tx", op, PER_TX)
             out[name] = value / tx
+
+
+# Settings pgsweep itself sets per cluster or socket (paths, ports): they differ between any
+# two clusters and say nothing about the change.
+PER_CLUSTER = frozenset({"data_directory", "config_file", "hba_file", "ident_file",
+                         "external_pid_file", "unix_socket_directories", "port",
+                         "cluster_name"})  # fmt: skip
+
+
+def settings_differ(results: Results, config: str, against: str) -> list[dict[str, str]]:
+    """The server settings in force that differ between two configurations, as each
+    configuration's server reported them (environment: every setting whose source is not
+    the default), by name: {"name", "before", "after"}; "default" where one side left the
+    setting at its default. Standbys' settings (scope `c01.s1`) are not compared."""
+    mine: dict[str, dict[str, str]] = {config: {}, against: {}}
+    for fact in results.environment():
+        if fact.scope in mine and fact.name not in PER_CLUSTER:
+            mine[fact.scope][fact.name] = fact.value
+    a, b = mine[against], mine[config]
+    return [{"name": n, "before": a.get(n, "default"), "after": b.get(n, "default")}
+            for n in sorted(a.keys() | b.keys()) if a.get(n) != b.get(n)]  # fmt: skip

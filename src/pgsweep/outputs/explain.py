@@ -43,6 +43,8 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
                                  f"({names.get(against, against)}), {p['rounds']} rounds"),
                        style="bold"))  # fmt: skip
     say(console, p["sentence"])
+    if p.get("settings"):
+        say(console, "settings that differ: " + settings_words(p["settings"]))
     console.print()
     rows = p["rows"] if every else p["rows"][:MAX_ROWS]
     if not rows:
@@ -74,6 +76,8 @@ def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
     for p in panels:
         out.append(f"### {md(names.get(p['config'], p['config']))}\n")
         out.append(md(p["sentence"]) + "\n")
+        if p.get("settings"):
+            out.append(md("Settings that differ: " + settings_words(p["settings"])) + "\n")
         out.append("| metric | baseline | this | change | verdict |")
         out.append("| --- | --- | --- | --- | --- |")
         for r in p["rows"][:MAX_ROWS]:
@@ -81,3 +85,12 @@ def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
                        f"{r['verdict']} |")  # fmt: skip
         out.append("")
     return out
+
+
+def settings_words(settings: list[dict[str, str]]) -> str:
+    """`synchronous_commit on → off; work_mem 4096 kB → 8192 kB` (each value as its
+    server showed it, without where it came from)."""
+    def bare(v: str) -> str:
+        return v.rsplit(" (", 1)[0] if v.endswith(")") else v
+
+    return "; ".join(f"{s['name']} {bare(s['before'])} → {bare(s['after'])}" for s in settings)
