@@ -6,6 +6,7 @@ test's own folder."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import sys
 from collections import Counter
@@ -237,6 +238,8 @@ def test_panel_in_the_terminal_markdown_and_html(tmp_path: Path) -> None:
     md = render_markdown(a)
     assert "## Why: what changed beside each verdict" in md and "| WAL syncs / tx |" in md
     assert "Settings that differ: synchronous_commit on → off" in md
+    why = md[md.index("## Why"):]  # intervals "[-7, +36]" in cells: no Markdown link
+    assert "\\[" in why and not re.search(r"(?<!\\)\[", why), why
     assert "<code>synchronous_commit</code> on (configuration file) → off" in page
     assert page.count('class="wbar"') == 2  # before and after, stacked by wait state
     assert "more figures without a significant change</summary>" in page

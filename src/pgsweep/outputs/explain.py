@@ -81,8 +81,8 @@ def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
         out.append("| metric | baseline | this | change | verdict |")
         out.append("| --- | --- | --- | --- | --- |")
         for r in p["rows"][:MAX_ROWS]:
-            out.append(f"| {md(r['name'])} | {r['before']} | {r['after']} | {r['change']} | "
-                       f"{r['verdict']} |")  # fmt: skip
+            cells = (r["name"], r["before"], r["after"], r["change"], r["verdict"])
+            out.append("| " + " | ".join(md(str(c)) for c in cells) + " |")  # "[-7, +36]"
         out.append("")
     return out
 
