@@ -19,8 +19,10 @@ fi
 #   them (it would be one of those, and a reserved huge page pool would be taken by it).
 #   A compile is none of those (tests/prebuild.py keeps its scratch off /tmp);
 # - prebuild (phase 1): the build (tests/prebuild.py, about 2 minutes of compiling into
-#   tmpfs) at nice 10, beside the machine lane (not nice 19, which starved it when another
-#   process loaded the CPU);
+#   tmpfs) at nice 19, on what the machine lane leaves of the two cores (that lane's
+#   servers are its own timing: a compile beside them at nice 10 doubled test_os's time).
+#   Its tests run in phase 2 at normal priority: at nice 19 under another process's load
+#   a run there once timed out;
 # - pure (phase 1, nice 19): mypy, then unit tests that touch nothing outside their own
 #   memory (planner, parsers, statistics, simulations);
 # - network (phase 2): modules that make namespaces, veth links and TCP listeners, and those
@@ -65,7 +67,7 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
 # phase 1: the machine lane, the compile and the pure lane
-nice -n 10 .venv/bin/python tests/prebuild.py >"$logs/prebuild" 2>&1 &
+nice -n 19 .venv/bin/python tests/prebuild.py >"$logs/prebuild" 2>&1 &
 prebuild_pid=$!
 (
     side=0
