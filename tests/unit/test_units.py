@@ -46,3 +46,12 @@ def test_durations_are_finite_and_bounded(value: object) -> None:
 def test_postgresqls_time_units_are_durations() -> None:
     """recovery_min_apply_delay = "1d" passed plan and then crashed the trial's wait."""
     assert parse_duration("1d") == 86400 and parse_duration("250us") == 0.00025
+
+
+def test_ext4_is_mounted_without_background_inode_table_zeroing() -> None:
+    from pgsweep.host.blockdev import quiet_defaults
+
+    assert quiet_defaults("ext4", "") == ["noinit_itable"]
+    assert quiet_defaults("ext4", "noatime,data=writeback") == ["noinit_itable"]
+    assert quiet_defaults("ext4", "noatime,init_itable=10") == []  # the level asks for it
+    assert quiet_defaults("xfs", "") == [] and quiet_defaults("btrfs", "noatime") == []

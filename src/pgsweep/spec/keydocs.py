@@ -114,7 +114,10 @@ KEYS: dict[str, Doc] = {
                              "-b 4096", "no device or file options"),
     "storage.mount_options": ("mount -o: no logdev=, rtdev=, journal_path=, device=, loop, "
                               "bind, x-*; an option the kernel rejects fails the trial "
-                              "quoting the kernel's message.", "data=writeback",
+                              "quoting the kernel's message. pgsweep adds nosuid,nodev, and "
+                              "for ext4 noinit_itable (no inode-table zeroing in the "
+                              "background during the first trials) unless the level names "
+                              "init_itable.", "data=writeback",
                               "no device options"),
     "storage.btrfs_nocow": ("chattr +C on the empty mount: every cluster file without "
                             "copy-on-write.", True, ""),
