@@ -51,7 +51,7 @@ def _finished(cache: Path) -> dict[str, float]:
 
 def _head(rounds: int = 1) -> str:
     return (f'[experiment]\nname = "b"\nseed = 3\n[repeat]\nrounds = {rounds}\n[cluster]\n'
-            'scale = 1\n[workload]\nclients = 2\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
+            'scale = 1\n[workload]\nclients = 1\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
 
 
 def _experiment(tmp: Path, body: str, rounds: int = 1) -> Path:

@@ -30,7 +30,7 @@ seed = 5
 scale = 1
 [workload]
 script = "tpcb-like"
-clients = 2
+clients = 1
 jobs = 1
 duration = "1s"
 warmup = "0s"

@@ -6,8 +6,8 @@ session each) gives no verdict and refuses to gate (exit 2): their drift is not 
 (test_sessions.py covers calibrated compares).
 
 The slowdown is synchronous_commit = on with commit_delay = 10 ms where before commits did
-not wait: each commit sleeps 10 ms before its WAL flush, a tenfold slowdown (87-90 TPS
-against 1,500-2,000 here) that 1-second trials cannot hide. Sized for a loaded machine:
+not wait: each commit sleeps 10 ms before its WAL flush, a tenfold slowdown (90 TPS
+against about 1,100 here, one client) that 1-second trials cannot hide. Sized for a loaded machine:
 with a CPU hog beside it the fast side's 1-second trials fall to a third of their TPS or
 less and vary by tens of percent, so the gated runs have 4 rounds (a one-sided t on 3 df:
 2 rounds, 1 df, called a tenfold slowdown "no significant difference" under load), and
@@ -35,7 +35,7 @@ scale = 1
 synchronous_commit = "{sync}"
 {extra}[workload]
 script = "tpcb-like"
-clients = 2
+clients = 1
 jobs = 1
 duration = "1s"
 warmup = "0s"

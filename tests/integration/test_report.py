@@ -37,8 +37,8 @@ commit_delay = 10000
 commit_siblings = 0
 [workload]
 script = "tpcb-like"
-clients = 2
-jobs = 2
+clients = 1
+jobs = 1
 duration = "2s"
 warmup = "0s"
 [repeat]
