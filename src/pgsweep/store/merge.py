@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ class ShardFolder:
     n: int
     group: str
     rounds: list[int]
-    experiment: Experiment
+    experiment: Experiment  # after _same_experiment: the first shard's (one parsed plan)
+    created_at: str  # this shard's own start
 
 
 @dataclass
@@ -53,7 +54,13 @@ def merge(sources: list[Path], out: Path) -> Merged:
     """Join `sources` (shard folders) into the new folder `out`."""
     opened = [Results(s) for s in sources]
     try:
-        shards = [_shard(r) for r in opened]
+        shards: list[ShardFolder] = []
+        for r in opened:  # each compared as it is read: one plan held, not one per shard
+            shard = _shard(r)
+            if shards:
+                _same_experiment(shards[0], shard)
+                shard = replace(shard, experiment=shards[0].experiment)
+            shards.append(shard)
         _check(shards, opened)
         out, fresh = _new_folder(out)
         try:
@@ -82,28 +89,32 @@ def _shard(results: Results) -> ShardFolder:
     except (KeyError, ValueError):
         raise PgsweepError(f"{where}: its shard facts are damaged ({fleet})", where=where,
                            fix=RUN_SHARDS) from None  # fmt: skip
+    experiment = results.experiment()
     return ShardFolder(results.folder, k, n, fleet.get("group", f"shard{k}"), rounds,
-                       results.experiment())  # fmt: skip
+                       experiment, experiment.created_at)  # fmt: skip
+
+
+def _same_experiment(first: ShardFolder, s: ShardFolder) -> None:
+    """One experiment file, one plan, one seed, one PostgreSQL."""
+    plan = first.experiment.plan
+    differ = [what for key, what in (("file_text", "the experiment file"), ("plan", "plan"),
+                                     ("seed", "seed"), ("postgres_version", "PostgreSQL"))
+              if getattr(s.experiment, key) != getattr(first.experiment, key)]  # fmt: skip
+    if "plan" in differ:
+        other = s.experiment.plan
+        keys = sorted(k for k in {*plan, *other} if plan.get(k) != other.get(k))
+        differ[differ.index("plan")] = f"the plan ({', '.join(keys)})"
+    if differ:
+        raise PgsweepError(
+            f"{s.folder} is not a shard of the experiment in {first.folder}: "
+            f"{', '.join(differ)} differ",
+            where=str(s.folder), fix="merge the shards of one experiment file: " + RUN_SHARDS,
+        )  # fmt: skip
 
 
 def _check(shards: list[ShardFolder], opened: list[Results]) -> None:
-    """One experiment, one plan, each shard once, each round once and where it belongs."""
-    first = shards[0]
-    plan = first.experiment.plan
-    for s in shards[1:]:
-        differ = [what for key, what in (("file_text", "the experiment file"), ("plan", "plan"),
-                                         ("seed", "seed"), ("postgres_version", "PostgreSQL"))
-                  if getattr(s.experiment, key) != getattr(first.experiment, key)]  # fmt: skip
-        if "plan" in differ:
-            other = s.experiment.plan
-            keys = sorted(k for k in {*plan, *other} if plan.get(k) != other.get(k))
-            differ[differ.index("plan")] = f"the plan ({', '.join(keys)})"
-        if differ:
-            raise PgsweepError(
-                f"{s.folder} is not a shard of the experiment in {first.folder}: "
-                f"{', '.join(differ)} differ",
-                where=str(s.folder), fix="merge the shards of one experiment file: " + RUN_SHARDS,
-            )  # fmt: skip
+    """Each shard once, each round once and where the plan puts it."""
+    plan = shards[0].experiment.plan
     seen_k: dict[int, Path] = {}
     seen_g: dict[str, Path] = {}
     seen_r: dict[int, Path] = {}
@@ -161,7 +172,7 @@ def _write(shards: list[ShardFolder], opened: list[Results], out: Path) -> int:
         row = {"name": first.name, "file_text": first.file_text,
                "fingerprint": json.dumps(fp, sort_keys=True), "seed": first.seed,
                "plan_json": plan_json,
-               "created_at": min(s.experiment.created_at for s in shards),
+               "created_at": min(s.created_at for s in shards),
                "pgsweep_version": first.pgsweep_version,
                "postgres_version": first.postgres_version}  # fmt: skip
         store.write_experiment(row, [(c.id, c.label, json.dumps(c.levels), c.group)
