@@ -79,6 +79,7 @@ def analyse(
         if metric == TPS and fleet_of:
             fleet = fleet_rows(obs, [fleet_of.get(r, "?") for r in rounds], kept, alpha)
             fleet["facts_differ"] = results.fleet().get("facts_differ", "")
+            fleet["facts"] = group_facts(results)
         _summaries(kept, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
         both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))
@@ -194,6 +195,18 @@ def _observations(
     return sm.Observations(values, [c.levels for c in configs], configs.index(base), higher,
                            tuple(whole), every if isinstance(every, int) else 1,
                            given)  # fmt: skip
+
+
+def group_facts(results: Results) -> dict[str, dict[str, str]]:
+    """Each group's host facts, as the fleet compared them before dispatch (environment
+    scope "hostfacts", names `fact@group`); {} for folders from before that check, or
+    merged by hand."""
+    out: dict[str, dict[str, str]] = {}
+    for fact in results.environment():
+        if fact.scope == "hostfacts" and "@" in fact.name:
+            name, group = fact.name.rsplit("@", 1)
+            out.setdefault(group, {})[name] = fact.value
+    return out
 
 
 def fleet_rows(obs: sm.Observations, group_of: list[str], configs: list[Config],
