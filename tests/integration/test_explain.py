@@ -105,7 +105,10 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     assert any(r.startswith("WAL syncs / tx") and r.endswith("lower") for r in top), table
     assert any(r.startswith("walwriter: ") and r.endswith("higher") for r in top), table
     walsync = next(line for line in table if line.startswith("waits on IO:WALSync"))
-    assert " 0% " in walsync, walsync  # nobody waits on a WAL sync with the commits async
+    # with the commits async next to nobody waits on a WAL sync (a backend still flushes
+    # when the WAL buffers fill: 0.3% of session time once, on a loaded machine)
+    before, after = (float(v.rstrip("%")) for v in walsync.split()[3:5])
+    assert before >= 5 and after < 2, walsync
     assert "explain figures judged as one family" in res.stdout
 
 
