@@ -100,10 +100,12 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     assert sentence.startswith("TPS ") and "WAL syncs / tx -" in sentence, sentence
     table = lines[lines.index("") + 1:]
     # ranked: the changes called different first, largest first; the WAL syncs (a sync
-    # per commit, or next to none) and the walwriter that took them over lead
-    top = table[1:4]
-    assert any(r.startswith("WAL syncs / tx") and r.endswith("lower") for r in top), table
-    assert any(r.startswith("walwriter: ") and r.endswith("higher") for r in top), table
+    # per commit, or next to none) lead, and the walwriter that took them over is called
+    # higher (its rank moves: on a loaded machine CPU figures were called different too)
+    called = [r for r in table[1:] if r.endswith(("lower", "higher"))]
+    assert table[1:len(called) + 1] == called, table
+    assert any(r.startswith("WAL syncs / tx") and r.endswith("lower") for r in table[1:4]), table
+    assert any(r.startswith("walwriter: ") and r.endswith("higher") for r in called), table
     walsync = next(line for line in table if line.startswith("waits on IO:WALSync"))
     # with the commits async next to nobody waits on a WAL sync (a backend still flushes
     # when the WAL buffers fill: 0.3% of session time once, on a loaded machine)
