@@ -63,3 +63,8 @@ def test_allowed_facts_are_not_compared_and_a_missing_fact_differs() -> None:
     older = {k: v for k, v in SAME.items() if k != "numa_nodes"}  # an older pgsweep's facts
     diff = hostfacts.differences({"a": SAME, "b": older}, ())
     assert diff == {"numa_nodes": {"a": "1", "b": "(not reported)"}}
+
+
+def test_kernel_lists_are_counted_as_the_kernel_writes_them() -> None:
+    assert hostfacts.count_list("0-3,8,10-11\n") == 7
+    assert hostfacts.count_list("0") == 1 and hostfacts.count_list("") == 0

@@ -7,43 +7,54 @@ differ unless the file allows those facts ([experiment] hosts_may_differ)."""
 
 from __future__ import annotations
 
-import os
-import platform
 import re
-import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from ..host.api import Host, scratch_path
 from ..host.local import LOCAL
 
 FACTS = ("kernel", "cpu_model", "microcode", "usable_cpus", "memory_gib", "numa_nodes",
          "postgres")  # fmt: skip
 
 
-def gather(bindir: Path) -> dict[str, str]:
-    """This machine's facts; `bindir` holds the server the experiment runs."""
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    meminfo = Path("/proc/meminfo").read_text()
+def gather(bindir: Path, host: Host = LOCAL) -> dict[str, str]:
+    """The facts of the machine `host` reaches; `bindir` holds the server the experiment
+    runs. Usable CPUs are this process's (a pinned or limited host has fewer)."""
+    cpuinfo = host.read_text(Path("/proc/cpuinfo"))
     models = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
     micro = sorted(set(re.findall(r"^microcode\s*:\s*(\S+)", cpuinfo, re.M)))
-    total = re.search(r"^MemTotal:\s*(\d+) kB", meminfo, re.M)
-    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    total = re.search(r"^MemTotal:\s*(\d+) kB", host.read_text(Path("/proc/meminfo")), re.M)
+    allowed = re.search(r"^Cpus_allowed_list:\s*(\S+)",
+                        host.read_text(Path("/proc/self/status")), re.M)  # fmt: skip
     return {
-        "kernel": platform.release(),
-        "cpu_model": models[0].strip() if models else platform.processor() or "unknown",
+        "kernel": host.read_text(Path("/proc/sys/kernel/osrelease")).strip(),
+        "cpu_model": models[0].strip() if models else "unknown",
         "microcode": ",".join(micro) or "unknown",
-        "usable_cpus": str(len(os.sched_getaffinity(0))),  # a pinned or limited host has fewer
+        "usable_cpus": str(count_list(allowed.group(1))) if allowed else "unknown",
         "memory_gib": str(round(int(total.group(1)) / 2**20)) if total else "unknown",
-        "numa_nodes": str(len(nodes) or 1),
-        "postgres": _server_version(bindir),
+        "numa_nodes": str(count_list(host.read_text(Path("/sys/devices/system/node/online")))),
+        "postgres": _server_version(host, bindir),
     }
 
 
-def _server_version(bindir: Path) -> str:
-    with tempfile.TemporaryDirectory(prefix="pgsweep-facts-") as scratch:
-        res = LOCAL.run([str(bindir / "postgres"), "--version"], out=Path(scratch) / "v.out",
-                        timeout=30)  # fmt: skip
+def count_list(text: str) -> int:
+    """How many numbers a kernel list names: `0-3,8,10-11` -> 7."""
+    n = 0
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def _server_version(host: Host, bindir: Path) -> str:
+    scratch = host.private_dir(scratch_path("pgsweep-facts-"))
+    try:
+        res = host.run([str(bindir / "postgres"), "--version"], out=scratch / "v.out",
+                       timeout=30)  # fmt: skip
         return res.stdout.strip() if res.ok else f"(postgres --version failed: {res.tail(1)})"
+    finally:
+        host.remove_tree(scratch)
 
 
 def differences(by_group: Mapping[str, Mapping[str, str]],

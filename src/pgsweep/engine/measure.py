@@ -32,11 +32,8 @@ def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
             record_settings: bool) -> None:  # fmt: skip
     """The measured window of `trial`, into `record`; with `record_settings`, also every
     setting of the server that is not at its default (once per configuration)."""
-    where = sides.side(trial, trial_dir)  # beside the server, or on the client's host
-    try:
+    with sides.opened(trial, trial_dir) as where:  # beside the server, or on the client's host
         _measure(trial, where, record, record_settings)
-    finally:
-        sides.done(where)
 
 
 def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,

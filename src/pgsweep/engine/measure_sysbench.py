@@ -21,11 +21,8 @@ from . import sides
 
 def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
             record_settings: bool) -> None:  # fmt: skip
-    where = sides.side(trial, trial_dir)  # beside the server (plan refuses another host)
-    try:
+    with sides.opened(trial, trial_dir) as where:  # beside the server (plan refuses another host)
         _measure(trial, where, record, record_settings)
-    finally:
-        sides.done(where)
 
 
 def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -62,20 +64,23 @@ class Side:
         return dataclasses.replace(w, script=str(copy))
 
 
-def side(trial: TrialContext, trial_dir: Path) -> Side:
+@contextmanager
+def opened(trial: TrialContext, trial_dir: Path) -> Iterator[Side]:
+    """Where the workload tool of `trial` runs (beside the server, or on the client's
+    host), for the length of its measured window: a client host's trial folder is removed
+    after it, on every path."""
     cs, uid = trial.run.client_side, trial.cluster.uid
     if cs is None:
-        return Side(trial.run.host, trial_dir, trial.cluster.pgbench_conn_args(), None,
-                    (uid, trial.cluster.gid), False, uid)  # fmt: skip
+        yield Side(trial.run.host, trial_dir, trial.cluster.pgbench_conn_args(), None,
+                   (uid, trial.cluster.gid), False, uid)  # fmt: skip
+        return
     calls = int(getattr(cs.host, "calls", 0))
     folder = cs.host.private_dir(cs.workdir / "trials" / trial.id, 0o711)
-    return Side(cs.host, folder, cs.conn_args(), cs.env(), cs.host.ids(trial.run.user), True,
-                uid, calls)  # fmt: skip
-
-
-def done(s: Side) -> None:
-    if s.remote:
-        s.host.remove_tree(s.folder)
+    try:
+        yield Side(cs.host, folder, cs.conn_args(), cs.env(), cs.host.ids(trial.run.user),
+                   True, uid, calls)  # fmt: skip
+    finally:
+        cs.host.remove_tree(folder)
 
 
 def remote_logs(s: Side, log_dir: Path, jobs: int, most: int) -> list[BinaryIO]:
