@@ -377,11 +377,20 @@ def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
 
 
+def _outputs_first(args: argparse.Namespace) -> None:
+    """A command's output names (-o, --junit) refused once its folders are open and
+    before it computes anything: write_output checks them again when it writes."""
+    for attr, what in (("output", "the report"), ("junit", "the JUnit file")):
+        if getattr(args, attr, None):
+            folders.output_target(getattr(args, attr), what)
+
+
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from . import analysis
 
     store = show.open_store(args.results)
     try:
+        _outputs_first(args)
         options = spec.report_options(store.experiment().file_text)
         baseline = dict(options.baseline)
         for item in args.baseline:
@@ -461,6 +470,7 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         ("a", [args.before, *args.more_before]), ("b", [args.after, *args.more_after]),
         ("c", args.calibration))}  # fmt: skip
     try:
+        _outputs_first(args)
         result = compare.compare(stores["a"], stores["b"], alpha, threshold, stores["c"])
     finally:
         for store in (s for side in stores.values() for s in side):
