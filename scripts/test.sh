@@ -42,7 +42,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
       tests/unit/test_design.py tests/unit/test_sysbench_parse.py tests/unit/test_shards.py
       tests/unit/test_fleet_verdicts.py tests/unit/test_pgreplay_parse.py
-      tests/unit/test_workload_line.py tests/unit/test_explain.py)
+      tests/unit/test_workload_line.py tests/unit/test_explain_rows.py)
 machine=(tests/integration/test_os.py tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/integration/test_safety.py
