@@ -4,42 +4,36 @@ here: a PgsweepError prints its message and exits with its code."""
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from . import __version__, spec
+from .cli_read import (
+    EXPORT_FORMATS,
+    EXPORT_WHAT,
+    REPORT_FORMATS,
+    cmd_compare,
+    cmd_explain,
+    cmd_export,
+    cmd_report,
+    cmd_show,
+)
+from .cli_run import cmd_merge, cmd_plan, cmd_run
 from .core import printable
 from .errors import (
-    EXIT_FAILED_TRIALS,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_REGRESSION,
     PgsweepError,
 )
-from .host import folders, journal, safefs
-from .host.blockdev import Grant
+from .host import journal
 from .outputs import show
-from .outputs.progress import ConsoleReporter
-from .plan import Shard, estimate_parts, fleet_estimate, round_spans
-from .store import Results
-
-if TYPE_CHECKING:
-    from .analysis import Analysis
-
-# The analysis modules load scipy and pyarrow (a second each): commands import them when used.
-REPORT_FORMATS = ("terminal", "markdown", "html", "json")
-EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -176,171 +170,10 @@ def _device_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _grant(args: argparse.Namespace) -> Grant:
-    if args.wipe and not args.allow_device:
-        raise PgsweepError("--wipe needs --allow-device naming the device",
-                           fix="pgsweep run FILE --allow-device /dev/DEVICE --wipe")  # fmt: skip
-    return Grant(tuple(args.allow_device), args.wipe)
-
-
 def _console() -> Console:
     # Logs and CI are not terminals: rich would assume 80 columns and crop the tables.
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
     return Console(no_color=bool(os.environ.get("NO_COLOR")), highlight=False, width=width)
-
-
-def cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from .engine import buildprep, plans
-
-    if args.noise_from is not None:  # refused before the file's checks start servers
-        Results(args.noise_from).close()
-    exp = spec.load(args.file)
-    spec.check_adaptive(exp)
-    exp.grant = _grant(args)
-    shard = _shard(args)
-    if shard is not None:
-        plans.apply_shard(exp, shard.n, shard.k if args.shard else None)
-    where = plans.preflight(exp, args.results or Path("results") / exp.name)
-    plan = plans.plan_for(exp, where)
-    from .engine import clients
-
-    client = clients.open_client(exp)  # every host reached and checked, read-only
-    if client is not None:
-        client.close()
-        exp.notes.append(f"client: host {client.name} ({client.hello.get('hostname')}) "
-                         "reached and checked: root, the same pgsweep, pgbench, the user")
-    notes = (
-        []
-        if exp.seed_given or exp.shard is not None
-        else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
-    )
-    notes += exp.notes + show.build_notes(buildprep.planned(exp))
-    costs = plans.trial_costs(exp, plan)
-    show.render_plan(plan, estimate_parts(plan, costs), console, notes)
-    if shard is not None:
-        show.render_fleet(plan, fleet_estimate(plan, costs), args.shard and shard.k, console)
-    from .analysis import planning
-
-    for line in planning.lines(exp, plan, args.noise_from):
-        console.print(line, markup=False, highlight=False)
-    if args.commands:
-        from .engine import dryrun
-
-        results = args.results or Path("results") / exp.name
-        for line in dryrun.commands(exp, plan, results, client.name if client else None):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return EXIT_OK
-
-
-def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    if args.resume and args.results is None:
-        raise PgsweepError(
-            "--resume needs --results naming the run to continue",
-            fix="pgsweep run FILE --results DIR --resume",
-        )
-    grant = _grant(args)
-    from .engine import against
-
-    # a folder this run cannot use is refused before the file's checks start servers
-    frozen = against.frozen_file(args.against) if args.against is not None else None
-    if args.results is not None:  # checked again, and resolved once, where the run writes
-        safefs.trusted_target(args.results, "the results folder")
-    exp = spec.load(args.file)
-    if frozen is not None:
-        exp = against.combine(spec.load(frozen), exp, args.against)
-    spec.check_adaptive(exp)
-    exp.grant = grant
-    if args.inventory is not None:
-        return _run_fleet(args, exp, console)
-    shard = _shard(args)
-    if shard is not None or args.group:
-        from .engine import plans
-
-        plans.apply_shard(exp, shard.n if shard else 1, shard.k if shard else None, args.group)
-    results = args.results or Path("results") / f"{exp.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    from .engine.run import run
-
-    outcome = run(exp, results, args.resume, ConsoleReporter(console))
-    if outcome.interrupted:
-        console.print(
-            f"interrupted: every finished trial is saved in {results}; the server "
-            f"was stopped and its files removed.\nresume with: pgsweep run "
-            f"{args.file} --results {results} --resume",
-            markup=False,
-        )
-        return EXIT_INTERRUPTED
-    if outcome.stopped:
-        console.print(f"adaptive rounds: stopped {outcome.stopped}", markup=False)
-    if outcome.lost:
-        console.print(f"stopped: {outcome.lost}; every finished trial is saved in {results}."
-                      f"\nresume with: pgsweep run {args.file} --results {results} --resume",
-                      markup=False)  # fmt: skip
-    store = show.open_store(results)
-    show.render_summary(store, console)
-    store.close()
-    if outcome.failed or outcome.lost:
-        console.print(f"{outcome.failed} of {outcome.total} trials failed (exit code 3)")
-        return EXIT_FAILED_TRIALS
-    return EXIT_OK
-
-
-def _shard(args: argparse.Namespace) -> Shard | None:
-    """--shard K/N (run, plan) or --shards N (plan): N groups, and K when given."""
-    if getattr(args, "shards", None) is not None:
-        if not 1 <= args.shards <= 9999:
-            raise PgsweepError(f"--shards {args.shards} is not a number of groups",
-                               fix="write e.g. --shards 3")  # fmt: skip
-        return Shard(1, args.shards)
-    return Shard.parse(args.shard) if args.shard else None
-
-
-def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console) -> int:
-    from .engine import fleet, plans
-
-    if args.shard or args.group or args.resume or args.results is None:
-        raise PgsweepError("--inventory runs every shard itself, into a new --results folder",
-                           fix="pgsweep run FILE --inventory INV --results DIR "
-                           "(without --shard, --group, --resume)")  # fmt: skip
-    wanted = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
-    plans.apply_shard(exp, max(2, len(wanted)), None)  # refuses what a fleet cannot run
-    outcome = fleet.dispatch(exp, args.inventory, wanted, args.results)
-    for line in fleet.describe(outcome):
-        console.print(line, markup=False)
-    if outcome.merged is None:
-        console.print("no group's shard came back: nothing to merge", markup=False)
-        return EXIT_FAILED_TRIALS
-    store = show.open_store(outcome.folder)
-    show.render_summary(store, console)
-    store.close()
-    bad = [g for g, why in outcome.groups.items() if why != "ok"]
-    return EXIT_FAILED_TRIALS if bad else EXIT_OK
-
-
-def cmd_merge(args: argparse.Namespace, console: Console) -> int:
-    from .store import merge
-
-    done = merge.merge(args.shards, args.results)
-    console.print(f"merged {done.shards} of {done.of} shards ({done.trials} trials) into "
-                  f"{done.folder}", markup=False)  # fmt: skip
-    if done.missing:
-        console.print(f"rounds no shard here ran: {round_spans(done.missing)} (merge again "
-                      "with their shards' folders once they are done)", markup=False)  # fmt: skip
-    store = show.open_store(done.folder)
-    show.render_summary(store, console)
-    store.close()
-    return EXIT_OK
-
-
-def cmd_show(args: argparse.Namespace, console: Console) -> int:
-    store = show.open_store(args.results)
-    if args.env:
-        show.render_environment(store, console)
-    elif args.commands:
-        show.render_commands(store, console)
-    else:
-        show.render_summary(store, console)
-    store.close()
-    return EXIT_OK
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
@@ -358,16 +191,6 @@ def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _gate_threshold(args: argparse.Namespace) -> float | None:
-    """--fail-if-slower as a fraction; --junit without it is refused before any work."""
-    if args.fail_if_slower is None:
-        if args.junit:
-            raise PgsweepError("--junit writes the gate's verdicts: it needs --fail-if-slower",
-                               fix="add e.g. --fail-if-slower 3%")  # fmt: skip
-        return None
-    return spec.parse_margin(args.fail_if_slower, "--fail-if-slower")
-
-
 def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--fail-if-slower", metavar="PCT",
@@ -375,117 +198,6 @@ def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
         "-PCT)",
     )  # fmt: skip
     parser.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML for CI")
-
-
-def _outputs_first(args: argparse.Namespace) -> None:
-    """A command's output names (-o, --junit) refused once its folders are open and
-    before it computes anything: write_output checks them again when it writes."""
-    for attr, what in (("output", "the report"), ("junit", "the JUnit file")):
-        if getattr(args, attr, None):
-            folders.output_target(getattr(args, attr), what)
-
-
-def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from . import analysis
-
-    store = show.open_store(args.results)
-    try:
-        _outputs_first(args)
-        options = spec.report_options(store.experiment().file_text)
-        baseline = dict(options.baseline)
-        for item in args.baseline:
-            name, sep, level = item.partition("=")
-            if not sep:
-                raise PgsweepError(
-                    f"--baseline {item!r} is not FACTOR=LEVEL",
-                    fix="write e.g. --baseline server.shared_buffers=128MB",
-                )
-            baseline[name] = level
-        margin = options.margin_fraction()
-        if args.margin is not None:
-            margin = spec.parse_margin(args.margin, "--margin")
-        alpha = options.alpha if args.alpha is None else _alpha(args.alpha)
-        threshold = _gate_threshold(args)
-        result = analysis.analyse(store, baseline or None, margin, alpha)
-        _render_report(args, result, store, console)
-    finally:
-        store.close()
-    if threshold is None:
-        return EXIT_OK
-    from .analysis import compare
-    from .outputs import gate as gate_out
-
-    gate = compare.within_run_gate(result, threshold)
-    if args.junit:
-        xml = gate_out.junit_xml(gate, result.baseline, str(args.results))
-        folders.write_output(args.junit, xml, "the JUnit file")
-    to_stdout = args.format == "terminal" and not args.output
-    print(gate_out.gate_line(gate), file=sys.stdout if to_stdout else sys.stderr)
-    return EXIT_REGRESSION if gate["regressions"] else EXIT_OK
-
-
-def _render_report(
-    args: argparse.Namespace, result: Analysis, store: Results, console: Console
-) -> None:
-    from .outputs import report, terminal
-
-    if args.format == "terminal" and not args.output:
-        terminal.render_terminal(result, console)
-        return
-    if args.format == "terminal":
-        buffer = io.StringIO()
-        terminal.render_terminal(result, Console(file=buffer, width=100))
-        text = buffer.getvalue()
-    elif args.format == "markdown":
-        text = report.render_markdown(result)
-    elif args.format == "json":
-        text = result.to_json() + "\n"
-    else:
-        from .outputs import html as report_html
-
-        text = report_html.render(result, store)
-    if args.output:
-        folders.write_output(args.output, text, "the report")
-        console.print(f"wrote {args.output}", markup=False)
-    else:
-        sys.stdout.write(text)
-
-
-def _alpha(value: float) -> float:
-    if not 0 < value <= 0.2:
-        raise PgsweepError(
-            f"--alpha {value} is outside (0, 0.2]",
-            fix="write e.g. --alpha 0.05, or 0.01 for a stricter report",
-        )
-    return value
-
-
-def cmd_compare(args: argparse.Namespace, console: Console) -> int:
-    from .analysis import compare
-    from .outputs import gate as gate_out
-
-    threshold = _gate_threshold(args)
-    alpha = compare.ALPHA if args.alpha is None else _alpha(args.alpha)
-    stores = {side: [show.open_store(p) for p in paths] for side, paths in (
-        ("a", [args.before, *args.more_before]), ("b", [args.after, *args.more_after]),
-        ("c", args.calibration))}  # fmt: skip
-    try:
-        _outputs_first(args)
-        result = compare.compare(stores["a"], stores["b"], alpha, threshold, stores["c"])
-    finally:
-        for store in (s for side in stores.values() for s in side):
-            store.close()
-    if args.json:
-        print(json.dumps(result, indent=1, allow_nan=False))
-    else:
-        show.render_compare(result, args.before, args.after, console)
-    if args.junit:
-        xml = gate_out.junit_xml(result, str(args.before), str(args.after))
-        folders.write_output(args.junit, xml, "the JUnit file")
-    if threshold is None:
-        return EXIT_OK
-    print(gate_out.gate_line(result), file=sys.stderr if args.json else sys.stdout)
-    return EXIT_REGRESSION if result["regressions"] else EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
@@ -515,33 +227,6 @@ def cmd_facts(args: argparse.Namespace, console: Console) -> int:
     facts = hostfacts.gather(spec.server_bindir(args.file))
     console.print(json.dumps(facts, sort_keys=True), markup=False, highlight=False,
                   soft_wrap=True)  # fmt: skip
-    return EXIT_OK
-
-
-def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    from .outputs import export
-
-    store = show.open_store(args.results)
-    out = args.output or args.results / f"{args.what}.{args.format}"
-    folders.output_target(out, "the export")  # refused before the table is computed
-    try:
-        tbl = export.table(store, args.what)
-    finally:
-        store.close()
-    folders.write_output(out, export.encode(tbl, args.format), "the export")
-    console.print(f"{out}: {tbl.num_rows} rows, {tbl.num_columns} columns", markup=False)
-    return EXIT_OK
-
-
-def cmd_explain(args: argparse.Namespace, console: Console) -> int:
-    from .outputs import explain
-
-    store = show.open_store(args.results)
-    try:
-        alpha = None if args.alpha is None else _alpha(args.alpha)
-        explain.run(store, args.config, args.against, alpha, args.json, args.all, console)
-    finally:
-        store.close()
     return EXIT_OK
 
 

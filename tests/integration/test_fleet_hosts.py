@@ -2,7 +2,8 @@
 SSH hosts on this machine (tests/sshhosts.py), and a third group whose host no one
 answers: each reachable group's host ran its shard, the shards came back merged, every
 planned trial of theirs once with its group, the unreachable group named and its rounds
-reported missing. One dispatch shows both (each dispatch costs Ansible's start-up)."""
+reported missing; then `--resume`, once the third group answers, runs only its rounds.
+One fleet shows all of it (each dispatch costs Ansible's start-up)."""
 
 from __future__ import annotations
 
@@ -56,11 +57,13 @@ def hosts() -> Iterator[list[SimHost]]:
         yield made
 
 
-def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1) -> Path:
+def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool = False
+               ) -> Path:  # fmt: skip
     """alpha on the first host, beta on hosts[beta]; gamma on beta's host name at an
-    address no host has (the same key and known_hosts: only the connection fails)."""
+    address no host has (the same key and known_hosts: only the connection fails), or at
+    beta's address once it answers again."""
     lines = []
-    gone = hosts[beta].address.rsplit(".", 1)[0] + ".99"
+    gone = hosts[beta].address if gamma_up else hosts[beta].address.rsplit(".", 1)[0] + ".99"
     for group, h, address in (("alpha", hosts[0], hosts[0].address),
                               ("beta", hosts[beta], hosts[beta].address),
                               ("gamma", hosts[beta], gone)):  # fmt: skip
@@ -105,6 +108,28 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
         assert f"{fact}@alpha" in rep.stdout and f"{fact}@beta" in rep.stdout, rep.stdout
     assert "facts_differ" not in rep.stdout
     # nothing left: the hosts' work folders (their /tmp is this machine's) and ours
+    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
+
+    # gamma answers again: --resume dispatches its rounds only; alpha's and beta's trials
+    # are kept as they ran (not run again, not copied twice)
+    up = _inventory(tmp_path, hosts, gamma_up=True)
+    again = pgsweep("run", str(path), "--inventory", str(up), "--results", str(out), "--resume")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "alpha: ok (kept" in again.stdout and "gamma: ok\n" in again.stdout, again.stdout
+    after = trials(out)
+    assert sorted(r["id"] for r in after) == sorted(order)
+    assert {r["round"]: r["host_group"] for r in after} == {1: "alpha", 2: "alpha", 3: "beta",
+                                                            4: "beta", 5: "gamma", 6: "gamma"}
+    kept = {r["id"]: r["started_at"] for r in rows}
+    assert {r["id"]: r["started_at"] for r in after if r["id"] in kept} == kept
+    rep = pgsweep("show", str(out), "--env")
+    assert "host@gamma" in rep.stdout and "usable_cpus@gamma" in rep.stdout, rep.stdout
+    # a third --resume has nothing to dispatch, and another file is refused
+    same = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out), "--resume")
+    assert same.returncode == 0 and "gamma: ok (kept" in same.stdout, same.stderr + same.stdout
+    other = write_experiment(tmp_path, BODY.replace("seed = 9", "seed = 10"), "other.toml")
+    bad = pgsweep("run", str(other), "--inventory", str(inv), "--results", str(out), "--resume")
+    assert bad.returncode == 2 and "changed since this fleet started" in bad.stderr, bad.stderr
     assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
 
 

@@ -30,13 +30,12 @@ from typing import Any
 from .. import __version__
 from ..collect import hostfacts
 from ..errors import PgsweepError
-from ..host import safefs
 from ..host.api import scratch_path
 from ..host.local import LOCAL
 from ..plan import round_spans, shard_rounds
 from ..spec import Experiment
 from ..store import merge
-from ..store.db import Store
+from . import fleet_folder
 
 RESERVED = ("all", "ungrouped")
 SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
@@ -48,6 +47,7 @@ class FleetOutcome:
     groups: dict[str, str]  # group -> "ok", or why its rounds are missing
     missing: list[int] = field(default_factory=list)
     merged: merge.Merged | None = None
+    kept: list[str] = field(default_factory=list)  # groups done before this --resume
 
 
 def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -> dict[str, str]:
@@ -154,10 +154,16 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     }]  # fmt: skip
 
 
-def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path) -> FleetOutcome:
+def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
+             resume: bool = False) -> FleetOutcome:  # fmt: skip
     """Ask every group's host for its facts, refuse groups that differ; run every
-    reachable group's shard at once through Ansible, fetch them, merge them."""
-    results = safefs.trusted_target(results, "the fleet's results folder")
+    reachable group's shard at once through Ansible, fetch them, merge them. With
+    `resume`, only the groups whose shard did not come back last time."""
+    if resume:
+        results, ledger = fleet_folder.reopen(results, exp, wanted)
+        wanted = ledger.groups
+    else:
+        results = fleet_folder.new_target(results)
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
         hosts = groups(exp, inventory, wanted, scratch)
@@ -166,29 +172,44 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path)
             raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
                                where=exp.source.where("repeat", "rounds"),
                                fix=f"rounds = {2 * n} (two per group)")  # fmt: skip
-        facts, status = _host_facts(exp, hosts, inventory, scratch)
-        _refuse_differences(exp, facts, inventory)
-        reachable = [g for g in hosts if g not in status]
-        fetched = LOCAL.private_dir(scratch / "shards")
-        shards = {h: {"k": f"{k}/{n}", "group": g} for k, (g, h) in enumerate(hosts.items(), 1)}
+        todo = ledger.missing() if resume else list(hosts)
+        facts, status = (_host_facts(exp, {g: hosts[g] for g in todo}, inventory, scratch)
+                         if todo else ({}, {}))  # fmt: skip
+        _refuse_differences(exp, (ledger.facts if resume else {}) | facts, inventory)
+        if not resume:
+            ledger = fleet_folder.start(results, exp, list(hosts))
+        ledger.facts |= facts
+        reachable = [g for g in todo if g not in status]
         if reachable:
-            project = _project(scratch / "run", exp, "fleet.json", _playbook(reachable, fetched))
-            LOCAL.private_dir(project / "env")
-            LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
-            rc = _runner(project, "fleet.json", inventory, scratch)
-            status |= _status(project, {g: hosts[g] for g in reachable}, fetched, rc)
-        status = {g: status[g] for g in hosts}
-        done = [fetched / g for g, why in status.items() if why == "ok"]
-        outcome = FleetOutcome(results, status)
-        if done:
-            outcome.merged = merge.merge(done, results)
-            _keep_facts(results, facts, exp.hosts_may_differ)
-        ran = {r for k, g in enumerate(hosts, 1) if status[g] == "ok"
+            status |= _run_shards(exp, {g: hosts[g] for g in reachable}, ledger, inventory,
+                                  results, scratch)  # fmt: skip
+        ledger.status |= status
+        fleet_folder.save(results, ledger)
+        outcome = FleetOutcome(results, {g: ledger.status[g] for g in ledger.groups},
+                               kept=[g for g in ledger.groups if g not in todo])  # fmt: skip
+        if reachable:
+            outcome.merged = fleet_folder.remerge(results, ledger)
+        ran = {r for k, g in enumerate(ledger.groups, 1) if ledger.status[g] == "ok"
                for r in shard_rounds(exp.rounds, n)[k - 1]}  # fmt: skip
         outcome.missing = [r for r in range(1, exp.rounds + 1) if r not in ran]
         return outcome
     finally:
         LOCAL.remove_tree(scratch)
+
+
+def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Ledger,
+                inventory: Path, results: Path, scratch: Path) -> dict[str, str]:  # fmt: skip
+    """Each group's shard (its K/N from the ledger) on its host, all at once; the shard
+    folders come back into the fleet folder's shards/. Group -> "ok" or why not."""
+    fetched = results / fleet_folder.SHARDS
+    for g in hosts:  # what a shard that failed last time left
+        LOCAL.remove_tree(fleet_folder.shard_folder(results, g))
+    shards = {h: {"k": ledger.shard(g), "group": g} for g, h in hosts.items()}
+    project = _project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
+    LOCAL.private_dir(project / "env")
+    LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
+    rc = _runner(project, "fleet.json", inventory, scratch)
+    return _status(project, hosts, fetched, rc)
 
 
 def _project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, Any]]) -> Path:
@@ -243,22 +264,6 @@ def _refuse_differences(exp: Experiment, facts: dict[str, dict[str, str]],
         )  # fmt: skip
 
 
-def _keep_facts(results: Path, facts: dict[str, dict[str, str]], allowed: tuple[str, ...]
-                ) -> None:  # fmt: skip
-    """Each group's facts in the fleet folder (scope "hostfacts"), and the allowed facts
-    that differ under "fleet" for the report."""
-    store = Store(results / "results.db")
-    try:
-        store.save_environment("hostfacts", {f"{fact}@{g}": v for g, f_ in facts.items()
-                                             for fact, v in f_.items()})  # fmt: skip
-        differ = hostfacts.differences(facts, ())
-        if differ:
-            store.save_environment("fleet", {"facts_differ": " | ".join(
-                hostfacts.describe(differ))})  # fmt: skip
-    finally:
-        store.close()
-
-
 def _events(project: Path, ident: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """ansible-runner's job events of one run, in order: (event, event_data)."""
     events = project / "artifacts" / ident / "job_events"
@@ -287,7 +292,8 @@ def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dic
 
 
 def describe(outcome: FleetOutcome) -> list[str]:
-    lines = [f"{g}: {why}" for g, why in outcome.groups.items()]
+    lines = [f"{g}: {why}" + (" (kept: it ran before this --resume)" if g in outcome.kept
+                              else "") for g, why in outcome.groups.items()]  # fmt: skip
     if outcome.missing:
         lines.append(f"rounds missing (their group failed): {round_spans(outcome.missing)}")
     return lines

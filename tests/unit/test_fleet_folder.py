@@ -1,0 +1,81 @@
+"""The fleet folder's ledger (engine.fleet_folder): what `run --inventory --resume` reads
+back, and what it refuses before it contacts any host. The real dispatch and resume are
+in tests/integration/test_fleet_hosts.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import write_experiment
+from pgsweep import spec
+from pgsweep.engine import fleet_folder
+from pgsweep.errors import PgsweepError
+
+BODY = """
+[experiment]
+name = "ledger"
+seed = 3
+[factors]
+server.synchronous_commit = ["on", "off"]
+[repeat]
+rounds = 6
+"""
+
+
+def _fleet(tmp_path: Path) -> tuple[spec.Experiment, Path]:
+    exp = spec.load(write_experiment(tmp_path, BODY))
+    out = fleet_folder.new_target(tmp_path / "fleet")
+    ledger = fleet_folder.start(out, exp, ["alpha", "beta", "gamma"])
+    ledger.status = {"alpha": "ok", "beta": "ok", "gamma": "fleet: UNREACHABLE"}
+    ledger.facts = {"alpha": {"kernel": "6.1"}, "beta": {"kernel": "6.1"}}
+    fleet_folder.save(out, ledger)
+    return exp, out
+
+
+def test_the_ledger_reads_back_with_the_missing_group_and_its_shard(tmp_path: Path) -> None:
+    exp, out = _fleet(tmp_path)
+    assert os.stat(out).st_mode & 0o777 == 0o700
+    assert os.stat(out / "fleet.json").st_mode & 0o777 == 0o600
+    folder, ledger = fleet_folder.reopen(out, exp, [])
+    assert folder == out and ledger.missing() == ["gamma"]
+    assert [ledger.shard(g) for g in ledger.groups] == ["1/3", "2/3", "3/3"]
+    assert ledger.facts["beta"] == {"kernel": "6.1"}
+    # no shard came back yet: nothing to merge, and the folder is left as it was
+    ledger.status = {}
+    assert fleet_folder.remerge(out, ledger) is None
+    assert sorted(p.name for p in out.iterdir()) == ["fleet.json", "shards"]
+
+
+def test_a_new_fleet_refuses_a_folder_that_holds_anything(tmp_path: Path) -> None:
+    _, out = _fleet(tmp_path)
+    with pytest.raises(PgsweepError, match="not a new or empty folder") as e:
+        fleet_folder.new_target(out)
+    assert "--resume" in str(e.value.fix)
+
+
+@pytest.mark.parametrize("change", ["file", "groups", "damaged", "none", "link"])
+def test_resume_refuses_what_is_not_this_fleet(tmp_path: Path, change: str) -> None:
+    exp, out = _fleet(tmp_path)
+    wanted: list[str] = []
+    expect = {"file": "experiment file changed since this fleet started",
+              "groups": "this fleet runs the groups alpha, beta, gamma, not alpha, beta",
+              "damaged": "fleet.json is damaged", "none": "holds no fleet.json",
+              "link": "symbolic link"}[change]  # fmt: skip
+    if change == "file":
+        exp = spec.load(write_experiment(tmp_path, BODY.replace("seed = 3", "seed = 4"), "b.toml"))
+    elif change == "groups":
+        wanted = ["alpha", "beta"]
+    elif change == "damaged":
+        (out / "fleet.json").write_text(json.dumps({"groups": ["alpha"]}))
+    elif change == "none":
+        (out / "fleet.json").unlink()
+    else:  # another file planted where the ledger was: never followed
+        (tmp_path / "elsewhere.json").write_text((out / "fleet.json").read_text())
+        (out / "fleet.json").unlink()
+        (out / "fleet.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(PgsweepError, match=expect):
+        fleet_folder.reopen(out, exp, wanted)
