@@ -6,6 +6,7 @@ must show that mechanism in its top lines, from figures stored per trial."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 from pathlib import Path
@@ -28,6 +29,8 @@ clients = 2
 jobs = 2
 duration = "2s"
 warmup = "0s"
+[server]
+shared_preload_libraries = "pg_stat_statements"  # top statements too
 [repeat]
 rounds = {ROUNDS}
 [factors]
@@ -88,6 +91,29 @@ def test_every_trial_stores_its_waits_and_cpu_by_process_type(results: Path) -> 
     on = [v for t, v in syncs.items() if config[t] == "c01"]
     off = [v for t, v in syncs.items() if config[t] == "c02"]
     assert min(on) > 0.5 and max(off) < 0.2, (on, off)  # a flush per commit, or not
+
+
+@requires_pg
+def test_top_statements_are_the_workloads_with_a_call_per_transaction(results: Path) -> None:
+    """pg_stat_statements, preloaded by the file: each trial keeps pgbench's statements
+    with their text, none of pgsweep's own sessions (their sampling and snapshots), and
+    each of tpcb-like's updates ran once per transaction of the window."""
+    tx = dict(_rows(results, "SELECT id, transactions FROM trial WHERE status = 'ok'"))
+    calls = _rows(results, "SELECT trial_id, name, value FROM counter "
+                           "WHERE name LIKE 'pg.stmt.%.calls'")  # fmt: skip
+    for tid, n in tx.items():
+        gz = _rows(results, f"SELECT gz FROM artifact WHERE trial_id = '{tid}' "
+                            "AND name = 'statements.tsv'")  # fmt: skip
+        text = dict(line.split("\t", 1) for line in gzip.decompress(gz[0][0]).decode()
+                    .splitlines())  # fmt: skip
+        assert 1 <= len(text) <= 5, text
+        assert not [t for t in text.values() if "pg_stat" in t or "pg_current" in t], text
+        update = next(h for h, t in text.items() if t.startswith("UPDATE pgbench_accounts"))
+        mine = {name.split(".")[2]: v for t, name, v in calls if t == tid}
+        assert abs(mine[update] - n) <= 2, (tid, n, mine[update])  # pgbench's 2 clients
+    res = pgsweep("explain", str(results), "--config", "c02", "--all")
+    rows = [r for r in res.stdout.splitlines() if r.startswith("`UPDATE pgbench_accounts SET")]
+    assert any("`: ms / call" in r for r in rows), res.stdout
 
 
 @requires_pg

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..collect import statements as stmts
 from ..collect.processes import TICKS_PER_S
 from ..store import Results
 
@@ -79,6 +80,7 @@ def per_trial(results: Results) -> tuple[dict[str, dict[str, float]], dict[str, 
             for key in values[tid]:
                 if not key.startswith("wait."):
                     steps.setdefault(key, []).append(1 / tx[tid])  # one count
+    _statements(results, counters, trials, values, known, steps)
     for tid, per in counters.items():  # pg_stat_io keeps only non-zero cells: 0 where unseen
         if tid in trials and any(k.startswith("pg.io.") for k in per):
             for key in (k for k in known if k.startswith("pg.io.")):
@@ -137,6 +139,48 @@ def _waits(results: Results, values: dict[str, dict[str, float]], known: dict[st
             backend = key.split(".", 2)[1]
             if key.startswith("wait.") and backend in types:
                 values[tid].setdefault(key, 0.0)
+
+
+# a statement's figures per call -> words, unit (collect.statements); rows and blocks hit
+# are left to the export: each of these is one more member of the panel's family
+STATEMENT = (("exec_ms", "ms / call", "ms"), ("blks_read", "blocks read / call", "blocks"),
+             ("blks_dirtied", "blocks dirtied / call", "blocks"))  # fmt: skip
+STATEMENT_SHARE = 0.05  # a statement under 5% of the statements' time in every trial: left out
+
+
+def _statements(results: Results, counters: Mapping[str, Mapping[str, float]],
+                trials: Mapping[str, object], values: dict[str, dict[str, float]],
+                known: dict[str, Metric], steps: dict[str, list[float]]) -> None:  # fmt: skip
+    """Each top statement's figures per call (pg_stat_statements, where the server
+    preloads it), labelled by its text as the trial's artifact holds it."""
+    start = "pg." + stmts.PREFIX
+    chosen: set[str] = set()
+    for tid, per in counters.items():
+        times = {k[len(start):].split(".")[0]: v for k, v in per.items()
+                 if k.startswith(start) and k.endswith(".exec_ms")}  # fmt: skip
+        total = sum(times.values())
+        if tid in trials and total > 0:
+            chosen |= {h for h, v in times.items() if v >= STATEMENT_SHARE * total}
+    if not chosen:
+        return
+    text: dict[str, str] = {}
+    for tid, per in counters.items():
+        if tid in trials and {h for h in chosen if f"{start}{h}.calls" in per} - set(text):
+            text |= stmts.parse(results.artifact(tid, stmts.ARTIFACT) or b"")
+    for tid, per in counters.items():
+        for h in chosen:
+            calls = per.get(f"{start}{h}.calls", 0.0)
+            if tid not in trials or calls <= 0:
+                continue
+            for name, words, unit in STATEMENT:
+                key = f"stmt.{h}.{name}"
+                known[key] = Metric(key, f"`{_short(text.get(h, h))}`: {words}", unit, PER_TX)
+                values[tid][key] = per.get(f"{start}{h}.{name}", 0.0) / calls
+                steps.setdefault(key, []).append((0.001 if name == "exec_ms" else 1) / calls)
+
+
+def _short(query: str, width: int = 48) -> str:
+    return query if len(query) <= width else query[: width - 1] + "…"
 
 
 def _counters(per: Mapping[str, float], tx: float, out: dict[str, float],

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host.api import Host
+from . import statements as stmts
 
 # /proc/diskstats fields after major, minor, name (Documentation/admin-guide/iostats.rst)
 _DISK_FIELDS = (
@@ -78,9 +79,12 @@ def zfs_arc(host: Host, path: Path = Path("/proc/spl/kstat/zfs/arcstats")) -> di
     return out
 
 
-def postgres(conn: Any, major: int) -> dict[str, float]:
+def postgres(conn: Any, major: int, statements: bool = True) -> dict[str, float]:
     """WAL, checkpoint, buffer and database counters. PostgreSQL 17 moved the checkpointer's
-    counters from pg_stat_bgwriter to pg_stat_checkpointer."""
+    counters from pg_stat_bgwriter to pg_stat_checkpointer. With `statements`, first those
+    of pg_stat_statements where the server preloads it (collect.statements: making the
+    extension writes WAL, before this snapshot's WAL position)."""
+    out: dict[str, float] = stmts.snapshot(conn, major) if statements else {}
     queries = [
         ("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS wal_lsn_bytes", None),
         (
@@ -113,7 +117,6 @@ def postgres(conn: Any, major: int) -> dict[str, float]:
         queries.append(("SELECT wal_write, wal_sync FROM pg_stat_wal", None))
     if major >= 15:  # this session's pending counts first (a closing snapshot sees all)
         conn.execute("SELECT pg_stat_force_next_flush()")
-    out: dict[str, float] = {}
     for sql, since in queries:
         if since is not None and major < since:
             continue
@@ -157,7 +160,7 @@ def _has_op_bytes(conn: Any) -> bool:
 
 # counters a snapshot holds only while they are not 0 (pg_stat_io's cells): a name missing
 # from the first snapshot counted 0 then
-SPARSE = ("pg.io.",)
+SPARSE = ("pg.io.", "pg." + stmts.PREFIX)  # a statement first run in the window: 0 before
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..collect import counters, devices, environment, metrics, txlog
+from ..collect import counters, devices, environment, metrics, statements, txlog
 from ..host import bounded, proc, safefs
 from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
@@ -74,7 +74,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
         server.dirty = True  # from here on, even if the trial fails
     before = snapshot(trial)
     res = _watched(argv, folder / "pgbench", trial, record, w.seconds, where)
-    record.counters = counters.delta(before, snapshot(trial))
+    close_window(trial, before, record)
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
     mem.update(sides.client_figures(trial, where))
     if cgroup is not None:
@@ -268,6 +268,16 @@ COUNTED_PER_SECOND = ("tps", "failed", "skipped")
 
 def _unsampled(second: dict[str, float], rate: float) -> dict[str, float]:
     return {k: v / rate if k in COUNTED_PER_SECOND else v for k, v in second.items()}
+
+
+def close_window(trial: TrialContext, before: dict[str, float], record: TrialRecord) -> None:
+    """The window's counter deltas, its top statements' with their text (collect.statements)."""
+    record.counters = statements.top(counters.delta(before, snapshot(trial)))
+    wanted = statements.hashes(record.counters)
+    if wanted:
+        with trial.cluster.connect() as conn:
+            record.artifacts[statements.ARTIFACT] = statements.texts(
+                conn, trial.server.binaries.major, wanted)
 
 
 def snapshot(trial: TrialContext) -> dict[str, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..collect import counters, environment, metrics
+from ..collect import environment, metrics
 from ..host import bounded
 from ..layers.context import TrialContext, TrialFailure
 from ..layers.workload_tools import program
@@ -43,7 +43,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     # a replay behind its schedule is a finding (lag_max_s), not a hang: room for 3x its span
     res = common._watched(argv, where.folder / "pgreplay", trial, record, replay.seconds * 3,
                           where)  # fmt: skip
-    record.counters = counters.delta(before, common.snapshot(trial))
+    common.close_window(trial, before, record)
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
     budget = bounded.Budget(common.OUTPUT_BUDGET, "a trial's pgreplay output")
     out, err = common._outputs(res, "pgreplay", budget, record, where)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..collect import counters, environment, metrics
+from ..collect import environment, metrics
 from ..host import bounded
 from ..layers.context import TrialContext, TrialFailure
 from ..layers.workload_tools import program
@@ -50,7 +50,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
         server.dirty = True  # from here on, even if the trial fails
     before = common.snapshot(trial)
     res = common._watched(argv, folder / "sysbench", trial, record, w.seconds, where)
-    record.counters = counters.delta(before, common.snapshot(trial))
+    common.close_window(trial, before, record)
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
     if trial.demand.cgroup is not None:
         mem.update(metrics.cgroup_memory(trial.demand.cgroup))

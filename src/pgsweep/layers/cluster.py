@@ -422,6 +422,6 @@ def _load_with(cluster: Cluster, argv: list[str], timeout: float, pool: list[str
 def _load_snapshot(cluster: Cluster, devs: list[str]) -> dict[str, float]:
     snap = {f"disk.{k}": v for k, v in counters.diskstats(cluster.host, devs).items()}
     with cluster.connect() as conn:
-        pg = counters.postgres(conn, cluster.binaries.major)
+        pg = counters.postgres(conn, cluster.binaries.major, statements=False)
     snap.update({f"pg.{k}": v for k, v in pg.items()})
     return snap

@@ -42,8 +42,11 @@ ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
 HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
 SCRAM = re.compile(r"SCRAM-SHA-256\$\d+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+")
+# pgsweep's own sessions: no timeout or read-only level of the experiment applies to them,
+# and pg_stat_statements (where a level preloads it) does not count their queries
 OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0"
-               " -c idle_session_timeout=0 -c default_transaction_read_only=off")  # fmt: skip
+               " -c idle_session_timeout=0 -c default_transaction_read_only=off"
+               " -c pg_stat_statements.track=none")  # fmt: skip
 
 
 @dataclass(frozen=True)
