@@ -46,7 +46,7 @@ warmup = "0s"
 [factors]
 server.synchronous_commit = ["on", "off"]
 [repeat]
-rounds = 6
+rounds = 3  # a round per group: the rounds and groups are what is checked here
 """
 
 
@@ -90,15 +90,14 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     assert res.returncode == 3, res.stderr + res.stdout  # some rounds are missing
     assert "alpha: ok" in res.stdout and "beta: ok" in res.stdout
     assert re.search(r"gamma: .*(unreachable|ssh)", res.stdout, re.I | re.S), res.stdout
-    assert "rounds missing (their group failed): 5-6" in res.stdout
+    assert "rounds missing (their group failed): 3" in res.stdout
     plan = pgsweep("plan", str(path), "--shards", "3")
     order = re.search(r"run order: (.*)", plan.stdout).group(1).split()  # type: ignore[union-attr]
     rows = trials(out)
     # every planned trial of the reachable groups, once, and none of gamma's
-    mine = [t for t in order if int(t.split("-")[0][1:]) <= 4]  # r1-c01 .. r4-c02
+    mine = [t for t in order if int(t.split("-")[0][1:]) <= 2]  # r1-c01 .. r2-c02
     assert sorted(r["id"] for r in rows) == sorted(mine)
-    assert {r["round"]: r["host_group"] for r in rows} == {1: "alpha", 2: "alpha",
-                                                           3: "beta", 4: "beta"}  # fmt: skip
+    assert {r["round"]: r["host_group"] for r in rows} == {1: "alpha", 2: "beta"}
     # each shard ran on its own host: the host facts name that host's hostname
     rep = pgsweep("show", str(out), "--env")
     assert "host@alpha" in rep.stdout and "host@beta" in rep.stdout
@@ -118,8 +117,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     assert "alpha: ok (kept" in again.stdout and "gamma: ok\n" in again.stdout, again.stdout
     after = trials(out)
     assert sorted(r["id"] for r in after) == sorted(order)
-    assert {r["round"]: r["host_group"] for r in after} == {1: "alpha", 2: "alpha", 3: "beta",
-                                                            4: "beta", 5: "gamma", 6: "gamma"}
+    assert {r["round"]: r["host_group"] for r in after} == {1: "alpha", 2: "beta", 3: "gamma"}
     kept = {r["id"]: r["started_at"] for r in rows}
     assert {r["id"]: r["started_at"] for r in after if r["id"] in kept} == kept
     rep = pgsweep("show", str(out), "--env")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,13 @@ rounds = 6
 """
 
 
-def _fleet(tmp_path: Path) -> tuple[spec.Experiment, Path]:
-    exp = spec.load(write_experiment(tmp_path, BODY))
+@pytest.fixture(scope="module")
+def exp(tmp_path_factory: pytest.TempPathFactory) -> spec.Experiment:
+    """Loaded once: loading looks at the installed PostgreSQL (a second or two)."""
+    return spec.load(write_experiment(tmp_path_factory.mktemp("ledger"), BODY))
+
+
+def _fleet(tmp_path: Path, exp: spec.Experiment) -> tuple[spec.Experiment, Path]:
     out = fleet_folder.new_target(tmp_path / "fleet")
     ledger = fleet_folder.start(out, exp, ["alpha", "beta", "gamma"])
     ledger.status = {"alpha": "ok", "beta": "ok", "gamma": "fleet: UNREACHABLE"}
@@ -36,8 +42,10 @@ def _fleet(tmp_path: Path) -> tuple[spec.Experiment, Path]:
     return exp, out
 
 
-def test_the_ledger_reads_back_with_the_missing_group_and_its_shard(tmp_path: Path) -> None:
-    exp, out = _fleet(tmp_path)
+def test_the_ledger_reads_back_with_the_missing_group_and_its_shard(
+    tmp_path: Path, exp: spec.Experiment
+) -> None:
+    exp, out = _fleet(tmp_path, exp)
     assert os.stat(out).st_mode & 0o777 == 0o700
     assert os.stat(out / "fleet.json").st_mode & 0o777 == 0o600
     folder, ledger = fleet_folder.reopen(out, exp, [])
@@ -50,23 +58,27 @@ def test_the_ledger_reads_back_with_the_missing_group_and_its_shard(tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["fleet.json", "shards"]
 
 
-def test_a_new_fleet_refuses_a_folder_that_holds_anything(tmp_path: Path) -> None:
-    _, out = _fleet(tmp_path)
+def test_a_new_fleet_refuses_a_folder_that_holds_anything(
+    tmp_path: Path, exp: spec.Experiment
+) -> None:
+    _, out = _fleet(tmp_path, exp)
     with pytest.raises(PgsweepError, match="not a new or empty folder") as e:
         fleet_folder.new_target(out)
     assert "--resume" in str(e.value.fix)
 
 
 @pytest.mark.parametrize("change", ["file", "groups", "damaged", "none", "link"])
-def test_resume_refuses_what_is_not_this_fleet(tmp_path: Path, change: str) -> None:
-    exp, out = _fleet(tmp_path)
+def test_resume_refuses_what_is_not_this_fleet(
+    tmp_path: Path, exp: spec.Experiment, change: str
+) -> None:
+    exp, out = _fleet(tmp_path, exp)
     wanted: list[str] = []
     expect = {"file": "experiment file changed since this fleet started",
               "groups": "this fleet runs the groups alpha, beta, gamma, not alpha, beta",
               "damaged": "fleet.json is damaged", "none": "holds no fleet.json",
               "link": "symbolic link"}[change]  # fmt: skip
-    if change == "file":
-        exp = spec.load(write_experiment(tmp_path, BODY.replace("seed = 3", "seed = 4"), "b.toml"))
+    if change == "file":  # the same file but for its text
+        exp = replace(exp, source=replace(exp.source, text=exp.source.text + "# changed\n"))
     elif change == "groups":
         wanted = ["alpha", "beta"]
     elif change == "damaged":
