@@ -21,6 +21,7 @@ from .cli_read import (
     cmd_compare,
     cmd_explain,
     cmd_export,
+    cmd_progress,
     cmd_report,
     cmd_show,
 )
@@ -94,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     sf = sub.add_parser("facts", help="this machine's facts a fleet compares between its "
                         "groups, as JSON (changes nothing)")  # fmt: skip
     sf.add_argument("file", type=Path, help="the experiment file (its PostgreSQL server)")
+    sg = sub.add_parser("progress", help="how far the run writing a results folder is: trials "
+                        "done, ETA, whether it still runs here (changes nothing)")  # fmt: skip
+    sg.add_argument("results", type=Path)
+    sg.add_argument("--json", action="store_true", help="one JSON object (a fleet asks this)")
     sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
                    "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
@@ -267,6 +272,7 @@ COMMANDS = {
     "restore": cmd_cleanup,
     "doctor": cmd_doctor,
     "facts": cmd_facts,
+    "progress": cmd_progress,
     "agent": cmd_agent,
     "export": cmd_export,
     "explain": cmd_explain,

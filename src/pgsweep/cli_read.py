@@ -188,3 +188,12 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def cmd_progress(args: argparse.Namespace, console: Console) -> int:
+    from .engine import watch
+
+    p = watch.progress(args.results)
+    text = watch.as_json(p) if args.json else watch.line(p)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK

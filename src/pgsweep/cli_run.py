@@ -19,7 +19,7 @@ from .errors import (
 from .host import safefs
 from .host.blockdev import Grant
 from .outputs import show
-from .outputs.progress import ConsoleReporter
+from .outputs.progress import ConsoleReporter, FleetProgress
 from .plan import Shard, estimate_parts, fleet_estimate, round_spans
 from .store import Results
 
@@ -145,7 +145,12 @@ def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console)
                            "(without --shard, --group)")  # fmt: skip
     wanted = [g.strip() for g in (args.groups or "").split(",") if g.strip()]
     plans.apply_shard(exp, max(2, len(wanted)), None)  # refuses what a fleet cannot run
-    outcome = fleet.dispatch(exp, args.inventory, wanted, args.results, args.resume)
+    shown = FleetProgress(console)
+    try:
+        outcome = fleet.dispatch(exp, args.inventory, wanted, args.results, args.resume,
+                                 shown.update)  # fmt: skip
+    finally:
+        shown.finished()
     for line in fleet.describe(outcome):
         console.print(line, markup=False)
     bad = [g for g, why in outcome.groups.items() if why != "ok"]

@@ -91,6 +91,10 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     assert "alpha: ok" in res.stdout and "beta: ok" in res.stdout
     assert re.search(r"gamma: .*(unreachable|ssh)", res.stdout, re.I | re.S), res.stdout
     assert "rounds missing (their group failed): 3" in res.stdout
+    # each host was asked how far its shard was while it ran (pgsweep progress, a line
+    # whenever a count moved): the last line has both groups' trials done
+    moves = [line for line in res.stdout.splitlines() if line.startswith("progress: ")]
+    assert moves and moves[-1] == "progress: alpha 2/2, beta 2/2", res.stdout
     plan = pgsweep("plan", str(path), "--shards", "3")
     order = re.search(r"run order: (.*)", plan.stdout).group(1).split()  # type: ignore[union-attr]
     rows = trials(out)
@@ -115,6 +119,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     again = pgsweep("run", str(path), "--inventory", str(up), "--results", str(out), "--resume")
     assert again.returncode == 0, again.stderr + again.stdout
     assert "alpha: ok (kept" in again.stdout and "gamma: ok\n" in again.stdout, again.stdout
+    assert "progress: gamma 2/2\n" in again.stdout and "progress: alpha" not in again.stdout
     after = trials(out)
     assert sorted(r["id"] for r in after) == sorted(order)
     assert {r["round"]: r["host_group"] for r in after} == {1: "alpha", 2: "beta", 3: "gamma"}

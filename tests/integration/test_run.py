@@ -228,9 +228,15 @@ def _interrupt_mid_trial(
     results = tmp_path / "res"
     run = _start(path, results)
     _wait_for_trials(results, 1)
+    # `pgsweep progress` from beside it: one of two trials done, an ETA, still running
+    seen = json.loads(pgsweep("progress", str(results), "--json").stdout)
+    assert (seen["done"], seen["total"], seen["running"]) == (1, 2, True), seen
+    assert seen["eta_s"] is not None and seen["eta_s"] >= 0, seen
     time.sleep(1.5)  # inside the next trial's pgbench run
     run.send_signal(sig)
     out, err = run.communicate(timeout=60)
+    after = pgsweep("progress", str(results)).stdout
+    assert after.strip() == "1/2 trials, not running", after
     return path, results, run, out, err
 
 

@@ -35,7 +35,7 @@ from ..host.local import LOCAL
 from ..plan import round_spans, shard_rounds
 from ..spec import Experiment
 from ..store import merge
-from . import fleet_folder
+from . import fleet_folder, fleet_progress
 
 RESERVED = ("all", "ungrouped")
 SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
@@ -144,8 +144,22 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
             {"name": "shard", "command": {"argv": [
                 bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
                 "--group", shard["group"], "--results", "{{ work.path }}/results"]},
-             "async": int(SHARD_TIMEOUT), "poll": 5, "register": "ran",
-             "failed_when": "ran.rc not in [0, 3]"},  # 3: some trials failed, kept
+             "async": int(SHARD_TIMEOUT), "poll": 0, "register": "job"},
+            # asked until the shard's process is gone (twice at least: it may not show at
+            # once); each answer is a job event engine.fleet_progress reads
+            {"name": fleet_progress.TASK, "command": {"argv": [
+                bin_, "progress", "{{ work.path }}/results", "--json"]},
+             "register": "seen", "changed_when": False, "failed_when": False,
+             "until": "seen.rc != 0 or (not (seen.stdout | from_json).running "
+                      "and seen.attempts > 1)",
+             "retries": int(SHARD_TIMEOUT) // fleet_progress.PROGRESS_S,
+             "delay": fleet_progress.PROGRESS_S},
+            {"name": "shard done", "async_status": {"jid": "{{ job.ansible_job_id }}"},
+             # at once once the process is gone (the loop above ends there)
+             "register": "ran", "until": "ran.finished", "delay": 2,
+             "retries": int(SHARD_TIMEOUT) // 2,
+             # 3: some trials failed, kept
+             "failed_when": "ran.finished and ran.rc not in [0, 3]"},
             {"name": "fetch", "fetch": {"src": "{{ work.path }}/results/{{ item }}",
                                         "dest": f"{fetched}/{shard['group']}/", "flat": True},
              "loop": ["experiment.toml", "plan.json", "results.db"]},
@@ -155,7 +169,8 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
 
 
 def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
-             resume: bool = False) -> FleetOutcome:  # fmt: skip
+             resume: bool = False, report: fleet_progress.Report | None = None
+             ) -> FleetOutcome:  # fmt: skip
     """Ask every group's host for its facts, refuse groups that differ; run every
     reachable group's shard at once through Ansible, fetch them, merge them. With
     `resume`, only the groups whose shard did not come back last time."""
@@ -182,7 +197,7 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         reachable = [g for g in todo if g not in status]
         if reachable:
             status |= _run_shards(exp, {g: hosts[g] for g in reachable}, ledger, inventory,
-                                  results, scratch)  # fmt: skip
+                                  results, scratch, report)  # fmt: skip
         ledger.status |= status
         fleet_folder.save(results, ledger)
         outcome = FleetOutcome(results, {g: ledger.status[g] for g in ledger.groups},
@@ -198,7 +213,8 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
 
 
 def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Ledger,
-                inventory: Path, results: Path, scratch: Path) -> dict[str, str]:  # fmt: skip
+                inventory: Path, results: Path, scratch: Path,
+                report: fleet_progress.Report | None) -> dict[str, str]:  # fmt: skip
     """Each group's shard (its K/N from the ledger) on its host, all at once; the shard
     folders come back into the fleet folder's shards/. Group -> "ok" or why not."""
     fetched = results / fleet_folder.SHARDS
@@ -208,7 +224,11 @@ def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Led
     project = _project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
     LOCAL.private_dir(project / "env")
     LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
-    rc = _runner(project, "fleet.json", inventory, scratch)
+    watch = None
+    if report is not None:
+        events = project / "artifacts" / "fleet" / "job_events"
+        watch = fleet_progress.EventWatcher(events, {h: g for g, h in hosts.items()}, report)
+    rc = _runner(project, "fleet.json", inventory, scratch, watch)
     return _status(project, hosts, fetched, rc)
 
 
@@ -221,11 +241,19 @@ def _project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, 
     return project
 
 
-def _runner(project: Path, playbook: str, inventory: Path, scratch: Path) -> int:
+def _runner(project: Path, playbook: str, inventory: Path, scratch: Path,
+            watch: fleet_progress.EventWatcher | None = None) -> int:  # fmt: skip
     ident = playbook.removesuffix(".json")
-    res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", playbook,
-                     "--inventory", str(inventory.absolute()), "--ident", ident],
-                    out=scratch / f"{ident}.out", timeout=SHARD_TIMEOUT, env=_env())  # fmt: skip
+    if watch is not None:
+        watch.start()
+    try:
+        res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", playbook,
+                         "--inventory", str(inventory.absolute()), "--ident", ident],
+                        out=scratch / f"{ident}.out", timeout=SHARD_TIMEOUT,
+                        env=_env())  # fmt: skip
+    finally:
+        if watch is not None:
+            watch.stop()
     return res.returncode
 
 

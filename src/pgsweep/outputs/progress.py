@@ -4,6 +4,7 @@ left, and an ETA on a terminal; one line per trial elsewhere (logs, CI)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -74,6 +75,45 @@ class ConsoleReporter:
     def stopped_early(self, rounds: int, reason: str) -> None:
         line = f"stopping after round {rounds}: {reason}"
         (self.progress.console if self.progress else self.console).print(line, markup=False)
+
+    def finished(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+class FleetProgress:
+    """A fleet's shards as they run (engine.fleet_progress): a bar per group with its
+    trials done and ETA on a terminal; elsewhere a line whenever a group's count moves,
+    with the fleet's ETA (its slowest group's)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
+        self.last = ""
+        if console.is_terminal:
+            self.progress = Progress(TextColumn("{task.description}", markup=False),
+                                     BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                                     TimeRemainingColumn(), console=console)  # fmt: skip
+            self.progress.start()
+
+    def update(self, state: dict[str, dict[str, Any]]) -> None:
+        from ..engine.fleet_progress import fleet_eta
+
+        if self.progress is not None:
+            for group, p in state.items():
+                if group not in self.tasks:
+                    self.tasks[group] = self.progress.add_task(printable(group), total=None)
+                self.progress.update(self.tasks[group], completed=p.get("done", 0),
+                                     total=p.get("total"))  # fmt: skip
+            return
+        eta = fleet_eta(state)
+        line = "progress: " + ", ".join(
+            f"{printable(g)} {p.get('done', 0)}/{p.get('total') or '?'}"
+            for g, p in sorted(state.items())) + (f"; fleet ETA {eta:.0f} s" if eta else "")
+        if line != self.last:
+            self.console.print(line, markup=False, highlight=False)
+            self.last = line
 
     def finished(self) -> None:
         if self.progress is not None:

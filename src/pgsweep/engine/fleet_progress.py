@@ -1,0 +1,84 @@
+"""A fleet's progress while its shards run (issue 28). Each host's play asks its host
+`pgsweep progress DIR --json` every PROGRESS_S seconds while the shard's `pgsweep run`
+process lives there (an `until` loop of the play, engine.fleet); every answer is one of
+ansible-runner's job events. A thread here reads those events as they are written and
+hands the latest answer of every group to a callback: the progress bar's trials done per
+group and the fleet's ETA (its slowest group's)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..host.local import LOCAL
+
+PROGRESS_S = 5  # how often each host is asked
+TASK = "progress"  # the play's task that asks
+Report = Callable[[dict[str, dict[str, Any]]], None]  # group -> {"done", "total", ...}
+
+
+class EventWatcher(threading.Thread):
+    """Reads `events` (a job_events folder) every `every` seconds until stopped."""
+
+    def __init__(self, events: Path, group_of: dict[str, str], report: Report,
+                 every: float = 1.0) -> None:  # fmt: skip
+        super().__init__(name="fleet-progress", daemon=True)
+        self.events, self.group_of, self.report, self.every = events, group_of, report, every
+        self.seen: set[str] = set()
+        self.state: dict[str, dict[str, Any]] = {}
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every):
+            self.scan()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+        self.scan()
+
+    def scan(self) -> None:
+        if not self.events.is_dir():
+            return
+        changed = False
+        for path in sorted(self.events.glob("*.json"), key=lambda p: _counter(p.name)):
+            if path.name in self.seen:
+                continue
+            try:
+                event = json.loads(LOCAL.output(path))
+            except (OSError, ValueError):
+                continue  # being written: read next time
+            self.seen.add(path.name)
+            changed |= self._take(event)
+        if changed:
+            self.report(dict(self.state))
+
+    def _take(self, event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        if event.get("event") not in ("runner_retry", "runner_on_ok") or data.get("task") != TASK:
+            return False
+        group = self.group_of.get(str(data.get("host")))
+        try:
+            answer = json.loads(data.get("res", {}).get("stdout", ""))
+        except ValueError:
+            return False
+        if group is None or not isinstance(answer, dict) or self.state.get(group) == answer:
+            return False
+        self.state[group] = answer
+        return True
+
+
+def _counter(name: str) -> int:
+    """ansible-runner names its events COUNTER-UUID.json."""
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def fleet_eta(state: dict[str, dict[str, Any]]) -> float | None:
+    """The slowest running group's ETA, in seconds (None: none known yet)."""
+    etas = [float(p["eta_s"]) for p in state.values()
+            if p.get("running") and p.get("eta_s") is not None]  # fmt: skip
+    return max(etas) if etas else None
