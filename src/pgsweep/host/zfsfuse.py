@@ -157,13 +157,15 @@ class Pool:
             ["zpool", "export", self.name],
             ["zpool", "import", "-o", "cachefile=none", "-d", "/dev", self.name],
         ):
-            for _ in range(10):  # "pool is busy" right after the server stopped
+            # "pool is busy" right after the server stopped: for more than 10 s once, on a
+            # loaded CI machine (zfs-fuse is a process like the others there)
+            for _ in range(BUSY_TRIES):
                 res = proc.run_tool(argv, self.scratch, argv[1])
                 if res.ok:
                     break
                 time.sleep(1)
             else:
-                raise ZfsError(f"{' '.join(argv)} failed: {res.last_line()}")
+                raise ZfsError(f"{' '.join(argv)} failed for {BUSY_TRIES} s: {res.last_line()}")
 
     def properties(self) -> dict[str, str]:
         argv = ["zfs", "get", "-H", "-o", "property,value", ",".join(PROPERTIES), self.name]
@@ -172,6 +174,7 @@ class Pool:
 
 
 OUR_POOL = re.compile(r"pgsweep\d+n\d+")  # the names pgsweep gives its pools
+BUSY_TRIES = 30  # "pool is busy": tries a second apart
 
 
 def _pool_listed(name: str, scratch: Path) -> bool:
