@@ -18,11 +18,11 @@ fi
 #   pgsweep folder on the machine before and after: no other lane's server may run beside
 #   them (it would be one of those, and a reserved huge page pool would be taken by it).
 #   A compile is none of those (tests/prebuild.py keeps its scratch off /tmp);
-# - prebuild (phase 1): the build (tests/prebuild.py, about 2 minutes of compiling into
-#   tmpfs) at nice 19, on what the machine lane leaves of the two cores (that lane's
-#   servers are its own timing: a compile beside them at nice 10 doubled test_os's time).
-#   Its tests run in phase 2 at normal priority: at nice 19 under another process's load
-#   a run there once timed out;
+# - prebuild (from phase 1 on): the build (tests/prebuild.py, about 2 minutes of
+#   compiling into tmpfs) at nice 19 and on the last CPU alone (make -j1): at nice 19 on
+#   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
+#   Its tests (test_build) run last in the build lane, once it is done, at normal
+#   priority: at nice 19 under another process's load a run there once timed out;
 # - pure (phase 1, nice 19): mypy, then unit tests that touch nothing outside their own
 #   memory (planner, parsers, statistics, simulations);
 # - network (phase 2): modules that make namespaces, veth links and TCP listeners, and those
@@ -49,15 +49,15 @@ machine=(tests/integration/test_hugepages.py
          tests/integration/test_safety.py
          tests/unit/test_bad_experiments.py
          tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
-# test_os, the machine lane's last, once the compile is done: beside it, its trials (drop
-# caches, dirty ratios, THP) took 103 s instead of 37 s alone; the rest of the lane took
-# what it takes alone
+# test_os last in the machine lane: its trials (drop caches, dirty ratios, THP) are the
+# ones a compile beside them slowed most, and the compile is mostly done by then
 machine_last=(tests/integration/test_os.py)
 network=(tests/integration/test_replication.py tests/integration/test_fleet_hosts.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py)
-build=(tests/integration/test_build.py tests/integration/test_measure.py
+build_last=(tests/integration/test_build.py)
+build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
        tests/integration/test_pgreplay.py tests/integration/test_gate.py
@@ -71,8 +71,14 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true; done; rm -rf "$logs"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
-# phase 1: the machine lane, the compile and the pure lane
-nice -n 19 .venv/bin/python tests/prebuild.py >"$logs/prebuild" 2>&1 &
+# phase 1: the machine lane, the compile (on the last CPU alone: make -j1 there) and the
+# pure lane. The compile goes on into phase 2 if it must: only test_build needs it.
+last_cpu=$(($(nproc) - 1))
+(
+    rc=0
+    taskset -c "$last_cpu" nice -n 19 .venv/bin/python tests/prebuild.py || rc=$?
+    echo "$rc" >"$logs/prebuild.rc"
+) >"$logs/prebuild" 2>&1 &
 prebuild_pid=$!
 (
     side=0
@@ -83,19 +89,28 @@ prebuild_pid=$!
 pure_pid=$!
 lanes=("$prebuild_pid" "$pure_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
-wait "$prebuild_pid" || status=1
 "${pytest[@]}" "${machine_last[@]}" || status=1
-wait "$pure_pid" || status=1
-# phase 2: three lanes
-"${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
+# phase 2: three lanes; the build lane's modules that need no build first, then it waits
+# for the compile and runs test_build
+(
+    side=0
+    "${pytest[@]}" "${build[@]}" || side=1
+    while [ ! -e "$logs/prebuild.rc" ]; do sleep 1; done
+    [ "$(cat "$logs/prebuild.rc")" = 0 ] || side=1
+    "${pytest[@]}" "${build_last[@]}" || side=1
+    exit "$side"
+) >"$logs/build" 2>&1 &
 build_pid=$!
 "${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
 network_pid=$!
-lanes=("$build_pid" "$network_pid")
-skip=("${pure[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}" "${build[@]}")
+lanes+=("$build_pid" "$network_pid")
+skip=("${pure[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}" "${build[@]}"
+      "${build_last[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
 wait "$build_pid" || status=1
+wait "$pure_pid" || status=1
+wait "$prebuild_pid" || status=1
 for lane in prebuild pure network build; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
