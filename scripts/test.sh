@@ -11,7 +11,9 @@ if [ $# -gt 0 ]; then
 fi
 
 # Two phases. First the machine lane, with the suite's one PostgreSQL build compiling
-# beside it and the pure lane; then three lanes at once. Which module goes where is about
+# beside it and the pure lane; then four lanes at once (their tests wait a lot: for
+# pgbench at a fixed rate, for Ansible, for timeouts; three lanes left a third of the two
+# cores idle). Which module goes where is about
 # what it shares with the machine:
 # - machine (phase 1): modules that change kernel values, huge page pools, mounts, loop
 #   devices or cgroups, or compare every server, process, shared memory segment and
@@ -30,10 +32,11 @@ fi
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
 #   other, and no other lane makes any), and test_examples (plan refuses a ZFS experiment
 #   while a zfs-fuse pgsweep did not start runs: test_storage's);
-# - build (phase 2): the real runs that use the build, then modules whose leftovers are
-#   told apart by their results folder's tag (conftest.leftovers), to even the lanes;
-#   test_hosts too (its namespaces take a free subnet of their own and its leftovers are
-#   its own hosts' namespaces);
+# - build (phase 2): modules whose leftovers are told apart by their results folder's
+#   tag (conftest.leftovers), then the real runs that use the build;
+# - ssh (phase 2): test_hosts and test_fleet_hosts (sshd in namespaces of their own, on a
+#   free subnet; their leftovers are their own hosts' namespaces, and test_replication
+#   does not count their links: sshhosts.harness_link), then modules told apart by tag;
 # - rest (phase 2, every module not named here): runs told apart the same way, and
 #   test_nonroot (it looks only at what the account "nobody" owns).
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
@@ -52,7 +55,7 @@ machine=(tests/integration/test_hugepages.py
 # test_os last in the machine lane: its trials (drop caches, dirty ratios, THP) are the
 # ones a compile beside them slowed most, and the compile is mostly done by then
 machine_last=(tests/integration/test_os.py)
-network=(tests/integration/test_replication.py tests/integration/test_fleet_hosts.py
+network=(tests/integration/test_replication.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py)
@@ -60,8 +63,10 @@ build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_gate.py
-       tests/integration/test_hosts.py)
+       tests/integration/test_pgreplay.py tests/integration/test_gate.py)
+ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py
+     tests/integration/test_report.py tests/integration/test_lost_baseline.py
+     tests/integration/test_against_state.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()
@@ -103,15 +108,18 @@ lanes=("$prebuild_pid" "$pure_pid")
 build_pid=$!
 "${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
 network_pid=$!
-lanes+=("$build_pid" "$network_pid")
+"${pytest[@]}" "${ssh[@]}" >"$logs/ssh" 2>&1 &
+ssh_pid=$!
+lanes+=("$build_pid" "$network_pid" "$ssh_pid")
 skip=("${pure[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}" "${build[@]}"
-      "${build_last[@]}")
+      "${build_last[@]}" "${ssh[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
+wait "$ssh_pid" || status=1
 wait "$build_pid" || status=1
 wait "$pure_pid" || status=1
 wait "$prebuild_pid" || status=1
-for lane in prebuild pure network build; do
+for lane in prebuild pure network ssh build; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done

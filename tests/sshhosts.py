@@ -110,6 +110,12 @@ def _wait_listening(host: SimHost, deadline: float) -> None:
     raise RuntimeError(f"sshd on {host.name} ({host.address}) did not answer")
 
 
+
+def harness_link(name: str) -> bool:
+    """A link these hosts put in the root namespace (`vc` and the hosts' tag): another
+    module's check for links a run left must not count them (lanes run side by side)."""
+    return name.startswith("vc") and name[2:].isdigit()
+
 @contextmanager
 def ssh_hosts(count: int, pinned: Collection[int] = ()) -> Iterator[list[SimHost]]:
     """`count` hosts reachable over SSH from the root namespace; all gone afterwards. The

@@ -30,6 +30,9 @@ from conftest import (
 )
 from pgsweep.host.workarea import run_tag
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sshhosts import harness_link
+
 HOST_LINKS = {p.name for p in Path("/sys/class/net").iterdir()}  # before any test here
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -60,7 +63,8 @@ def _ours() -> list[str]:
     """pgsweep's namespaces still on the machine (the veth pair and its qdisc live inside
     them), and any interface a run added to the host's own network (it must add none)."""
     return [p.name for p in Path("/run/netns").glob("pgsweep-*")] + sorted(
-        set(p.name for p in Path("/sys/class/net").iterdir()) - HOST_LINKS
+        {p.name for p in Path("/sys/class/net").iterdir()} - HOST_LINKS
+        - {p.name for p in Path("/sys/class/net").iterdir() if harness_link(p.name)}
     )
 
 
