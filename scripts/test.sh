@@ -25,8 +25,9 @@ fi
 #   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
 #   Its tests (test_build) run last in the build lane, once it is done, at normal
 #   priority: at nice 19 under another process's load a run there once timed out;
-# - pure (phase 1, nice 19): mypy, then unit tests that touch nothing outside their own
-#   memory (planner, parsers, statistics, simulations);
+# - pure (from phase 1 on, nice 19, on the last CPU with the compile): mypy, then unit
+#   tests that touch nothing outside their own memory (planner, parsers, statistics,
+#   simulations);
 # - network (phase 2): modules that make namespaces, veth links and TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
@@ -49,24 +50,22 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_statements.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
-         tests/integration/test_safety.py
          tests/unit/test_bad_experiments.py
          tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
-# test_os last in the machine lane: its trials (drop caches, dirty ratios, THP) are the
-# ones a compile beside them slowed most, and the compile is mostly done by then
-machine_last=(tests/integration/test_os.py)
+# last in the machine lane, the modules a compile beside them slowed most (test_safety
+# 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done
+machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
 network=(tests/integration/test_replication.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py)
+         tests/unit/test_examples.py tests/integration/test_lost_baseline.py)
 build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
        tests/integration/test_pgreplay.py tests/integration/test_gate.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py
-     tests/integration/test_report.py tests/integration/test_lost_baseline.py
-     tests/integration/test_against_state.py)
+     tests/integration/test_report.py tests/integration/test_against_state.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()
@@ -76,8 +75,8 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true; done; rm -rf "$logs"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
-# phase 1: the machine lane, the compile (on the last CPU alone: make -j1 there) and the
-# pure lane. The compile goes on into phase 2 if it must: only test_build needs it.
+# phase 1: the machine lane, and on the last CPU alone (make -j1 there) the compile and
+# the pure lane; both may go on into phase 2 (only test_build needs the compile).
 last_cpu=$(($(nproc) - 1))
 (
     rc=0
@@ -87,15 +86,15 @@ last_cpu=$(($(nproc) - 1))
 prebuild_pid=$!
 (
     side=0
-    nice -n 19 .venv/bin/mypy || side=1
-    nice -n 19 "${pytest[@]}" "${pure[@]}" || side=1
+    taskset -c "$last_cpu" nice -n 19 .venv/bin/mypy || side=1
+    taskset -c "$last_cpu" nice -n 19 "${pytest[@]}" "${pure[@]}" || side=1
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
 lanes=("$prebuild_pid" "$pure_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
 "${pytest[@]}" "${machine_last[@]}" || status=1
-# phase 2: three lanes; the build lane's modules that need no build first, then it waits
+# phase 2: four lanes; the build lane's modules that need no build first, then it waits
 # for the compile and runs test_build
 (
     side=0
