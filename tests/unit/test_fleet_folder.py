@@ -34,8 +34,9 @@ def exp(tmp_path_factory: pytest.TempPathFactory) -> spec.Experiment:
 
 
 def _fleet(tmp_path: Path, exp: spec.Experiment) -> tuple[spec.Experiment, Path]:
-    out = fleet_folder.new_target(tmp_path / "fleet")
-    ledger = fleet_folder.start(out, exp, ["alpha", "beta", "gamma"])
+    target = fleet_folder.new_target(tmp_path / "fleet")
+    out = target.path
+    ledger = fleet_folder.start(target, exp, ["alpha", "beta", "gamma"])
     ledger.status = {"alpha": "ok", "beta": "ok", "gamma": "fleet: UNREACHABLE"}
     ledger.facts = {"alpha": {"kernel": "6.1"}, "beta": {"kernel": "6.1"}}
     fleet_folder.save(out, ledger)
@@ -65,6 +66,43 @@ def test_a_new_fleet_refuses_a_folder_that_holds_anything(
     with pytest.raises(PgsweepError, match="not a new or empty folder") as e:
         fleet_folder.new_target(out)
     assert "--resume" in str(e.value.fix)
+
+
+@pytest.mark.parametrize("groups", [["alpha", "../../etc"], ["alpha", "{{ lookup('pipe', 'id') }}"],
+                                    "ab", ["alpha", "alpha"], ["alpha", 7]])
+def test_a_ledger_naming_no_usable_groups_is_damaged(
+    tmp_path: Path, exp: spec.Experiment, groups: object
+) -> None:
+    """Group names become folder names and host patterns: a ledger's must be names
+    Ansible calls valid, two or more, each once."""
+    _, out = _fleet(tmp_path, exp)
+    raw = json.loads((out / "fleet.json").read_text())
+    (out / "fleet.json").write_text(json.dumps(raw | {"groups": groups}))
+    with pytest.raises(PgsweepError, match=r"fleet\.json is damaged"):
+        fleet_folder.reopen(out, exp, [])
+    with pytest.raises(ValueError, match="is not a group name"):
+        fleet_folder.shard_folder(out, "../x")
+
+
+def test_a_folder_that_changed_between_check_and_start_is_refused(
+    tmp_path: Path, exp: spec.Experiment
+) -> None:
+    """The facts playbook runs between the check and the making: a folder (or a link)
+    that appeared there meanwhile is not adopted."""
+    target = fleet_folder.new_target(tmp_path / "late")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "late").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PgsweepError, match="changed while the hosts' facts were asked"):
+        fleet_folder.start(target, exp, ["alpha", "beta"])
+    assert not list((tmp_path / "elsewhere").iterdir())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    target = fleet_folder.new_target(empty)
+    os.chown(empty, 65534, 65534)  # given to another user meanwhile (nobody)
+    with pytest.raises(PgsweepError, match="changed while"):
+        fleet_folder.start(target, exp, ["alpha", "beta"])
+    with pytest.raises(PgsweepError, match="braces"):
+        fleet_folder.new_target(tmp_path / "{{ x }}")
 
 
 @pytest.mark.parametrize("change", ["file", "groups", "damaged", "none", "link"])

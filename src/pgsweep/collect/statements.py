@@ -7,8 +7,8 @@ read, dirtied and written, as counters `stmt.H.*` whose deltas over the window a
 trial's. H is a hash of the statement's normalised text, so the same statement is the
 same key in every cluster (a queryid depends on the tables' OIDs). pgsweep's own sessions
 are not counted (`pg_stat_statements.track = none` in their options: postgres.cluster).
-A trial keeps the TOP statements by execution time over its window, with their text as
-the artifact `statements.tsv`."""
+A trial keeps the TOP statements by execution time over its window, with their text (its
+first TEXT_LIMIT characters) as the artifact `statements.tsv`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ LIBRARY = "pg_stat_statements"
 TOP = 5  # statements a trial keeps, by execution time over its window
 FIELDS = ("calls", "exec_ms", "rows", "blks_hit", "blks_read", "blks_dirtied", "blks_written")
 ARTIFACT = "statements.tsv"
+TEXT_LIMIT = 2048  # characters of a statement's text read (the workload's: any length)
 PREFIX = "stmt."
 
 
@@ -37,8 +38,8 @@ def _rows(conn: Any, major: int) -> list[tuple[Any, ...]]:
     conn.execute(f"CREATE EXTENSION IF NOT EXISTS {LIBRARY}")
     time = "total_exec_time" if major >= 13 else "total_time"
     return list(conn.execute(
-        f"SELECT query, calls, {time}, rows, shared_blks_hit, shared_blks_read, "
-        "shared_blks_dirtied, shared_blks_written FROM pg_stat_statements "
+        f"SELECT left(query, {TEXT_LIMIT}), calls, {time}, rows, shared_blks_hit, "
+        "shared_blks_read, shared_blks_dirtied, shared_blks_written FROM pg_stat_statements "
         "WHERE query IS NOT NULL").fetchall())  # fmt: skip
 
 

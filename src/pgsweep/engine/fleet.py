@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import __version__
 from ..collect import hostfacts
+from ..core import printable
 from ..errors import PgsweepError
 from ..host.api import scratch_path
 from ..host.local import LOCAL
@@ -68,6 +69,14 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
     names = wanted or sorted(found)
     out: dict[str, str] = {}
     for g in names:
+        try:
+            fleet_folder.check_group(g)
+        except ValueError as e:
+            raise PgsweepError(f"the inventory's group {g!r} cannot be a fleet's group: {e}",
+                               where=str(inventory),
+                               fix="rename the group (Ansible's own rule for group names: "
+                               "letters, digits and _), or leave it out with --groups "
+                               "a,b") from None  # fmt: skip
         if g not in found:
             raise PgsweepError(f"the inventory has no group {g!r} with hosts", where=str(inventory),
                                expected=f"one of {', '.join(sorted(found)) or '(none)'}",
@@ -178,7 +187,8 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         results, ledger = fleet_folder.reopen(results, exp, wanted)
         wanted = ledger.groups
     else:
-        results = fleet_folder.new_target(results)
+        target = fleet_folder.new_target(results)
+        results = target.path
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
         hosts = groups(exp, inventory, wanted, scratch)
@@ -192,7 +202,7 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
                          if todo else ({}, {}))  # fmt: skip
         _refuse_differences(exp, (ledger.facts if resume else {}) | facts, inventory)
         if not resume:
-            ledger = fleet_folder.start(results, exp, list(hosts))
+            ledger = fleet_folder.start(target, exp, list(hosts))
         ledger.facts |= facts
         reachable = [g for g in todo if g not in status]
         if reachable:
@@ -202,7 +212,7 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         fleet_folder.save(results, ledger)
         outcome = FleetOutcome(results, {g: ledger.status[g] for g in ledger.groups},
                                kept=[g for g in ledger.groups if g not in todo])  # fmt: skip
-        if reachable:
+        if reachable or resume:  # a resume merges again: the last merge may have been cut
             outcome.merged = fleet_folder.remerge(results, ledger)
         ran = {r for k, g in enumerate(ledger.groups, 1) if ledger.status[g] == "ok"
                for r in shard_rounds(exp.rounds, n)[k - 1]}  # fmt: skip
@@ -228,7 +238,7 @@ def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Led
     if report is not None:
         events = project / "artifacts" / "fleet" / "job_events"
         watch = fleet_progress.EventWatcher(events, {h: g for g, h in hosts.items()}, report)
-    rc = _runner(project, "fleet.json", inventory, scratch, watch)
+    rc = _runner(project, "fleet.json", inventory, scratch, len(hosts), watch)
     return _status(project, hosts, fetched, rc)
 
 
@@ -241,14 +251,17 @@ def _project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, 
     return project
 
 
-def _runner(project: Path, playbook: str, inventory: Path, scratch: Path,
+def _runner(project: Path, playbook: str, inventory: Path, scratch: Path, hosts: int,
             watch: fleet_progress.EventWatcher | None = None) -> int:  # fmt: skip
+    """ansible-runner with a fork per host (Ansible's 5 would hold the sixth group's
+    shard, and its progress, until another's ended)."""
     ident = playbook.removesuffix(".json")
     if watch is not None:
         watch.start()
     try:
         res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", playbook,
-                         "--inventory", str(inventory.absolute()), "--ident", ident],
+                         "--inventory", str(inventory.absolute()), "--ident", ident,
+                         "--forks", str(max(5, hosts))],
                         out=scratch / f"{ident}.out", timeout=SHARD_TIMEOUT,
                         env=_env())  # fmt: skip
     finally:
@@ -262,7 +275,7 @@ def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch
     """Group -> its host's facts; and group -> why it gave none (unreachable, another
     pgsweep): those groups are not dispatched, their rounds are missing."""
     project = _project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
-    rc = _runner(project, "facts.json", inventory, scratch)
+    rc = _runner(project, "facts.json", inventory, scratch, len(hosts))
     by_host: dict[str, dict[str, str]] = {}
     failed: dict[str, str] = {}
     for event, data in _events(project, "facts"):
@@ -320,8 +333,9 @@ def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dic
 
 
 def describe(outcome: FleetOutcome) -> list[str]:
-    lines = [f"{g}: {why}" + (" (kept: it ran before this --resume)" if g in outcome.kept
-                              else "") for g, why in outcome.groups.items()]  # fmt: skip
+    lines = [f"{g}: {printable(why)}" + (" (kept: it ran before this --resume)"
+                                          if g in outcome.kept else "")
+             for g, why in outcome.groups.items()]  # fmt: skip
     if outcome.missing:
         lines.append(f"rounds missing (their group failed): {round_spans(outcome.missing)}")
     return lines

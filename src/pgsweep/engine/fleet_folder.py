@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +25,9 @@ from ..store import merge
 from ..store.db import Store
 
 LEDGER = "fleet.json"
+# A group's name becomes a folder name, a play's host pattern and a shard's --group: the
+# names Ansible itself calls valid, nothing a path or a template could read otherwise
+GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 SHARDS = "shards"
 MERGED = ("experiment.toml", "plan.json", "results.db")
 
@@ -41,23 +46,60 @@ class Ledger:
         return [g for g in self.groups if self.status.get(g) != "ok"]
 
 
-def new_target(results: Path) -> Path:
+@dataclass(frozen=True)
+class Target:
+    """A new fleet folder's path, resolved once, and the empty folder found there (device,
+    inode) if one was: `start` makes or takes exactly that, later."""
+
+    path: Path
+    found: tuple[int, int] | None
+
+
+def new_target(results: Path) -> Target:
     """Where a new fleet folder goes: resolved once in a safe place, new or empty."""
     results = safefs.trusted_target(results, "the fleet's results folder")
-    if results.exists() and (not results.is_dir() or any(results.iterdir())):
+    if "{" in str(results) or "}" in str(results):  # Ansible templates the fetch's dest
+        raise PgsweepError(f"the fleet's results folder {results} has {{ or }} in its path",
+                           where=str(results), fix="choose a folder without braces")  # fmt: skip
+    try:
+        st = os.lstat(results)
+    except FileNotFoundError:
+        return Target(results, None)
+    if not stat.S_ISDIR(st.st_mode) or any(results.iterdir()):
         raise PgsweepError(f"the fleet's results folder {results} is not a new or empty "
                            "folder", where=str(results),
                            fix="add --resume to dispatch what that fleet is missing, or "
                            "choose a new --results folder")  # fmt: skip
-    return results
+    if not _ours(st):
+        raise PgsweepError(f"the fleet's results folder {results} is another user's, or "
+                           "others may write in it", where=str(results),
+                           fix="choose a folder only you can change")  # fmt: skip
+    return Target(results, (st.st_dev, st.st_ino))
 
 
-def start(results: Path, exp: Experiment, groups: list[str]) -> Ledger:
+def _ours(st: os.stat_result) -> bool:
+    return st.st_uid in folders.trusted_uids() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def start(target: Target, exp: Experiment, groups: list[str]) -> Ledger:
     """The new fleet folder (private), its shards/ folder and its first ledger: every
-    group missing until its shard comes back, so a fleet stopped at once resumes whole."""
-    if not results.exists():
-        results.parent.mkdir(parents=True, exist_ok=True)
-        safefs.private_dir(results)
+    group missing until its shard comes back, so a fleet stopped at once resumes whole.
+    Made where nothing was (an exclusive mkdir), or the very empty folder checked
+    before (the facts were asked in between): anything else there is refused."""
+    results = target.path
+    try:
+        if target.found is None:
+            results.parent.mkdir(parents=True, exist_ok=True)
+            safefs.private_dir(results)
+        else:
+            st = os.lstat(results)
+            if (not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != target.found
+                    or not _ours(st) or any(results.iterdir())):  # fmt: skip
+                raise FileExistsError(results)
+    except FileExistsError:
+        raise PgsweepError(f"the fleet's results folder {results} changed while the hosts' "
+                           "facts were asked", where=str(results),
+                           fix="choose a folder only you can change") from None  # fmt: skip
     safefs.private_dir(results / SHARDS)
     ledger = Ledger(exp.source.text, groups, {}, {})
     save(results, ledger)
@@ -76,13 +118,9 @@ def reopen(results: Path, exp: Experiment, wanted: list[str]) -> tuple[Path, Led
                            fix="name the --results folder of `run --inventory`, or start "
                            "without --resume")  # fmt: skip
     try:
-        raw = json.loads(path.read_text())
-        ledger = Ledger(str(raw["file_text"]), [str(g) for g in raw["groups"]],
-                        {str(g): str(w) for g, w in raw["status"].items()},
-                        {str(g): {str(k): str(v) for k, v in f.items()}
-                         for g, f in raw["facts"].items()})  # fmt: skip
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise PgsweepError(f"{path} is damaged ({e})", where=str(path),
+        ledger = _parse(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise PgsweepError(f"{path} is damaged ({str(e)[:200]})", where=str(path),
                            fix="start the fleet again into a new --results folder") from None
     if ledger.file_text != exp.source.text:
         raise PgsweepError("the experiment file changed since this fleet started: its shards "
@@ -96,12 +134,34 @@ def reopen(results: Path, exp: Experiment, wanted: list[str]) -> tuple[Path, Led
     return results, ledger
 
 
+def _parse(raw: dict[str, object]) -> Ledger:
+    groups, status, facts = raw["groups"], raw["status"], raw["facts"]
+    if not (isinstance(raw["file_text"], str) and isinstance(groups, list)
+            and isinstance(status, dict) and isinstance(facts, dict)):  # fmt: skip
+        raise TypeError("not the fields of a ledger")
+    names = [check_group(g) for g in groups]
+    if len(set(names)) != len(names) or len(names) < 2:
+        raise ValueError("its groups are not two or more different names")
+    return Ledger(raw["file_text"], names,
+                  {str(g): str(w) for g, w in status.items() if g in names},
+                  {str(g): {str(k): str(v) for k, v in f.items()}
+                   for g, f in facts.items() if g in names})  # fmt: skip
+
+
+def check_group(name: object) -> str:
+    """`name` if it is a group name a fleet can use, else ValueError."""
+    if not isinstance(name, str) or not GROUP_NAME.fullmatch(name):
+        raise ValueError(f"{str(name)[:80]!r} is not a group name (letters, digits and _, "
+                         "not starting with a digit)")
+    return name
+
+
 def save(results: Path, ledger: Ledger) -> None:
     safefs.write_file(results / LEDGER, json.dumps(asdict(ledger), indent=1))
 
 
 def shard_folder(results: Path, group: str) -> Path:
-    return results / SHARDS / group
+    return results / SHARDS / check_group(group)
 
 
 def remerge(results: Path, ledger: Ledger) -> merge.Merged | None:

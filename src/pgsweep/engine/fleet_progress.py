@@ -7,6 +7,7 @@ group and the fleet's ETA (its slowest group's)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable
@@ -44,9 +45,9 @@ class EventWatcher(threading.Thread):
         if not self.events.is_dir():
             return
         changed = False
-        for path in sorted(self.events.glob("*.json"), key=lambda p: _counter(p.name)):
-            if path.name in self.seen:
-                continue
+        fresh = [p for p in self.events.glob("*.json")
+                 if p.name not in self.seen and not p.name.endswith("-partial.json")]
+        for path in sorted(fresh, key=lambda p: _counter(p.name)):
             try:
                 event = json.loads(LOCAL.output(path))
             except (OSError, ValueError):
@@ -54,7 +55,8 @@ class EventWatcher(threading.Thread):
             self.seen.add(path.name)
             changed |= self._take(event)
         if changed:
-            self.report(dict(self.state))
+            with contextlib.suppress(Exception):  # a bar that fails must not stop the fleet
+                self.report(dict(self.state))
 
     def _take(self, event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
@@ -72,7 +74,8 @@ class EventWatcher(threading.Thread):
 
 
 def _counter(name: str) -> int:
-    """ansible-runner names its events COUNTER-UUID.json."""
+    """ansible-runner names its events COUNTER-UUID.json (and writes UUID-partial.json
+first, which is skipped)."""
     head = name.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
 

@@ -14,29 +14,25 @@ from typing import Any
 
 from ..host import folders
 from ..host.local import LOCAL
-from ..plan import parse_spans
-from ..store import Results
+from ..store.db import peek
 
 
 def progress(given: Path) -> dict[str, Any]:
-    """{"done", "total" (None before the run made its store), "eta_s", "running"}."""
+    """{"done", "total" (None before the run made its store), "eta_s", "running"}. The
+    store is only peeked at (read-only: the run writing it is not disturbed)."""
     running = _running(given)
     folder = folders.results_folder(given)
     out: dict[str, Any] = {"done": 0, "total": None, "eta_s": None, "running": running}
-    if not (folder / "results.db").is_file():
+    db = folder / "results.db"
+    folders.check_file(db, "the results folder's")
+    seen = peek(db) if db.is_file() else None
+    if seen is None:
         return out
-    with Results(folder) as results:
-        exp = results.experiment()
-        configs = len(results.configurations())
-        fleet = results.fleet()
-        rounds = len(parse_spans(fleet["rounds"])) if "rounds" in fleet else exp.rounds
-        done = len(results.trials())
-    total = rounds * configs
-    out |= {"done": done, "total": total}
-    if 0 < done < total:
-        began = datetime.fromisoformat(exp.created_at)
-        elapsed = (datetime.now(UTC) - began).total_seconds()
-        out["eta_s"] = round(elapsed / done * (total - done))
+    total = seen.rounds * seen.configurations
+    out |= {"done": seen.trials, "total": total}
+    if 0 < seen.trials < total:
+        elapsed = (datetime.now(UTC) - datetime.fromisoformat(seen.created_at)).total_seconds()
+        out["eta_s"] = round(elapsed / seen.trials * (total - seen.trials))
     return out
 
 
@@ -49,7 +45,9 @@ def _running(given: Path) -> bool:
         seen = LOCAL.process(int(entry))
         if seen is None:
             continue
-        argv = seen[0]
+        argv, owner = seen
+        if owner != os.geteuid():  # another user's process naming the folder is no run of it
+            continue
         if "run" in argv and any(a == "--results" and i + 1 < len(argv) and argv[i + 1] in names
                                  for i, a in enumerate(argv)):  # fmt: skip
             return True

@@ -58,8 +58,9 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
     table.add_column("", no_wrap=True)
     for r in rows:
         unit = f" ({r['unit']})" if r["unit"] in UNITS_SHOWN else ""
-        table.add_row(printable(r["name"] + unit), r["before"], r["after"], r["change"],
-                      r["verdict"])  # fmt: skip
+        # a Text, never markup: a statement's text is the workload's ("[/x]", "[link=...]")
+        table.add_row(Text(printable(r["name"] + unit)), r["before"], r["after"],
+                      r["change"], r["verdict"])  # fmt: skip
     print_table(console, table)
     left = len(p["rows"]) - len(rows)
     tail = f"; {left} smaller changes not shown (--all shows them)" if left else ""

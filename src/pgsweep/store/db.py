@@ -169,6 +169,39 @@ class TrialRecord:
     processes: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Peek:
+    """How far a run is, as a reader that changes nothing sees it (store.peek)."""
+
+    trials: int  # recorded, ok or failed
+    configurations: int
+    rounds: int  # the plan's, or its shard's
+    created_at: str
+
+
+def peek(path: Path) -> Peek | None:
+    """A look at a results.db another process may be writing: opened read-only (no
+    migration, no journal rolled back), None while it is not readable yet or is locked."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return None
+    try:
+        (trials,) = db.execute("SELECT count(*) FROM trial").fetchone()
+        (configs,) = db.execute("SELECT count(*) FROM configuration").fetchone()
+        plan, created = db.execute("SELECT plan_json, created_at FROM experiment").fetchone()
+        spans = db.execute("SELECT value FROM environment WHERE scope = 'fleet' "
+                           "AND name = 'rounds'").fetchone()  # fmt: skip
+    except (sqlite3.Error, TypeError):
+        return None
+    finally:
+        db.close()
+    from ..plan import parse_spans
+
+    rounds = len(parse_spans(spans[0])) if spans else int(json.loads(plan)["rounds"])
+    return Peek(int(trials), int(configs), rounds, str(created))
+
+
 def newer_schema(path: Path, version: int) -> PgsweepError:
     """The writer and the reader refuse a newer schema with the same words: columns this
     pgsweep does not know could change what a report means."""
