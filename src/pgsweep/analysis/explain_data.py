@@ -156,11 +156,10 @@ def _statements(results: Results, counters: Mapping[str, Mapping[str, float]],
     start = "pg." + stmts.PREFIX
     chosen: set[str] = set()
     for tid, per in counters.items():
-        times = {k[len(start):].split(".")[0]: v for k, v in per.items()
-                 if k.startswith(start) and k.endswith(".exec_ms")}  # fmt: skip
-        total = sum(times.values())
+        spent = stmts.times(dict(per))
+        total = sum(spent.values())
         if tid in trials and total > 0:
-            chosen |= {h for h, v in times.items() if v >= STATEMENT_SHARE * total}
+            chosen |= {h for h, v in spent.items() if v >= STATEMENT_SHARE * total}
     if not chosen:
         return
     text: dict[str, str] = {}

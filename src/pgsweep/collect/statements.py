@@ -56,14 +56,20 @@ def snapshot(conn: Any, major: int) -> dict[str, float]:
     return out
 
 
+def times(counters: dict[str, float], prefix: str = "pg.") -> dict[str, float]:
+    """Statement hash -> its execution time in `counters` (keys PREFIX H .exec_ms)."""
+    start = prefix + PREFIX
+    return {k[len(start):-len(".exec_ms")]: v for k, v in counters.items()
+            if k.startswith(start) and k.endswith(".exec_ms")}  # fmt: skip
+
+
 def top(deltas: dict[str, float], prefix: str = "pg.") -> dict[str, float]:
     """`deltas` with the statements' counters cut to the TOP by execution time (with
     calls in the window)."""
     start = prefix + PREFIX
-    times = {k[len(start):].split(".")[0]: v for k, v in deltas.items()
-             if k.startswith(start) and k.endswith(".exec_ms")}  # fmt: skip
-    called = {h for h in times if deltas.get(f"{start}{h}.calls", 0) > 0}
-    kept = set(sorted(called, key=lambda h: -times[h])[:TOP])
+    spent = times(deltas, prefix)
+    called = {h for h in spent if deltas.get(f"{start}{h}.calls", 0) > 0}
+    kept = set(sorted(called, key=lambda h: -spent[h])[:TOP])
     return {k: v for k, v in deltas.items()
             if not k.startswith(start) or k[len(start):].split(".")[0] in kept}  # fmt: skip
 
