@@ -118,6 +118,10 @@ class CliServer:
             [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=dict(os.environ, OPENBLAS_NUM_THREADS="1", NUMBA_THREADING_LAYER="workqueue"),
             start_new_session=True,
+            # unbuffered answers: a buffered readline could take a call's "pid" and "rc"
+            # lines at once, and select() then waits on the pipe for the "rc" already read
+            # (a quick call hung the rest lane that way)
+            bufsize=0,
         )  # fmt: skip
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout
