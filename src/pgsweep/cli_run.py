@@ -46,11 +46,13 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     plan = plans.plan_for(exp, where)
     from .engine import clients
 
-    client = clients.open_client(exp)  # every host reached and checked, read-only
-    if client is not None:
-        client.close()
-        exp.notes.append(f"client: host {client.name} ({client.hello.get('hostname')}) "
-                         "reached and checked: root, the same pgsweep, pgbench, the user")
+    remotes = clients.open_hosts(exp)  # every host reached and checked, read-only
+    clients.close_all(remotes)
+    for name, host in remotes.items():
+        roles = clients.roles_on(exp, name)
+        programs = ", ".join(p for r in roles for p in clients.PROGRAMS[r])
+        exp.notes.append(f"{' and '.join(roles)}: host {name} ({host.hello.get('hostname')}) "
+                         f"reached and checked: root, the same pgsweep, {programs}, the user")
     notes = (
         []
         if exp.seed_given or exp.shard is not None
@@ -69,7 +71,8 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         from .engine import dryrun
 
         results = args.results or Path("results") / exp.name
-        for line in dryrun.commands(exp, plan, results, client.name if client else None):
+        client = exp.topology.client if exp.topology.remote else None
+        for line in dryrun.commands(exp, plan, results, client):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 

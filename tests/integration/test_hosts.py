@@ -1,8 +1,9 @@
-"""The client role on other hosts, for real: three "hosts" on this machine (sshd in network
-namespaces of the test's own, joined by a bridge; tests/sshhosts.py), reached over SSH
-with keys made for the test and a strict known_hosts file. pgbench runs on h1 over TCP
-with the run's password; h2, a third host, is refused by the server's hba even with the
-password; the controller killed with kill -9 mid-trial leaves nothing on any host; a
+"""The client and standby roles on other hosts, for real: three "hosts" on this machine
+(sshd in network namespaces of the test's own, joined by a bridge; tests/sshhosts.py),
+reached over SSH with keys made for the test and a strict known_hosts file. pgbench runs
+on h1 over TCP with the run's password; h2, a third host, is refused by the server's hba
+even with the password; a standby on h2 streams over the bridge, admitted for replication
+alone; the controller killed with kill -9 mid-trial leaves nothing on any host; a
 connection cut mid-trial fails that trial and the run goes on."""
 
 from __future__ import annotations
@@ -40,7 +41,19 @@ def hosts() -> Iterator[list[SimHost]]:
         yield made
 
 
-def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "") -> str:
+def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
+          standby: SimHost | None = None, factor: str = 'server.synchronous_commit = ["on", '
+          '"off"]') -> str:  # fmt: skip
+    """pgbench on `h` (host loadgen); with `standby`, standby s1 on it (host replica)."""
+    replica = "" if standby is None else f"""
+        [hosts.replica]
+        ssh = "root@{standby.address}"
+        identity_file = "{standby.identity}"
+        known_hosts = "{standby.known_hosts}"
+        pgsweep = "{PGSWEEP}"
+        [replication]
+        standbys = 1
+    """
     return f"""
         [experiment]
         name = "remote"
@@ -52,16 +65,18 @@ def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "") ->
         pgsweep = "{PGSWEEP}"
         [roles]
         client = "loadgen"
+        {'standbys = ["replica"]' if standby else ""}
         [cluster]
         scale = 1
         [workload]
-        script = "select-only"
+        script = "{'tpcb-like' if standby else 'select-only'}"
         duration = "{duration}"
         rate = 200  # conftest.MECHANICS
         warmup = "0s"
         {extra}
+        {replica}
         [factors]
-        server.synchronous_commit = ["on", "off"]
+        {factor}
         [repeat]
         rounds = {rounds}
     """
@@ -82,6 +97,18 @@ def _pgbench_on(h: SimHost) -> bool:
         except OSError:
             continue
     return False
+
+
+def _postgres_on(h: SimHost) -> bool:
+    """A postmaster runs in the host's own network namespace."""
+    return any(_program_on(pid, b"postgres") for pid in h.pids())
+
+
+def _program_on(pid: int, name: bytes) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(name)
+    except OSError:
+        return False
 
 
 def _wait_for_pgbench(h: SimHost, timeout: float = 120) -> None:
@@ -194,20 +221,71 @@ def test_pgbench_runs_on_the_client_host_and_only_it_is_admitted(
     _nothing_left(h1)
 
 
+def test_a_standby_streams_from_its_own_host_admitted_for_replication_only(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1, h2, _ = hosts
+    body = _body(h1, rounds=1, standby=h2, factor='replication.mode = ["async", "sync"]')
+    path = write_experiment(tmp_path, body)
+    plan = pgsweep("plan", str(path))
+    assert plan.returncode == 0, plan.stderr
+    assert "standby: host replica (h2) reached and checked" in plan.stdout
+    assert "pg_basebackup, pg_ctl, postgres" in plan.stdout
+    run = _start(path, tmp_path / "res")
+    try:
+        here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
+        port = _listening(here)
+        deadline = time.monotonic() + 120
+        while not _postgres_on(h2):  # the standby's postmaster, in h2's own namespace
+            assert time.monotonic() < deadline, "no standby ran on h2"
+            time.sleep(0.1)
+        passfile = _on(h2, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
+        assert passfile.startswith(f"{here}:{port}:*:pgsweep:")
+        # h2 gets the run's password for replication alone: a session from there is refused
+        plain = _answered(lambda: _psql(h2, here, port, passfile.rsplit(":", 1)[1]), deadline)
+        assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr, plain.stderr
+        out, err = run.communicate(timeout=300)
+    finally:
+        _stop(run)
+    assert run.returncode == 0, out + err
+    db = sqlite3.connect(tmp_path / "res" / "results.db")
+    configs = db.execute("SELECT id, levels_json FROM configuration").fetchall()
+    levels = {c: json.loads(lv) for c, lv in configs}
+    seconds = dict(db.execute("SELECT trial_id, count(*) FROM standby_second "
+                              "WHERE state = 'streaming' AND standby = 's1' GROUP BY 1"))
+    (cpu,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'standby.replica.host.cpu.%'")
+    roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    db.close()
+    rows = trials(tmp_path / "res")
+    assert [r["status"] for r in rows] == ["ok", "ok"], [r["reason"] for r in rows]
+    for t in rows:
+        mode = levels[t["config_id"]]["replication.mode"]
+        effective = json.loads(t["effective_json"])
+        assert effective["replication.state"] == f"s1: streaming {mode}"
+        assert 0 < float(effective["replication.rtt_ms"]) < 50  # from h2 to this machine
+        assert seconds.get(t["id"], 0) >= 1  # lag sampled while pgbench ran on h1
+    assert cpu[0] >= 2 * 8  # each trial's standby host CPU
+    assert roles["standbys"].startswith("s1: replica (h2, root@")
+    _nothing_left(h1)
+    _nothing_left(h2)
+
+
 def test_the_controller_killed_mid_trial_leaves_nothing_on_any_host(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
-    h1 = hosts[0]
-    path = write_experiment(tmp_path, _body(h1, duration="20s", rounds=1))
+    h1, h2, _ = hosts
+    path = write_experiment(tmp_path, _body(h1, duration="20s", rounds=1, standby=h2))
     run = _start(path, tmp_path / "res")
     try:
         _wait_for_pgbench(h1)
+        assert _postgres_on(h2)  # the standby streams from its own host
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
-        deadline = time.monotonic() + 30  # the agent notices its stdin end and cleans up
-        while len(h1.pids()) > 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # each agent notices its stdin end and cleans up
+        while (len(h1.pids()) > 1 or len(h2.pids()) > 1) and time.monotonic() < deadline:
             time.sleep(0.2)
         _nothing_left(h1)
+        _nothing_left(h2)
     finally:
         if run.poll() is None:
             run.kill()

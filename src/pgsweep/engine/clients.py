@@ -1,7 +1,8 @@
-"""The client role on another host: its agent opened and checked (root, the same pgsweep,
-the installed pgbench at the same path, the server user), the run's work area made there,
-a TCP port on the address the client reaches this machine by, and a password made for the
-run: the server gets only its SCRAM verifier, the client a 0600 passfile."""
+"""The roles on other hosts ([roles] client, standbys): each host's agent opened and
+checked (root, the same pgsweep, the installed PostgreSQL programs its roles run at the
+same paths, the server user), the run's work area made there, one TCP port on the
+addresses those hosts reach this machine by, and one password made for the run: the server
+gets only its SCRAM verifier, each host a 0600 passfile."""
 
 from __future__ import annotations
 
@@ -17,31 +18,47 @@ from ..errors import PgsweepError
 from ..host.api import HostLost
 from ..host.proc import RunAs
 from ..host.remote import RemoteHost
-from ..layers.context import ClientSide
+from ..layers.context import HostSide
 from ..postgres.cluster import ROLE
 from ..spec import Experiment, hosts
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
+# what each role runs on its host, found at the same path as here
+PROGRAMS = {"client": ("pgbench",), "standby": ("pg_basebackup", "pg_ctl", "postgres")}
 
 
-def open_client(exp: Experiment) -> RemoteHost | None:
-    """The client's host, reached and checked (PgsweepError, exit 2, naming the host and
-    what is wrong), or None when pgbench runs here. The caller closes it."""
+def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
+    """Every host a role is placed on, reached and checked (PgsweepError, exit 2, naming
+    the host and what is wrong); empty when every role runs here. The caller closes them."""
     topo = exp.topology
-    if not topo.remote:
-        return None
-    hosts.check_files(exp.source, topo)
-    host = RemoteHost(topo.hosts[topo.client]).open()
+    names = topo.remote_names()
+    if names:
+        hosts.check_files(exp.source, topo)
+    opened: dict[str, RemoteHost] = {}
     try:
-        check(host, exp)
+        for name in names:
+            opened[name] = RemoteHost(topo.hosts[name]).open()
+            check(opened[name], exp, roles_on(exp, name))
     except BaseException:
-        host.close()
+        close_all(opened)
         raise
-    return host
+    return opened
 
 
-def check(host: RemoteHost, exp: Experiment) -> None:
-    """Read-only: what the client role needs of its host."""
+def roles_on(exp: Experiment, name: str) -> list[str]:
+    topo = exp.topology
+    return (["client"] if topo.client == name else []) + (
+        ["standby"] if name in topo.standbys else [])  # fmt: skip
+
+
+def close_all(opened: dict[str, RemoteHost]) -> None:
+    """Each agent puts its host back as it exits."""
+    for host in opened.values():
+        host.close()
+
+
+def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
+    """Read-only: what the roles placed on it need of a host."""
     where = f"host {host.name} ({host.target.ssh})"
     if host.hello.get("uid") != 0:
         raise PgsweepError(f"{where}: pgsweep's agent runs as uid {host.hello.get('uid')}, "
@@ -50,12 +67,14 @@ def check(host: RemoteHost, exp: Experiment) -> None:
     if len(host.hello.get("ssh_connection", "").split()) != 4:
         raise PgsweepError(f"{where}: the agent cannot tell the addresses of its connection "
                            "(SSH_CONNECTION is empty)", fix="reach it over ssh directly")
-    pgbench = exp.binaries.bindir / "pgbench"
-    st = host.lstat(pgbench)
-    if st is None or not st.is_file:
-        raise PgsweepError(f"{where} has no {pgbench}: the client runs the installed pgbench "
-                           "at the same path as this machine", fix="install the same "
-                           f"PostgreSQL {exp.binaries.major} packages there")  # fmt: skip
+    for role in roles:
+        for name in PROGRAMS[role]:
+            path = exp.binaries.bindir / name
+            st = host.lstat(path)
+            if st is None or not st.is_file:
+                raise PgsweepError(f"{where} has no {path}: the {role} runs the installed "
+                                   f"{name} at the same path as this machine",
+                                   fix=f"install PostgreSQL {exp.binaries.major} there")
     try:
         host.ids(exp.user)
     except (RuntimeError, HostLost, OSError) as exc:
@@ -65,54 +84,75 @@ def check(host: RemoteHost, exp: Experiment) -> None:
                            f"{name}") from None
 
 
-def client_side(host: RemoteHost, run_name: str, user: RunAs | None,
-                password: str | None = None, port: int | None = None) -> ClientSide:  # fmt: skip
-    """This run's side of the client host: work area, port, password (new ones, or the
-    run's own when the host is reached again)."""
+def host_sides(opened: dict[str, RemoteHost], run_name: str, user: RunAs | None
+               ) -> dict[str, HostSide]:  # fmt: skip
+    """This run's side of each host: its work area, and one port and password for all."""
+    if not opened:
+        return {}
+    password = secrets.token_hex(16)
+    port = free_port([h.hello["ssh_connection"].split()[0] for h in opened.values()])
+    return {n: host_side(h, run_name, user, password, port) for n, h in opened.items()}
+
+
+def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str, port: int,
+              epoch: int = 0) -> HostSide:  # fmt: skip
+    """This run's side of one host: its work area (trials/ for pgbench, standbys/ for the
+    standbys' data), and the passfile its roles reach the server with."""
     controller, _, own, _ = host.hello["ssh_connection"].split()
     area = host.work_area(run_name, user)
     workdir = Path(area["workdir"])
     host.private_dir(workdir / "trials", 0o711)
-    port = port or free_port(controller)
-    password = password or secrets.token_hex(16)
+    host.private_dir(workdir / "standbys", 0o711)
     passfile = workdir / "passfile"  # the server user's, 0600, in a folder only root changes
     host.write_file(passfile, f"{controller}:{port}:*:{ROLE}:{password}\n", 0o600,
                     host.ids(user))  # fmt: skip
-    return ClientSide(host, workdir, controller, own, port, passfile, scram_verifier(password),
-                      password)
+    return HostSide(host, workdir, controller, own, port, passfile, scram_verifier(password),
+                    password, Path(area["socket_root"]), epoch)
 
 
-def keep(cs: ClientSide, exp: Experiment, run_name: str) -> None:
-    """Between trials: a client host whose connection broke (the trial under way failed,
-    naming it) is reached again, with a new agent and work area and the run's password;
-    HostLost when it cannot be, and the run stops there (resumable)."""
-    old = cs.host
+def keep(side: HostSide, exp: Experiment, run_name: str) -> None:
+    """Between trials: a host whose connection broke (the trial under way failed, naming
+    it) is reached again, with a new agent and work area and the run's password (`epoch`
+    counts it: standbys made there before are gone); HostLost when it cannot be, and the
+    run stops there (resumable)."""
+    old = side.host
     assert isinstance(old, RemoteHost)
     if old.alive():
         return
     old.close()
     try:
         host = RemoteHost(old.target).open()
-        check(host, exp)
+        check(host, exp, roles_on(exp, old.name))
     except (PgsweepError, HostLost) as exc:
         raise HostLost(f"host {old.name} could not be reached again: "
                        f"{exc.what if isinstance(exc, PgsweepError) else exc}") from None
-    fresh = client_side(host, run_name, exp.user, cs.password, cs.port)
-    cs.host, cs.workdir, cs.passfile = fresh.host, fresh.workdir, fresh.passfile
+    fresh = host_side(host, run_name, exp.user, side.password, side.port, side.epoch + 1)
+    side.host, side.workdir, side.passfile = fresh.host, fresh.workdir, fresh.passfile
+    side.socket_root, side.epoch = fresh.socket_root, fresh.epoch
 
 
-def free_port(address: str) -> int:
-    """A TCP port free on `address` (this machine's, as the client reaches it)."""
+def free_port(addresses: list[str]) -> int:
+    """A TCP port free on each of `addresses` (this machine's, as the hosts reach it)."""
+    for _ in range(50):
+        port = _bind(addresses[0], 0)
+        if all(_bind(a, port, fail=False) for a in addresses[1:]):
+            return port
+    raise PgsweepError(f"no TCP port was free on all of {', '.join(addresses)}")
+
+
+def _bind(address: str, port: int, fail: bool = True) -> int:
     try:
         with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-            s.bind((address, 0))
+            s.bind((address, port))
             return int(s.getsockname()[1])
     except OSError as exc:
+        if not fail:
+            return 0
         raise PgsweepError(
-            f"the server cannot listen on {address}, the address the client host reaches "
+            f"the server cannot listen on {address}, the address another host reaches "
             f"this machine by ({exc.strerror})",
-            fix="reach the client host without NAT, or run pgsweep on the database machine "
-            "with an address the client can reach",
+            fix="reach the hosts without NAT, or run pgsweep on the database machine "
+            "with an address they can reach",
         ) from None  # fmt: skip
 
 

@@ -304,4 +304,9 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
     if client:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "
                      "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
+    for i, name in enumerate(exp.topology.standbys, 1):
+        if name != "local":
+            lines.append(f"standby s{i} on host {name}: its agent's work area, pg_basebackup "
+                         "and the standby's server there over TCP, and the server's listener "
+                         "and hba replication line for that host alone")  # fmt: skip
     return lines

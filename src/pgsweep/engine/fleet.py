@@ -53,7 +53,7 @@ class FleetOutcome:
 
 def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -> dict[str, str]:
     """Group -> its one host, from the inventory as Ansible reads it."""
-    if exp.topology.remote:
+    if exp.topology.remote_names():
         raise PgsweepError("a fleet group runs the whole experiment on its one host: this file "
                            "places roles on other hosts", where=str(exp.source.path),
                            fix="remove [roles] to run it over an inventory")  # fmt: skip

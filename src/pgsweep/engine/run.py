@@ -18,7 +18,7 @@ from ..host.api import HostLost
 from ..host.local import LOCAL
 from ..host.remote import RemoteHost
 from ..layers.base import ResourceLayer
-from ..layers.context import ClientSide, RunContext
+from ..layers.context import HostSide, RunContext
 from ..plan import Configuration, Plan, Trial
 from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
@@ -69,26 +69,24 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         # builds before anything else is made (exit 2 for a setting one lacks leaves no
         # results folder), after every read-only check (no compile for a bad file)
         exp.builds = buildprep.prepare(exp, reporter.building)
-        client = clients.open_client(exp)  # reached and checked before anything is made
+        remotes = clients.open_hosts(exp)  # reached and checked before anything is made
         fresh = not results.exists()
         try:
             plan, store = _open(exp, results, resume, where)
         except BaseException:
-            if client is not None:
-                client.close()
+            clients.close_all(remotes)
             raise
         try:
             area = workarea.WorkArea.create(results, exp.user)
         except BaseException:
             store.close()
-            if client is not None:
-                client.close()
+            clients.close_all(remotes)
             if fresh:
                 safefs.remove_tree(results)
             raise
         notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
         notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
-        outcome = _run(exp, plan, store, area, reporter, notes, client)
+        outcome = _run(exp, plan, store, area, reporter, notes, remotes)
     outcome.failed = store.failed_count()
     store.close()
     if not list(workarea.registry_dir().glob(f"{area.run}.*undo")):
@@ -97,15 +95,18 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
 
 
 def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
-         reporter: Reporter, notes: list[str], client: RemoteHost | None) -> Outcome:  # fmt: skip
+         reporter: Reporter, notes: list[str],
+         remotes: dict[str, RemoteHost]) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
     try:
-        side = _client_side(client, area, exp) if client is not None else None
+        sides = _host_sides(remotes, area, exp)
     except BaseException:
-        client.close()  # type: ignore[union-attr]
+        clients.close_all(remotes)
         raise
+    topo = exp.topology
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical, exp.builds, host=LOCAL, client_side=side, run_id=area.run,
+                     exp.canonical, exp.builds, host=LOCAL, client_side=sides.get(topo.client),
+                     standby_sides=tuple(sides.get(n) for n in topo.standbys), run_id=area.run,
                      registry=workarea.registry(), grant=exp.grant)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
@@ -116,7 +117,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         if not store.has_environment("host"):
             host = environment.host(exp.binaries, area.private, exp.user)
             store.save_environment("host", host)
-            store.save_environment("roles", roles(exp, client))
+            store.save_environment("roles", roles(exp, remotes))
         if exp.shard is not None and not store.has_environment("fleet"):
             store.save_environment("fleet", shard_facts(exp))
         if exp.notes and not store.has_environment("notes"):  # what runs otherwise than written
@@ -176,8 +177,8 @@ def _trials(
             record.host_group, record.shard = exp.group, exp.shard.k
         store.save_trial(record)
         reporter.trial_finished(trial, record, n + 1)
-        if ctx.client_side is not None and n + 1 < len(todo):
-            clients.keep(ctx.client_side, exp, results.name)  # HostLost: the run stops
+        for side in _sides(ctx) if n + 1 < len(todo) else []:
+            clients.keep(side, exp, results.name)  # HostLost: the run stops
         ad = plan.adaptive
         if (
             ad
@@ -202,31 +203,50 @@ def _look(results: Path, rounds: int | None = None) -> tuple[int, str | None]:
         return rounds, stop_reason(stored, rounds)
 
 
-def _client_side(client: RemoteHost, area: workarea.WorkArea, exp: Experiment) -> ClientSide:
-    """The client host's part of this run, journaled first: should this run be killed and
-    the agent not have put that host back, `pgsweep restore` here asks it to."""
+def _host_sides(remotes: dict[str, RemoteHost], area: workarea.WorkArea,
+                exp: Experiment) -> dict[str, HostSide]:  # fmt: skip
+    """Each other host's part of this run, journaled first: should this run be killed and
+    an agent not have put its host back, `pgsweep restore` here asks it to."""
     undo = journal.UndoJournal.for_this_run("hosts")
-    undo.record({"remote_host": client.name, **client.target.entry()})
-    return clients.client_side(client, area.results.name, exp.user)
+    for host in remotes.values():
+        undo.record({"remote_host": host.name, **host.target.entry()})
+    return clients.host_sides(remotes, area.results.name, exp.user)
 
 
-def _close_client(host: object) -> None:
-    assert isinstance(host, RemoteHost)
-    host.close()  # the agent stopped what ran there and removed its work area
+def _sides(ctx: RunContext) -> list[HostSide]:
+    """The run's sides on other hosts, once each (a host may hold the client and standbys)."""
+    out: list[HostSide] = []
+    for side in (ctx.client_side, *ctx.standby_sides):
+        if side is not None and all(side is not s for s in out):
+            out.append(side)
+    return out
+
+
+def _close_hosts(ctx: RunContext) -> None:
+    for side in _sides(ctx):  # each agent stops what ran there and removes its work area
+        assert isinstance(side.host, RemoteHost)
+        side.host.close()
     journal.UndoJournal.for_this_run("hosts").discard()
 
 
-def roles(exp: Experiment, client: RemoteHost | None) -> dict[str, str]:
+def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
     """Where each role ran, with what its host said of itself (show --env, the report)."""
     here = f"local ({socket.gethostname()})"
-    out = {"server": here, "standbys": here}
-    if client is None:
-        out["client"] = here
-    else:
-        hello = client.hello
-        out["client"] = (f"{client.name} ({hello.get('hostname', '?')}, {client.target.ssh}; "
-                         f"pgsweep {hello.get('version', '?')})")  # fmt: skip
-        out["client.address"] = hello.get("ssh_connection", "").split()[2]
+
+    def named(name: str) -> str:
+        if name not in remotes:
+            return here
+        host = remotes[name]
+        hello = host.hello
+        return (f"{name} ({hello.get('hostname', '?')}, {host.target.ssh}; "
+                f"pgsweep {hello.get('version', '?')})")  # fmt: skip
+
+    topo = exp.topology
+    out = {"server": here, "client": named(topo.client)}
+    if topo.client in remotes:
+        out["client.address"] = remotes[topo.client].hello.get("ssh_connection", "").split()[2]
+    out["standbys"] = here if not topo.standbys else ", ".join(
+        f"s{i}: {named(n)}" for i, n in enumerate(topo.standbys, 1))  # fmt: skip
     return out
 
 
@@ -244,8 +264,8 @@ def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
             first = first or exc
 
     step(resources.release_all)
-    if ctx.client_side is not None:  # its agent puts that host back as it exits
-        step(partial(_close_client, ctx.client_side.host))
+    if _sides(ctx):  # each agent puts its host back as it exits
+        step(partial(_close_hosts, ctx))
     # anything of the server user's still using the work area (its own processes, or an
     # intruder's) would keep filesystems and cgroups busy: they go before the layers undo
     step(partial(workarea.kill, workarea.users_of(area.workdir, area.server_uid),

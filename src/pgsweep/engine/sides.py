@@ -1,8 +1,8 @@
 """Where a trial's pgbench runs: beside the server (its private socket, the trial's folder
 in the work area) or on the client host [roles] names (TCP with the run's password, a
 trial folder in that host's work area, outputs and transaction logs read back through the
-host, bounded as here). Also the client host's own counters, and the round trip to the
-server measured from there."""
+host, bounded as here). Also the client's and standbys' hosts' own counters, and the round
+trip to the server measured from the client's."""
 
 from __future__ import annotations
 
@@ -112,13 +112,17 @@ def remote_logs(s: Side, log_dir: Path, jobs: int, most: int) -> list[BinaryIO]:
 
 
 def client_counters(trial: TrialContext) -> dict[str, float]:
-    """The client host's CPU, pressure and network counters (client.*), when it is not
-    this machine."""
-    cs = trial.run.client_side
-    if cs is None:
-        return {}
-    snap = {f"client.host.{k}": v for k, v in counters.system(cs.host).items()}
-    snap.update({f"client.net.{k}": v for k, v in counters.network(cs.host).items()})
+    """The other hosts' CPU, pressure and network counters: the client host's (client.*)
+    and each standby host's (standby.NAME.*, NAME the [hosts] one) that is not the
+    client's, beside the server's own."""
+    cs, snap = trial.run.client_side, {}
+    named = {} if cs is None else {"client": cs.host}
+    for side in trial.run.standby_sides:
+        if side is not None and (cs is None or side.host is not cs.host):
+            named.setdefault(f"standby.{side.host.name}", side.host)
+    for prefix, host in named.items():
+        snap.update({f"{prefix}.host.{k}": v for k, v in counters.system(host).items()})
+        snap.update({f"{prefix}.net.{k}": v for k, v in counters.network(host).items()})
     return snap
 
 

@@ -34,12 +34,16 @@ def encode_value(value: Any) -> Any:
     """What crosses the wire for a SQL value or a result (JSON, with tags for the rest)."""
     if isinstance(value, dt.datetime):
         return {"__datetime__": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        return {"__timedelta__": value.total_seconds()}
     if isinstance(value, decimal.Decimal):
         return float(value)
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, tuple | list):
         return [encode_value(v) for v in value]
+    if isinstance(value, dict):  # a SQL result: {"names": ..., "rows": ...}
+        return {k: encode_value(v) for k, v in value.items()}
     return value
 
 
@@ -61,7 +65,7 @@ class Agent:
         threading.Thread(target=self._read, daemon=True).start()
         try:
             while (frame := self.calls.get()) is not None:
-                self._send(wire.Frame(wire.REPLY, frame.request, self._call(frame.payload)))
+                self._reply(frame.request, self._call(frame.payload))
         finally:
             self.clean_up()
 
@@ -80,6 +84,15 @@ class Agent:
         except (wire.WireError, OSError):
             proc.stop_all_started()  # the controller is gone: stop what runs for it
         self.calls.put(None)
+
+    def _reply(self, request: int, reply: dict[str, Any]) -> None:
+        """A reply that cannot cross the wire (a value JSON cannot hold, over the cap) is
+        an error the controller gets, not the agent's end (nothing was written yet)."""
+        try:
+            self._send(wire.Frame(wire.REPLY, request, reply))
+        except (TypeError, ValueError, wire.WireError) as exc:
+            self._send(wire.Frame(wire.REPLY, request, {"error": {
+                "type": "WireError", "message": f"the reply could not be sent: {exc}"}}))
 
     def _send(self, frame: wire.Frame) -> None:
         with self.write_lock:

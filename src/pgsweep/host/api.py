@@ -79,6 +79,10 @@ class Host(ABC):
     # directly: they refuse any other host (RunContext.direct)
     direct: bool = False
 
+    def alive(self) -> bool:
+        """The host still answers (a remote host's connection may be lost)."""
+        return True
+
     # ---- processes -----------------------------------------------------------------
     @abstractmethod
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,

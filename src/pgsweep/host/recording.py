@@ -167,7 +167,8 @@ class RecordingHost(Host):
             env: dict[str, str] | None = None) -> Result:  # fmt: skip
         err = err or out.with_suffix(out.suffix + ".err")
         self.effects.append(Effect("run", " ".join(argv), {"argv": tuple(argv),
-                                   "user": user.name if user else "root"}))  # fmt: skip
+                                   "user": user.name if user else "root",
+                                   "env": dict(env or {})}))  # fmt: skip
         reply = next((r for match, r in self.commands if match(argv)), None)
         if reply is None:
             raise Unscripted(f"run {' '.join(argv)}")

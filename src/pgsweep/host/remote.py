@@ -84,6 +84,8 @@ class _RemoteRows:
 def _decode(value: Any) -> Any:
     if isinstance(value, dict) and "__datetime__" in value:
         return dt.datetime.fromisoformat(value["__datetime__"])
+    if isinstance(value, dict) and "__timedelta__" in value:
+        return dt.timedelta(seconds=value["__timedelta__"])
     return value
 
 

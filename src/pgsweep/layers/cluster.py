@@ -195,18 +195,17 @@ class ClusterLayer(ResourceLayer):
         number = run.next_number("cluster")  # unique across storages: a scope in the store
         waldir = storage.wal_home / f"cluster-{number}-wal" if storage.wal_home else None
         binaries = below["build"].binaries if "build" in below else run.binaries
-        client = run.client_side
+        remote = run.tcp_sides()  # pgbench or standbys on other hosts: TCP for them alone
         cluster = Cluster(binaries, run.user, storage.home / f"cluster-{number}",
                           run.socket_root / f"c{number}", waldir, host=run.host,
-                          port=client.port if client else PORT)  # fmt: skip
-        if client is not None:  # pgbench on another host: TCP for it alone, scram
-            cluster.client = ClientAccess(client.address, client.peer)
+                          port=remote[0][0].port if remote else PORT)  # fmt: skip
+        cluster.peers = [ClientAccess(side.address, side.peer, what) for side, what in remote]
         server = Server(cluster.root.name, cluster, binaries)
         try:
             cluster.create(settings.initdb_options())
             cluster.start()
-            if client is not None:
-                cluster.set_password(client.verifier)
+            if remote:  # one password for the run: every side's verifier is of it
+                cluster.set_password(remote[0][0].verifier)
             target = settings.target_bytes(_memory_limit(config))
             loader = run.client(config, binaries)  # the load runs beside the server
             workload = config.get("workload")

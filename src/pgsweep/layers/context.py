@@ -43,13 +43,14 @@ class TrialFailure(Exception):
 
 
 @dataclass
-class ClientSide:
-    """Where pgbench runs when [roles] puts the client on another host: that host, this
-    run's work area there, and how it reaches the server: the server listens on `address`
-    (its own, as the client reaches it) at `port`, and admits `peer` (the client's address)
-    alone, with a password made for this run, which only its SCRAM verifier (set on each
-    cluster) and the client's 0600 passfile hold. After a lost connection the engine opens
-    the host again: `host`, `workdir` and `passfile` change, the rest stays."""
+class HostSide:
+    """A role's part of the run on another host ([roles] client or standbys): that host,
+    this run's work area there, and how it reaches the server: the server listens on
+    `address` (its own, as that host reaches it) at `port`, and admits `peer` (that host's
+    address) alone, with a password made for this run, which only its SCRAM verifier (set
+    on each cluster) and the 0600 passfile there hold. After a lost connection the engine
+    opens the host again: `host`, `workdir`, `socket_root`, `passfile` change and `epoch`
+    counts up (what lived in the old work area is gone); the rest stays."""
 
     host: Host
     workdir: Path
@@ -59,6 +60,8 @@ class ClientSide:
     passfile: Path
     verifier: str
     password: str = field(repr=False)  # kept in memory only, to reach the host again
+    socket_root: Path = Path("/nonexistent")  # servers' socket folders there (standbys)
+    epoch: int = 0
 
     def conn_args(self) -> list[str]:
         return ["-h", self.address, "-p", str(self.port), "-U", "pgsweep"]
@@ -82,7 +85,9 @@ class RunContext:
     # builds made before the first trial (BuildSpec -> layers.build.PreparedBuild)
     builds: Mapping[Any, Any] = field(default_factory=dict)
     host: Host = field(kw_only=True)  # the server's machine: every effect goes through it
-    client_side: ClientSide | None = field(default=None, kw_only=True)  # pgbench elsewhere
+    client_side: HostSide | None = field(default=None, kw_only=True)  # pgbench elsewhere
+    # standby s1's side, s2's, ... when [roles] puts it on another host (None: here)
+    standby_sides: tuple[HostSide | None, ...] = field(default=(), kw_only=True)
     # this run's id ("PID-STARTTIME", its lock held) and the registry its journals go in
     # on `host`: made by the work area before the first trial (a dry run makes neither)
     run_id: str = field(default="", kw_only=True)
@@ -113,6 +118,22 @@ class RunContext:
         if not self.host.direct:
             raise TrialFailure(f"{what}: made on this machine directly, not through the Host "
                                f"yet, so not on the host {self.host.name}")  # fmt: skip
+
+    def tcp_sides(self) -> list[tuple[HostSide, str]]:
+        """Every other host the server admits over TCP, with what for: "all" (the client's
+        pgbench) or "replication" (a standby's base backup and stream)."""
+        out = [(self.client_side, "all")] if self.client_side is not None else []
+        return out + [(s, "replication") for s in self.standby_sides if s is not None]
+
+    def standby_side(self, number: int) -> HostSide | None:
+        """Standby s`number`'s host, when [roles] puts it on another (None: here)."""
+        sides = self.standby_sides
+        return sides[number - 1] if number <= len(sides) else None
+
+    def standby_epochs(self) -> tuple[int, ...]:
+        """Which connection to each standby host a set of standbys is made over: a host
+        reached again has lost what lived in its old work area."""
+        return tuple(s.epoch if s is not None else 0 for s in self.standby_sides)
 
     def next_number(self, kind: str) -> int:
         """1, 2, ... for each `kind` of thing made in this run (cluster-N, storage-N)."""

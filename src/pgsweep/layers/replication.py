@@ -237,7 +237,8 @@ class ReplicationLayer(Layer):
         server = trial.server
         current: ReplicaSet | None = server.replicas
         if current is not None and (current.shape != settings.shape()
-                                    or current.generation != server.generation):  # fmt: skip
+                                    or current.generation != server.generation
+                                    or current.epochs != trial.run.standby_epochs()):  # fmt: skip
             server.replicas = None
             current.destroy()
             current = None
@@ -245,7 +246,8 @@ class ReplicationLayer(Layer):
         if not settings.standbys:
             return demand
         if current is None:
-            current = ReplicaSet(settings.shape(), [], server.generation)
+            current = ReplicaSet(settings.shape(), [], server.generation,
+                                 epochs=trial.run.standby_epochs())  # fmt: skip
             if settings.network:
                 run = trial.run
                 run.direct("replication.network (a network namespace and its link)")
@@ -305,14 +307,24 @@ class ReplicationLayer(Layer):
         primary, link = server.cluster, replicas.network
         home = trial.run.state[self.name].home
         up = upstream(link.host_ip, primary.port) if link is not None else upstream_socket(primary)
-        for name in settings.names:
-            standby = Standby(trial.server.binaries, trial.run.user,
-                              home / f"{primary.root.name}-{server.generation}-{name}",
-                              primary.socket_dir.with_name(f"{primary.socket_dir.name}{name}"),
-                              name, up, link.standby_ns if link is not None else None,
-                              host=trial.run.host)  # fmt: skip
+        for number, name in enumerate(settings.names, 1):
+            side = trial.run.standby_side(number)
+            folder = f"{primary.root.name}-{server.generation}-{name}"
+            sockets = f"{primary.socket_dir.name}{name}"
+            if side is None:  # here, beside the primary (or behind replication.network)
+                standby = Standby(server.binaries, trial.run.user, home / folder,
+                                  primary.socket_dir.with_name(sockets), name, up,
+                                  link.standby_ns if link is not None else None,
+                                  host=trial.run.host)  # fmt: skip
+                over = None
+            else:  # on its own host, over the real network with the run's password
+                standby = Standby(server.binaries, trial.run.user,
+                                  side.workdir / "standbys" / folder, side.socket_root / sockets,
+                                  name, upstream(side.address, side.port, str(side.passfile)),
+                                  host=side.host)  # fmt: skip
+                over = (side.conn_args(), side.env())
             replicas.standbys.append(standby)
-            replicas.clone_seconds += standby.clone(primary)
+            replicas.clone_seconds += standby.clone(primary, over)
         trial.effective["replication.clone_seconds"] = f"{replicas.clone_seconds:.2f}"
 
     def verify(self, settings: ReplicationSettings, trial: TrialContext) -> None:
@@ -346,6 +358,10 @@ class ReplicationLayer(Layer):
                     trial.effective[f"replication.standby.{name}"] = str(got[0]) if got else ""
         if replicas.network is not None:
             trial.effective["replication.rtt_ms"] = f"{replicas.network.rtt_ms():.3f}"
+        remote = [s for n in range(1, settings.standbys + 1) if (s := trial.run.standby_side(n))]
+        if remote:  # the round trip from each standby's host to the primary, the slowest
+            rtt = max(s.host.tcp_rtt(s.address, s.port) for s in remote)
+            trial.effective["replication.rtt_ms"] = f"{rtt:.3f}"
 
     def finish_run(self, run: RunContext) -> None:
         """The engine destroyed the primaries and their standbys; the journal takes down any

@@ -51,12 +51,14 @@ OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_
 
 @dataclass(frozen=True)
 class ClientAccess:
-    """TCP for the client role on another host: the server listens on `address` (this
-    host's, as the client reaches it) and its hba admits `peer` alone, as the role pgsweep
-    with scram-sha-256 (a password made for the run; never trust over TCP)."""
+    """TCP for a role on another host (the client, a standby): the server listens on
+    `address` (this host's, as that host reaches it) and its hba admits `peer` alone, to
+    `database` ("all", or "replication" for a standby), as the role pgsweep with
+    scram-sha-256 (a password made for the run; never trust over TCP)."""
 
     address: str
     peer: str
+    database: str = "all"
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Cluster:
     ) -> None:
         self.host = host  # the machine the cluster lives on: every effect goes through it
         self.port = port  # its socket's name, and its TCP port for a client elsewhere
-        self.client: ClientAccess | None = None
+        self.peers: list[ClientAccess] = []  # other hosts' roles, over TCP
         self.binaries = binaries
         self.user = user
         self.uid, self.gid = host.ids(user)
@@ -114,9 +116,10 @@ class Cluster:
         self._settings: dict[str, str] = {}
 
     # ---- helpers -------------------------------------------------------------------
-    def _run(self, argv: list[str], name: str, timeout: float = 120) -> proc.Result:
+    def _run(self, argv: list[str], name: str, timeout: float = 120,
+             env: dict[str, str] | None = None) -> proc.Result:  # fmt: skip
         return self.host.run(argv, out=self.scratch / f"{name}.out", timeout=timeout,
-                             user=self.user)  # fmt: skip
+                             user=self.user, env=env)  # fmt: skip
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the server log, read without following a link the server user may
@@ -161,11 +164,12 @@ class Cluster:
 
     def managed(self) -> dict[str, str]:
         """The settings pgsweep owns: private socket, no TCP, its own hba and log."""
+        tcp = [a for a in (self.listen, *self.peers) if a is not None]
         return {
             "data_directory": str(self.datadir),
             "hba_file": str(self.conf / "pg_hba.conf"),
             "ident_file": str(self.conf / "pg_ident.conf"),
-            "listen_addresses": ",".join(a.address for a in (self.listen, self.client) if a),
+            "listen_addresses": ",".join(dict.fromkeys(a.address for a in tcp)),
             "unix_socket_directories": str(self.socket_dir),
             "unix_socket_permissions": "0700",
             "unix_socket_group": "",
@@ -211,8 +215,8 @@ class Cluster:
         if self.listen is not None:
             peer = self.listen.peer
             hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
-        if self.client is not None:  # the client host: the run's password, nothing else
-            hba += f"host all {ROLE} {self.client.peer}/32 scram-sha-256\n"
+        for p in self.peers:  # another host's role: the run's password, for its use alone
+            hba += f"host {p.database} {ROLE} {p.peer}/32 scram-sha-256\n"
         self.host.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
         self.host.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
 

@@ -50,16 +50,21 @@ class Standby(Cluster):
                 "primary_slot_name": self.slot,
                 "wal_retrieve_retry_interval": RETRY_INTERVAL}  # fmt: skip
 
-    def clone(self, primary: Cluster) -> float:
-        """Make the data directory: a base backup of the running primary over its private
-        socket, run as the server user, creating the standby's slot; returns its seconds."""
+    def clone(self, primary: Cluster, over: tuple[list[str], dict[str, str]] | None = None
+              ) -> float:  # fmt: skip
+        """Make the data directory: a base backup of the running primary, run as the server
+        user, creating the standby's slot; returns its seconds. From the primary's private
+        socket, or (`over`: pg_basebackup's connection arguments and environment) over TCP
+        from the standby's own host."""
         self.make_dirs()
-        argv = [primary.binaries.path("pg_basebackup"), *primary.pgbench_conn_args(),
+        conn, env = over if over is not None else (primary.pgbench_conn_args(), None)
+        argv = [primary.binaries.path("pg_basebackup"), *conn,
                 "-D", str(self.datadir), "-X", "stream", "-R", "-c", "fast",
                 "-C", "-S", self.slot]  # fmt: skip
-        res = self._run(argv, "pg_basebackup", timeout=3600)
+        res = self._run(argv, "pg_basebackup", timeout=3600, env=env)
         if not res.ok:
-            raise ServerError(f"pg_basebackup failed: {res.describe_failure()}")
+            raise ServerError(f"pg_basebackup failed on {self.host.name}: "
+                              f"{res.describe_failure()}")  # fmt: skip
         self.write_access_files()
         return res.seconds
 
@@ -73,6 +78,7 @@ class ReplicaSet:
     standbys: list[Standby]
     generation: int  # the primary's data generation it was cloned from
     clone_seconds: float = 0.0
+    epochs: tuple[int, ...] = ()  # its hosts' connections it was made over (HostSide.epoch)
     network: Any = None  # a netns.Link when the standbys sit behind one
     settings: dict[str, str] | None = None  # what the standbys run with; None: not written
 
@@ -93,6 +99,8 @@ class ReplicaSet:
     def destroy(self) -> None:
         first: BaseException | None = None
         for standby in self.standbys:
+            if not standby.host.alive():
+                continue  # its host was lost: the agent there took it down as it ended
             try:
                 standby.destroy()
             except Exception as exc:  # take the others down too, then say what failed
@@ -103,10 +111,11 @@ class ReplicaSet:
             raise first
 
 
-def upstream(host: str, port: int = PORT) -> str:
+def upstream(host: str, port: int = PORT, passfile: str = "/dev/null") -> str:
     """primary_conninfo without application_name: trust on the private socket or link, so
-    no password is ever looked up or offered."""
-    return f"host={host} port={port} user={ROLE} sslmode=disable passfile=/dev/null"
+    no password is ever looked up or offered (no passfile); from another host, the run's
+    password in the server user's 0600 passfile there, for scram-sha-256."""
+    return f"host={host} port={port} user={ROLE} sslmode=disable passfile={passfile}"
 
 
 def upstream_socket(primary: Cluster) -> str:

@@ -397,6 +397,7 @@ def load(path: Path) -> Experiment:
         _same_meaning(source, factors, layers)
         refuse_remote_client(source, str(base["workload"]["tool"]), topo.remote)
         configs = _configurations(base, factors, layers)
+        hosts.check_standbys(source, topo, list(configs.values()))
         for layer in layers:
             layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}

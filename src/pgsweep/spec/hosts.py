@@ -9,6 +9,7 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
 
     [roles]
     client = "loadgen"                 # where pgbench runs
+    standbys = ["replica1"]            # where standby s1 runs (s2, ... beyond the list: local)
 
 Nothing here can make ssh run something else: the destination may not start with "-" or
 hold a space, and the files are absolute paths checked before use (`check_files`)."""
@@ -69,8 +70,8 @@ class RolesTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server: str = Field(LOCAL, description="where the server runs: local (pgsweep's machine)")
     client: str = Field(LOCAL, description="where pgbench runs: local or a [hosts] name")
-    standbys: list[str] = Field(default_factory=list,
-                                description="where each standby runs (default: local)")  # fmt: skip
+    standbys: list[str] = Field(default_factory=list, max_length=8,
+                                description="where standby s1, s2, ... runs")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,21 @@ class Topology:
     hosts: dict[str, Target] = field(default_factory=dict)
     client: str = LOCAL
     notes: tuple[str, ...] = ()
+    standbys: tuple[str, ...] = ()  # standby s1's host, s2's, ...; beyond the list: local
 
     @property
     def remote(self) -> bool:
+        """pgbench runs on another host."""
         return self.client != LOCAL
+
+    def standby_host(self, number: int) -> str:
+        """Where standby s`number` (1, 2, ...) runs."""
+        return self.standbys[number - 1] if number <= len(self.standbys) else LOCAL
+
+    def remote_names(self) -> list[str]:
+        """Every host a role is placed on, in the order [roles] names them, once each."""
+        names = [self.client, *self.standbys]
+        return [n for i, n in enumerate(names) if n != LOCAL and n not in names[:i]]
 
 
 def topology(source: Source, doc: dict[str, Any]) -> Topology:
@@ -114,14 +126,33 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
         raise source.error(("roles", "server"), "the server runs where pgsweep runs",
                            fix="run pgsweep on the database machine; the client and the "
                            "standbys may be placed on other hosts")  # fmt: skip
-    if any(n != LOCAL for n in r.standbys):
-        raise source.error(("roles", "standbys"), "standbys run on the server's machine in "
-                           "this version (network namespaces stand in for the network)",
-                           fix='remove roles.standbys, or set it to ["local", ...]')  # fmt: skip
-    used = {r.client}
+    used = {r.client, *r.standbys}
     notes = tuple(f"{source.where('hosts', n)}: host {n} has no role; it is not contacted"
                   for n in targets if n not in used)  # fmt: skip
-    return Topology(targets, r.client, notes)
+    return Topology(targets, r.client, notes, tuple(r.standbys))
+
+
+def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]) -> None:
+    """A standby on another host streams over the real network: no namespace link stands
+    in for it there, and no read load runs on it (yet)."""
+    placed = [n for n in range(1, len(topo.standbys) + 1) if topo.standby_host(n) != LOCAL]
+    if not placed:
+        return
+    for config in configs:
+        r, w = config.get("replication"), config.get("workload")
+        if r is None or r.standbys < placed[0]:
+            continue
+        if r.network:
+            raise source.error(("replication", "network"), "replication.network puts the "
+                               f"standbys in a namespace here, but [roles] puts standby "
+                               f"s{placed[0]} on host {topo.standby_host(placed[0])}",
+                               fix="remove replication.network (the real network is there), "
+                               "or roles.standbys")  # fmt: skip
+        if w is not None and w.standby_script:
+            raise source.error(("workload", "standby_script"), "a read load on the standbys "
+                               "runs beside standbys on this machine only; [roles] puts "
+                               f"s{placed[0]} on host {topo.standby_host(placed[0])}",
+                               fix="remove standby_script, or roles.standbys")  # fmt: skip
 
 
 def check_files(source: Source, topo: Topology) -> None:

@@ -284,7 +284,10 @@ KEYS: dict[str, Doc] = {
                      "local", ""),
     "roles.client": ("Where pgbench runs: local, or a [hosts] name.", "local",
                      "local or a [hosts] name"),
-    "roles.standbys": ("Where each standby runs: local in this version.", ["local"], ""),
+    "roles.standbys": ("Where standby s1, s2, ... runs: local or a [hosts] name each; standbys "
+                       "beyond the list run local. A standby on another host streams over "
+                       "the real network (TCP, scram-sha-256 with the run's password).",
+                       ["local", "replica1"], "a list of local or [hosts] names"),
     "report.alpha": ("The chance of any false \"different\" among a metric's verdicts.", 0.05,
                      ""),
 }

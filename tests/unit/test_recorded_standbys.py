@@ -1,0 +1,114 @@
+"""Standbys on other hosts, on recording hosts (milliseconds, nothing touched): the
+primary admits each other host for what its role needs alone, a standby placed on a host
+is made there over TCP with the run's passfile (one here from the private socket), and a
+set of standbys made over a connection that was lost is dropped, not reused. The real run
+is tests/integration/test_hosts.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgsweep.host.journal import UndoJournal
+from pgsweep.host.proc import RunAs
+from pgsweep.host.recording import RecordingHost, Reply, argv_starts
+from pgsweep.layers.context import HostSide, RunContext, Server, TrialContext
+from pgsweep.layers.replication import ReplicationLayer, ReplicationRun, ReplicationSettings
+from pgsweep.postgres.binaries import Binaries
+from pgsweep.postgres.cluster import ClientAccess, Cluster
+from pgsweep.postgres.standby import ReplicaSet
+
+USER = RunAs("pgsweep")
+BIN = Binaries(Path("/usr/lib/postgresql/15/bin"), "15.18", {})
+HERE, CLIENT, REPLICA = "10.0.0.1", "10.0.0.11", "10.0.0.12"
+
+
+def _host(name: str) -> RecordingHost:
+    return RecordingHost(name, users={None: (0, 0), "pgsweep": (999, 999)},
+                         commands=[(argv_starts("pg_basebackup"), Reply(0, "")),
+                                   (argv_starts("pg_ctl"), Reply(0, ""))])  # fmt: skip
+
+
+class _Droppable(RecordingHost):
+    lost = False
+
+    def alive(self) -> bool:
+        return not self.lost
+
+
+def _side(host: RecordingHost, epoch: int = 0) -> HostSide:
+    work = Path("/var/tmp/pgsweep-work-x")
+    return HostSide(host, work, HERE, REPLICA, 40000, work / "passfile", "SCRAM-SHA-256$v",
+                    "secret", Path("/tmp/pgsweep-r"), epoch)  # fmt: skip
+
+
+def _settings(standbys: int) -> ReplicationSettings:
+    return ReplicationSettings(standbys, "async", "FIRST", 1, False, None, 10.0)
+
+
+def _trial(local: RecordingHost, sides: tuple[HostSide | None, ...]) -> TrialContext:
+    run = RunContext(BIN, USER, Path("/w"), Path("/w/private"), Path("/s"), {}, host=local,
+                     standby_sides=sides, run_id="run", registry=Path("/registry"))  # fmt: skip
+    run.state["replication"] = ReplicationRun(UndoJournal(Path("/registry/run.undo"), None,
+                                                          local), Path("/w/standbys"))  # fmt: skip
+    primary = Cluster(BIN, USER, Path("/w/cluster-1"), Path("/s/c1"), host=local, port=40000)
+    return TrialContext("r1-c01", {}, {}, run, Server("cluster-1", primary, BIN))
+
+
+def test_the_primary_admits_the_client_to_databases_and_a_standby_host_to_replication() -> None:
+    local = _host("local")
+    c = Cluster(BIN, USER, Path("/w/c1"), Path("/s/c1"), host=local, port=40000)
+    c.peers = [ClientAccess(HERE, CLIENT, "all"), ClientAccess(HERE, REPLICA, "replication")]
+    c.write_access_files()
+    c.write_settings({})
+    host_lines = [ln for ln in local.files["/w/c1/conf/pg_hba.conf"].splitlines()
+                  if ln.startswith("host")]  # fmt: skip
+    assert host_lines == [f"host all pgsweep {CLIENT}/32 scram-sha-256",
+                          f"host replication pgsweep {REPLICA}/32 scram-sha-256"]  # fmt: skip
+    # one address for both (the hosts reach this machine by the same one), given once
+    assert f"listen_addresses = '{HERE}'" in local.files["/w/c1/conf/postgresql.conf"]
+
+
+def test_a_standby_placed_on_a_host_is_cloned_there_over_tcp_and_s2_here() -> None:
+    local, replica = _host("local"), _host("replica")
+    trial = _trial(local, (_side(replica), None))
+    replicas = ReplicaSet("shape", [], 0)
+    ReplicationLayer()._make(_settings(2), trial, trial.server, replicas)
+    (there,) = [e for e in replica.kinds("run")]
+    argv = list(there.detail["argv"])
+    assert argv[:7] == [str(BIN.bindir / "pg_basebackup"), "-h", HERE, "-p", "40000",
+                        "-U", "pgsweep"]  # fmt: skip
+    assert there.detail["user"] == "pgsweep"
+    assert there.detail["env"] == {"PGPASSFILE": "/var/tmp/pgsweep-work-x/passfile",
+                                   "PGSSLMODE": "disable"}  # fmt: skip
+    assert argv[argv.index("-D") + 1].startswith("/var/tmp/pgsweep-work-x/standbys/")
+    (here,) = [e for e in local.kinds("run")]
+    assert list(here.detail["argv"])[1:3] == ["-h", "/s/c1"] and here.detail["env"] == {}
+    s1, s2 = replicas.standbys
+    assert s1.host is replica and s2.host is local
+    conninfo = s1.managed()["primary_conninfo"]
+    assert f"host={HERE} port=40000" in conninfo
+    assert "passfile=/var/tmp/pgsweep-work-x/passfile" in conninfo
+    assert "passfile=/dev/null" in s2.managed()["primary_conninfo"]  # trust, socket
+
+
+def test_standbys_made_over_a_lost_connection_are_dropped_and_made_again() -> None:
+    local = _host("local")
+    replica = _Droppable("replica", users={None: (0, 0), "pgsweep": (999, 999)},
+                         commands=[(argv_starts("pg_basebackup"), Reply(0, ""))])  # fmt: skip
+    side = _side(replica)
+    trial = _trial(local, (side,))
+    layer = ReplicationLayer()
+    layer.active = True
+    old = ReplicaSet(_settings(1).shape(), [], 0, epochs=(0,))
+    layer._make(_settings(1), trial, trial.server, old)
+    trial.server.replicas = old
+    layer.prepare(_settings(1), trial)
+    assert trial.server.replicas is old  # the same connection: kept
+    replica.lost = True  # its connection broke; the engine reached the host again
+    side.host, side.epoch = _host("replica"), 1
+    mark = len(replica.effects)
+    layer.prepare(_settings(1), trial)
+    fresh = trial.server.replicas
+    assert fresh is not old and fresh.epochs == (1,) and fresh.standbys == []
+    # the old standbys' agent took them down as it ended: nothing is asked of that host
+    assert replica.effects[mark:] == []
