@@ -66,7 +66,7 @@ build=(tests/integration/test_measure.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
        tests/integration/test_pgreplay.py tests/integration/test_gate.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py
-     tests/integration/test_report.py tests/integration/test_against_state.py)
+     tests/integration/test_report.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

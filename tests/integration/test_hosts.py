@@ -42,9 +42,9 @@ def hosts() -> Iterator[list[SimHost]]:
 
 
 def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
-          standby: SimHost | None = None, factor: str = 'server.synchronous_commit = ["on", '
-          '"off"]') -> str:  # fmt: skip
-    """pgbench on `h` (host loadgen); with `standby`, standby s1 on it (host replica)."""
+          standby: SimHost | None = None) -> str:  # fmt: skip
+    """pgbench on `h` (host loadgen); with `standby`, a synchronous standby s1 on it (host
+    replica)."""
     replica = "" if standby is None else f"""
         [hosts.replica]
         ssh = "root@{standby.address}"
@@ -53,6 +53,7 @@ def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
         pgsweep = "{PGSWEEP}"
         [replication]
         standbys = 1
+        mode = "sync"
     """
     return f"""
         [experiment]
@@ -76,7 +77,7 @@ def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
         {extra}
         {replica}
         [factors]
-        {factor}
+        server.synchronous_commit = ["on", "off"]
         [repeat]
         rounds = {rounds}
     """
@@ -173,14 +174,16 @@ def _listening(address: str, timeout: float = 60) -> int:
     raise AssertionError(f"no server came to listen on {address}")
 
 
-def test_pgbench_runs_on_the_client_host_and_only_it_is_admitted(
+def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_admitted(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
-    h1, h2, _ = hosts
-    path = write_experiment(tmp_path, _body(h1))
+    h1, h2, h3 = hosts
+    path = write_experiment(tmp_path, _body(h1, standby=h2))
     plan = pgsweep("plan", str(path))
     assert plan.returncode == 0, plan.stderr
     assert "client: host loadgen (h1) reached and checked" in plan.stdout
+    assert "standby: host replica (h2) reached and checked" in plan.stdout
+    assert "pg_basebackup, pg_ctl, postgres" in plan.stdout
     run = _start(path, tmp_path / "res")
     try:
         here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
@@ -188,83 +191,54 @@ def test_pgbench_runs_on_the_client_host_and_only_it_is_admitted(
         passfile = _on(h1, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
         password = passfile.rsplit(":", 1)[1]
         assert passfile.startswith(f"{here}:{port}:*:pgsweep:") and len(password) == 32
+        # one password and port for the run: the standby host holds the same passfile
+        assert _on(h2, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip() == passfile
         # the client host gets in with the run's password; a third host does not, even
         # with it (pg_hba admits the client's address alone); neither does a wrong one
-        deadline = time.monotonic() + 60  # the server restarts while the cluster is built
+        deadline = time.monotonic() + 120  # the server restarts while the cluster is built
         while (ok := _psql(h1, here, port, password)).returncode and time.monotonic() < deadline:
             time.sleep(0.2)
         assert ok.stdout.strip() == "1", ok.stderr
         # the server restarts between trials: a connection it closed or refused is asked
         # again, until the server answers (on a loaded machine, once, it was restarting)
-        refused = _answered(lambda: _psql(h2, here, port, password), deadline)
+        refused = _answered(lambda: _psql(h3, here, port, password), deadline)
         assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr
         wrong = _answered(lambda: _psql(h1, here, port, "0" * 32), deadline)
         assert "password authentication failed" in wrong.stderr, wrong.stderr
+        # the standby's host is admitted for replication alone: a session from there is not
+        while not _postgres_on(h2):  # the standby's postmaster, in h2's own namespace
+            assert time.monotonic() < deadline, "no standby ran on h2"
+            time.sleep(0.1)
+        plain = _answered(lambda: _psql(h2, here, port, password), deadline)
+        assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr, plain.stderr
         out, err = run.communicate(timeout=300)
     finally:
         _stop(run)
     assert run.returncode == 0, out + err
     rows = trials(tmp_path / "res")
-    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     argv = json.loads(rows[0]["pgbench_argv"])
     assert argv[argv.index("-h") + 1] == here and argv[argv.index("-p") + 1] == str(port)
     db = sqlite3.connect(tmp_path / "res" / "results.db")
     rtt = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'client.rtt_ms'")]
     (cpu,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'client.host.cpu.%'")
     (net,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'client.net.eth0.%'")
+    (standby_cpu,) = db.execute("SELECT count(*) FROM counter "
+                                "WHERE name LIKE 'standby.replica.host.cpu.%'")  # fmt: skip
+    seconds = dict(db.execute("SELECT trial_id, count(*) FROM standby_second "
+                              "WHERE state = 'streaming' AND standby = 's1' GROUP BY 1"))
     roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
     db.close()
     assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)
     assert cpu[0] >= 4 * 8 and net[0] == 4 * 4  # each trial's client CPU and network
+    assert standby_cpu[0] >= 4 * 8  # and the standby host's
+    for t in rows:  # the standby streamed from h2, in sync, lag sampled each second
+        effective = json.loads(t["effective_json"])
+        assert effective["replication.state"] == "s1: streaming sync"
+        assert 0 < float(effective["replication.rtt_ms"]) < 50  # from h2 to this machine
+        assert seconds.get(t["id"], 0) >= 1
     assert roles["client"].startswith("loadgen (h1, root@") and roles["server"].startswith("local")
     assert roles["client.address"] == h1.address
-    _nothing_left(h1)
-
-
-def test_a_standby_streams_from_its_own_host_admitted_for_replication_only(
-    hosts: list[SimHost], tmp_path: Path, state_dir: Path
-) -> None:
-    h1, h2, _ = hosts
-    body = _body(h1, rounds=1, standby=h2, factor='replication.mode = ["async", "sync"]')
-    path = write_experiment(tmp_path, body)
-    plan = pgsweep("plan", str(path))
-    assert plan.returncode == 0, plan.stderr
-    assert "standby: host replica (h2) reached and checked" in plan.stdout
-    assert "pg_basebackup, pg_ctl, postgres" in plan.stdout
-    run = _start(path, tmp_path / "res")
-    try:
-        here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
-        port = _listening(here)
-        deadline = time.monotonic() + 120
-        while not _postgres_on(h2):  # the standby's postmaster, in h2's own namespace
-            assert time.monotonic() < deadline, "no standby ran on h2"
-            time.sleep(0.1)
-        passfile = _on(h2, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
-        assert passfile.startswith(f"{here}:{port}:*:pgsweep:")
-        # h2 gets the run's password for replication alone: a session from there is refused
-        plain = _answered(lambda: _psql(h2, here, port, passfile.rsplit(":", 1)[1]), deadline)
-        assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr, plain.stderr
-        out, err = run.communicate(timeout=300)
-    finally:
-        _stop(run)
-    assert run.returncode == 0, out + err
-    db = sqlite3.connect(tmp_path / "res" / "results.db")
-    configs = db.execute("SELECT id, levels_json FROM configuration").fetchall()
-    levels = {c: json.loads(lv) for c, lv in configs}
-    seconds = dict(db.execute("SELECT trial_id, count(*) FROM standby_second "
-                              "WHERE state = 'streaming' AND standby = 's1' GROUP BY 1"))
-    (cpu,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'standby.replica.host.cpu.%'")
-    roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
-    db.close()
-    rows = trials(tmp_path / "res")
-    assert [r["status"] for r in rows] == ["ok", "ok"], [r["reason"] for r in rows]
-    for t in rows:
-        mode = levels[t["config_id"]]["replication.mode"]
-        effective = json.loads(t["effective_json"])
-        assert effective["replication.state"] == f"s1: streaming {mode}"
-        assert 0 < float(effective["replication.rtt_ms"]) < 50  # from h2 to this machine
-        assert seconds.get(t["id"], 0) >= 1  # lag sampled while pgbench ran on h1
-    assert cpu[0] >= 2 * 8  # each trial's standby host CPU
     assert roles["standbys"].startswith("s1: replica (h2, root@")
     _nothing_left(h1)
     _nothing_left(h2)
