@@ -1,7 +1,7 @@
-"""The client on another host against the client beside the server, same server, and what
-the agent costs. Prints figures; asserts nothing.
+"""The client (or a synchronous standby) on another host against the same role beside the
+server, same server, and what the agent costs. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/remote_client.py [--pairs 3] [--seconds 10]
+    .venv/bin/python bench/remote_client.py [--pairs 3] [--seconds 10] [--role standby]
 
 One host is made with tests/sshhosts.py (sshd in a network namespace of this machine).
 Runs are paired, local then remote, each an ordinary `pgsweep run` of a select-only and a
@@ -33,12 +33,15 @@ from sshhosts import SimHost, ssh_hosts  # noqa: E402
 PGSWEEP = str(ROOT / ".venv" / "bin" / "pgsweep")
 
 
-def experiment(folder: Path, seconds: int, host: SimHost | None) -> Path:
+def experiment(folder: Path, seconds: int, host: SimHost | None, role: str) -> Path:
     place = ""
     if host is not None:
         place = (f'[hosts.loadgen]\nssh = "root@{host.address}"\nidentity_file = '
                  f'"{host.identity}"\nknown_hosts = "{host.known_hosts}"\npgsweep = '
-                 f'"{PGSWEEP}"\n[roles]\nclient = "loadgen"\n')  # fmt: skip
+                 f'"{PGSWEEP}"\n[roles]\n')  # fmt: skip
+        place += 'client = "loadgen"\n' if role == "client" else 'standbys = ["loadgen"]\n'
+    if role == "standby":
+        place += '[replication]\nstandbys = 1\nmode = "sync"\n'
     path = folder / ("remote.toml" if host else "local.toml")
     path.write_text(f'[experiment]\nname = "{path.stem}"\nseed = 1\n{place}[cluster]\n'
                     f'scale = 5\n[workload]\nclients = 2\nduration = "{seconds}s"\n'
@@ -56,38 +59,50 @@ def run(path: Path, results: Path) -> dict[str, dict[str, float]]:
         raise SystemExit(res.stdout + res.stderr)
     db = sqlite3.connect(results / "results.db")
     out: dict[str, dict[str, float]] = {}
-    for tid, levels, tps in db.execute(
-        "SELECT t.id, c.levels_json, t.tps FROM trial t JOIN configuration c "
+    for tid, levels, tps, effective in db.execute(
+        "SELECT t.id, c.levels_json, t.tps, t.effective_json FROM trial t JOIN configuration c "
         "ON c.id = t.config_id"
     ):
         script = json.loads(levels)["workload.script"]
         m = dict(db.execute("SELECT name, value FROM metric WHERE trial_id = ?", (tid,)))
+        e = json.loads(effective)
         out[script] = {"tps": tps, "busy": m.get("host.cpu_busy_share", float("nan")),
-                       "rtt": m.get("client.rtt_ms", float("nan")),
-                       "calls": m.get("client.agent_calls", float("nan"))}  # fmt: skip
+                       "rtt": m.get("client.rtt_ms", float(e.get("replication.rtt_ms", "nan"))),
+                       "calls": m.get("client.agent_calls", float("nan")),
+                       "lag": m.get("replication.replay_lag_ms_mean", float("nan")),
+                       "clone": float(e.get("replication.clone_seconds", "nan"))}  # fmt: skip
     out["_run"] = {"seconds": time.monotonic() - began}
     return out
+
+
+def _detail(role: str, a: dict[str, float], b: dict[str, float]) -> str:
+    if role == "client":
+        return f"{b['calls']:.0f} agent messages in the window's trial"
+    return (f"replay lag {a['lag']:.1f} | {b['lag']:.1f} ms, clone {a['clone']:.1f} | "
+            f"{b['clone']:.1f} s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--role", choices=("client", "standby"), default="client")
     args = ap.parse_args()
+    print(f"# bench/remote_client.py --pairs {args.pairs} --seconds {args.seconds} --role "
+          f"{args.role}, {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}")  # fmt: skip
     rows: dict[str, list[tuple[float, float]]] = {}
     with ssh_hosts(1) as (host,), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         folder.chmod(0o755)
         for n in range(args.pairs):
-            local = run(experiment(folder, args.seconds, None), folder / f"l{n}")
-            remote = run(experiment(folder, args.seconds, host), folder / f"r{n}")
+            local = run(experiment(folder, args.seconds, None, args.role), folder / f"l{n}")
+            remote = run(experiment(folder, args.seconds, host, args.role), folder / f"r{n}")
             for script in ("select-only", "tpcb-like"):
                 a, b = local[script], remote[script]
                 rows.setdefault(script, []).append((b["tps"] / a["tps"], b["busy"] - a["busy"]))
                 print(f"pair {n + 1} {script:11s}: local {a['tps']:9,.0f} tps busy "
                       f"{a['busy']:.0%} | remote {b['tps']:9,.0f} tps busy {b['busy']:.0%} "
-                      f"rtt {b['rtt']:.3f} ms, {b['calls']:.0f} agent messages in the "
-                      "window's trial")  # fmt: skip
+                      f"rtt {b['rtt']:.3f} ms, " + _detail(args.role, a, b))  # fmt: skip
     for script, pairs in rows.items():
         ratio = statistics.median(r for r, _ in pairs)
         busy = statistics.median(d for _, d in pairs)

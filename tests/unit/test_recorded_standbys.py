@@ -1,13 +1,19 @@
 """Standbys on other hosts, on recording hosts (milliseconds, nothing touched): the
 primary admits each other host for what its role needs alone, a standby placed on a host
 is made there over TCP with the run's passfile (one here from the private socket), and a
-set of standbys made over a connection that was lost is dropped, not reused. The real run
-is tests/integration/test_hosts.py."""
+set of standbys made over a connection that was lost is dropped, not reused; the
+standbys' network namespaces (replication.network) are journaled, made and taken down
+through the host. The real runs are tests/integration/test_hosts.py and
+test_replication.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+from pgsweep.host import netns
 from pgsweep.host.journal import UndoJournal
 from pgsweep.host.proc import RunAs
 from pgsweep.host.recording import RecordingHost, Reply, argv_starts
@@ -112,3 +118,32 @@ def test_standbys_made_over_a_lost_connection_are_dropped_and_made_again() -> No
     assert fresh is not old and fresh.epochs == (1,) and fresh.standbys == []
     # the old standbys' agent took them down as it ended: nothing is asked of that host
     assert replica.effects[mark:] == []
+
+
+def test_the_standbys_network_is_journaled_then_made_and_taken_down_through_its_host() -> None:
+    host = RecordingHost("local", commands=[(argv_starts("ip"), Reply(0, "")),
+                                            (argv_starts("tc"), Reply(0, ""))])  # fmt: skip
+    journal = UndoJournal(Path("/registry/run.undo"), None, host)
+    link = netns.create(journal, "4242-99", 1, 10_000_000, Path("/w/private/netns"), host)
+    p, s = "pgsweep-4242-99-1-p", "pgsweep-4242-99-1-s"
+    assert (link.primary_ns, link.standby_ns) == (p, s)
+    order = [e.kind if e.kind == "journal" else e.what for e in host.effects
+             if e.kind in ("journal", "run")]  # fmt: skip
+    assert order[:4] == ["journal", f"ip netns add {p}", "journal", f"ip netns add {s}"]
+    assert [json.loads(e.detail["entry"]) for e in host.kinds("journal")] == [
+        {"netns": p}, {"netns": s}]  # fmt: skip
+    assert f"tc -n {p} qdisc add dev pgsweep0 root tbf rate 10000000bit" in host.effects[-1].what
+    for name in (p, s):  # both exist now: taken down in reverse
+        host.files[f"/run/netns/{name}"] = ""
+    mark = len(host.effects)
+    link.destroy()
+    assert [e.what for e in host.effects[mark:] if e.kind == "run"] == [
+        f"ip netns delete {s}", f"ip netns delete {p}"]  # fmt: skip
+
+
+def test_a_journal_entry_naming_another_namespace_or_link_is_refused() -> None:
+    host = RecordingHost("local")
+    for name in ("eth0", "pgsweep-1-2-3-p; reboot", "../../run/netns/x"):
+        with pytest.raises(OSError, match="not a namespace pgsweep makes"):
+            netns.undo_entry({"netns": name}, Path("/w/private"), host)
+    assert host.effects == []

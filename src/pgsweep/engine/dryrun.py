@@ -295,8 +295,6 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
         lines.append("[build]: sources fetched and compiled into the build cache before the "
                      "first trial (`plan` above lists the builds)")  # fmt: skip
     replication = [c.get("replication") for c in configs]
-    if any(getattr(r, "network", False) for r in replication):
-        lines.append("replication.network: network namespaces, a veth link, tc")
     if any(getattr(r, "standbys", 0) for r in replication):
         lines.append("the standbys (pg_basebackup from the running primary, their servers), "
                      "made once the primary runs")  # fmt: skip

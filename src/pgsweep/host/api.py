@@ -75,7 +75,7 @@ class Host(ABC):
 
     name: str
     # the machine this process runs on, which the parts not yet through the Host (block
-    # devices, mounts, zfs-fuse, network namespaces, builds, the work area) act on
+    # devices, mounts, zfs-fuse, builds, the work area) act on
     # directly: they refuse any other host (RunContext.direct)
     direct: bool = False
 

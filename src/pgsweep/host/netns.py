@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import internal
 from . import proc
-from .api import Recorder
+from .api import Host, Recorder
+from .local import LOCAL
 
 NETNS = re.compile(r"^pgsweep-\d+-\d+-\d+-[ps]$")  # the namespaces pgsweep makes, no other
 DEVICE = "pgsweep0"  # each end of the pair, inside its own namespace
@@ -53,15 +54,16 @@ def rate_bits(text: str) -> int:
 class Link:
     primary_ns: str  # the primary's TCP side lives here
     standby_ns: str  # the standbys live here
-    scratch: Path
+    scratch: Path  # root's folder for the commands' output
+    host: Host = LOCAL  # the machine both namespaces are on: every command goes through it
     made: list[str] = field(default_factory=list)  # the namespaces this link created
 
     host_ip = PRIMARY_IP  # the address the primary listens on, in its namespace
     peer_ip = STANDBY_IP  # the standbys' address, the only one the primary trusts
 
     def destroy(self) -> None:
-        for name in reversed(self.made):
-            undo_entry({"netns": name}, self.scratch)
+        for name in reversed(self.made):  # made by this link: no name check, no lookup
+            _delete(name, self.scratch, self.host)
         self.made.clear()
 
     def rtt_ms(self, probes: int = 5) -> float:
@@ -69,23 +71,26 @@ class Link:
         and its answer: one round trip), in ms; needs the primary listening."""
         argv = ["nsenter", f"--net=/run/netns/{self.standby_ns}", sys.executable, "-I", "-c",
                 _RTT_PROBE, PRIMARY_IP, str(probes)]  # fmt: skip
-        res = proc.run_tool(argv, self.scratch, f"rtt-{self.standby_ns}", timeout=60)
+        res = self.host.run(argv, out=self.scratch / f"rtt-{self.standby_ns}.out", timeout=60)
         if not res.ok:
             raise internal(f"measuring the round trip failed: {res.last_line()}")
         return float(res.stdout.strip())
 
 
 def create(journal: Recorder, run_id: str, number: int, rate: int | None,
-           scratch: Path) -> Link:  # fmt: skip
-    """Both namespaces, the veth pair between them with its addresses, and the shaping;
-    each namespace journaled before it is made (`journal` is the run's UndoJournal)."""
+           scratch: Path, host: Host = LOCAL) -> Link:  # fmt: skip
+    """Both namespaces, the veth pair between them with its addresses, and the shaping, on
+    `host`; each namespace journaled before it is made (`journal` is the run's UndoJournal
+    there)."""
     base = f"pgsweep-{run_id}-{number}"
-    link = Link(f"{base}-p", f"{base}-s", scratch)
+    link = Link(f"{base}-p", f"{base}-s", scratch, host)
     p, s = link.primary_ns, link.standby_ns
+    if host.lstat(scratch) is None:
+        host.private_dir(scratch, 0o700)
     try:
         for name in (p, s):
             journal.record({"netns": name})
-            _step(["ip", "netns", "add", name], scratch, f"netns-add-{name}")
+            _step(host, ["ip", "netns", "add", name], scratch, f"netns-add-{name}")
             link.made.append(name)
         steps = [
             ["ip", "-n", p, "link", "add", DEVICE, "type", "veth", "peer", "name", DEVICE,
@@ -100,36 +105,45 @@ def create(journal: Recorder, run_id: str, number: int, rate: int | None,
             steps.append(["tc", "-n", p, "qdisc", "add", "dev", DEVICE, "root", "tbf", "rate",
                           f"{rate}bit", "burst", str(burst), "latency", "100ms"])  # fmt: skip
         for i, argv in enumerate(steps):
-            _step(argv, scratch, f"netns-{number}-{i}")
+            _step(host, argv, scratch, f"netns-{number}-{i}")
     except BaseException:
         link.destroy()
         raise
     return link
 
 
-def _step(argv: list[str], scratch: Path, name: str) -> None:
-    res = proc.run_tool(argv, scratch, name)
+def _step(host: Host, argv: list[str], scratch: Path, name: str) -> None:
+    res = host.run(argv, out=scratch / f"{name}.out", timeout=120)
     if not res.ok:
         raise internal(f"making the standbys' network failed: `{' '.join(argv)}`: "
                        f"{res.last_line()}")  # fmt: skip
 
 
-def exists(name: str) -> bool:
-    return Path("/run/netns", name).exists()
+def exists(name: str, host: Host = LOCAL) -> bool:
+    return host.lstat(Path("/run/netns", name)) is not None
 
 
-def undo_entry(entry: dict[str, str], scratch: Path) -> str | None:
+def undo_entry(entry: dict[str, str], scratch: Path, host: Host = LOCAL) -> str | None:
     """Delete a namespace pgsweep made (its name checked: a journal is data); the veth end
-    inside it, its peer and its qdisc go with it."""
+    inside it, its peer and its qdisc go with it. The journal's replay runs on the machine
+    itself (`host` the local one); a run's own link passes its host."""
     name = entry.get("netns", "")
     if not NETNS.fullmatch(name):
         raise OSError("not a namespace pgsweep makes; the journal entry is refused")
-    if not exists(name):
+    if not exists(name, host):
         return None
-    res = proc.run_tool(["ip", "netns", "delete", name], scratch, "netns-delete")
-    if not res.ok:
-        raise OSError(f"ip netns delete {name}: {res.last_line()}")
+    _delete(name, scratch, host)
     return f"removed namespace {name}"
+
+
+def _delete(name: str, scratch: Path, host: Host) -> None:
+    """`ip netns delete`; one already gone is fine."""
+    if host.lstat(scratch) is None:
+        host.private_dir(scratch, 0o700)
+    res = host.run(["ip", "netns", "delete", name], out=scratch / f"netns-delete-{name}.out",
+                   timeout=120)  # fmt: skip
+    if not res.ok and exists(name, host):
+        raise OSError(f"ip netns delete {name}: {res.last_line()}")
 
 
 def features() -> dict[str, str]:

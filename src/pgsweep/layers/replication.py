@@ -250,12 +250,11 @@ class ReplicationLayer(Layer):
                                  epochs=trial.run.standby_epochs())  # fmt: skip
             if settings.network:
                 run = trial.run
-                run.direct("replication.network (a network namespace and its link)")
                 state: ReplicationRun = run.state[self.name]
                 current.network = netns.create(state.journal, run.run_id,
                                                run.next_number("netns"),
                                                settings.bandwidth_bits,
-                                               run.private / "netns")  # fmt: skip
+                                               run.private / "netns", run.host)  # fmt: skip
             server.replicas = current
         if current.network is not None:
             link = current.network
