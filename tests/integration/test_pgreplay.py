@@ -99,6 +99,8 @@ def _body(log: Path, factors: str = "workload.replay_speed = [1, 2]") -> str:
         seed = 3
         [cluster]
         scale = 1
+        [server]
+        shared_preload_libraries = "pg_stat_statements"
         [workload]
         tool = "pgreplay"
         replay = "{log}"
@@ -131,6 +133,10 @@ def test_every_statement_is_replayed_and_twice_as_fast_at_2x(
         m = metrics[row["id"]]
         assert m["pgreplay.statements"] == facts.statements, m  # every one the log holds
         assert m["pgreplay.errors"] == 0  # the data the capture started from: no error
+        # the server's own count and time of what it ran (pg_stat_statements): the same
+        # statements, each measured where the client cannot see
+        assert m["statements.calls"] == pytest.approx(facts.statements, rel=0.05), m
+        assert 0 < m["statements.exec_ms_mean"] < 1000
         assert row["tps"] == pytest.approx(m["pgreplay.statements"] / m["pgreplay.seconds"])
         assert "restore" in json.loads(row["events_json"])  # a replay writes: the snapshot
         effective = json.loads(row["effective_json"])

@@ -38,3 +38,16 @@ def test_the_text_artifact_reads_back() -> None:
     raw = b"abc123\tSELECT abalance FROM pgbench_accounts WHERE aid = $1\nbad line\n"
     assert statements.parse(raw) == {"abc123": "SELECT abalance FROM pgbench_accounts "
                                                 "WHERE aid = $1"}  # fmt: skip
+
+
+def test_the_server_side_figures_count_every_statement_not_only_the_top() -> None:
+    before = _stmt("old", 1000, 9e6)
+    after = _stmt("old", 1001, 9e6 + 4.0)
+    for i in range(statements.TOP + 3):  # more than the top keeps
+        after |= _stmt(f"s{i}", 10, 10.0)
+    deltas = counters.delta(before, after)
+    got = statements.server_side(deltas)
+    calls = 1 + 10 * (statements.TOP + 3)
+    assert got["statements.calls"] == calls
+    assert got["statements.exec_ms_mean"] == (4.0 + 10.0 * (statements.TOP + 3)) / calls
+    assert statements.server_side({"pg.wal_bytes": 5.0}) == {}  # no library: no figure

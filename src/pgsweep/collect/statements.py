@@ -74,6 +74,19 @@ def top(deltas: dict[str, float], prefix: str = "pg.") -> dict[str, float]:
             if not k.startswith(start) or k[len(start):].split(".")[0] in kept}  # fmt: skip
 
 
+def server_side(deltas: dict[str, float], prefix: str = "pg.") -> dict[str, float]:
+    """Every statement counted over the window, summed (before `top` cuts them): how many
+    the server ran and their mean execution time, measured by the server itself (what a
+    replay's client cannot see; pgsweep's own sessions are not counted). {} without the
+    library or without a statement."""
+    start = prefix + PREFIX
+    calls = sum(v for k, v in deltas.items() if k.startswith(start) and k.endswith(".calls"))
+    if calls <= 0:
+        return {}
+    return {"statements.calls": calls,
+            "statements.exec_ms_mean": sum(times(deltas, prefix).values()) / calls}  # fmt: skip
+
+
 def hashes(counters: dict[str, float], prefix: str = "pg.") -> set[str]:
     start = prefix + PREFIX
     return {k[len(start):].split(".")[0] for k in counters if k.startswith(start)}

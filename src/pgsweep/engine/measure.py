@@ -271,8 +271,11 @@ def _unsampled(second: dict[str, float], rate: float) -> dict[str, float]:
 
 
 def close_window(trial: TrialContext, before: dict[str, float], record: TrialRecord) -> None:
-    """The window's counter deltas, its top statements' with their text (collect.statements)."""
-    record.counters = statements.top(counters.delta(before, snapshot(trial)))
+    """The window's counter deltas, its top statements' with their text, and every
+    statement's server-side count and mean time (collect.statements)."""
+    deltas = counters.delta(before, snapshot(trial))
+    record.metrics.update(statements.server_side(deltas))
+    record.counters = statements.top(deltas)
     wanted = statements.hashes(record.counters)
     if wanted:
         with trial.cluster.connect() as conn:

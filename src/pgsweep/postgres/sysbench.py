@@ -135,6 +135,9 @@ def parse(text: str) -> SysbenchRun:
         latency[f"p{m.group(2)}" if m.group(2) else name] = float(m.group(3))
     bins = [(float(v), int(c)) for v, c in _BIN.findall(text)]
     latency.update(percentiles(bins))
+    if "max" in latency:  # a bin's value may lie above the slowest event (its own p99 too)
+        latency.update({k: min(v, latency["max"]) for k, v in latency.items()
+                        if k.startswith("p")})  # fmt: skip
     version = _VERSION.search(text)
     return SysbenchRun(
         version=version.group(1) if version else "?", seconds=float(total.group(1)),
