@@ -129,3 +129,30 @@ def test_resume_refuses_what_is_not_this_fleet(
         (out / "fleet.json").symlink_to(tmp_path / "elsewhere.json")
     with pytest.raises(PgsweepError, match=expect):
         fleet_folder.reopen(out, exp, wanted)
+
+
+def test_a_second_pgsweep_on_a_locked_fleet_folder_is_refused(tmp_path: Path) -> None:
+    """A `--resume` while the fleet still runs would dispatch its groups twice: the folder
+    is held (flock on fleet.lock, which names the holder's pid) and the second is refused
+    with exit 2; once the first lets go, the folder can be taken again."""
+    folder = tmp_path / "fleet"
+    folder.mkdir(mode=0o700)
+    with fleet_folder.locked(folder):
+        assert (folder / fleet_folder.LOCK).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(PgsweepError) as refused, fleet_folder.locked(folder):
+            pass
+        assert f"another pgsweep (pid {os.getpid()}) is running this fleet" in str(
+            refused.value.render())  # fmt: skip
+        assert refused.value.exit_code == 2
+    with fleet_folder.locked(folder):  # released: taken again
+        pass
+
+
+def test_the_lock_is_not_taken_through_a_planted_link(tmp_path: Path) -> None:
+    folder = tmp_path / "fleet"
+    folder.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    (folder / fleet_folder.LOCK).symlink_to(target)
+    with pytest.raises(OSError), fleet_folder.locked(folder):
+        pass
+    assert not target.exists()  # nothing made or written through the link

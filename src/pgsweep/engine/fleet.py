@@ -18,6 +18,7 @@ the local Host."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -183,8 +184,11 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
     """Ask every group's host for its facts, refuse groups that differ; run every
     reachable group's shard at once through Ansible, fetch them, merge them. With
     `resume`, only the groups whose shard did not come back last time."""
+    hold = contextlib.ExitStack()  # the fleet folder's lock, once the folder exists
     if resume:
-        results, ledger = fleet_folder.reopen(results, exp, wanted)
+        results, _ = fleet_folder.reopen(results, exp, wanted)
+        hold.enter_context(fleet_folder.locked(results))
+        results, ledger = fleet_folder.reopen(results, exp, wanted)  # as the lock found it
         wanted = ledger.groups
     else:
         target = fleet_folder.new_target(results)
@@ -203,6 +207,7 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         _refuse_differences(exp, (ledger.facts if resume else {}) | facts, inventory)
         if not resume:
             ledger = fleet_folder.start(target, exp, list(hosts))
+            hold.enter_context(fleet_folder.locked(results))
         ledger.facts |= facts
         reachable = [g for g in todo if g not in status]
         if reachable:
@@ -219,6 +224,7 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         outcome.missing = [r for r in range(1, exp.rounds + 1) if r not in ran]
         return outcome
     finally:
+        hold.close()
         LOCAL.remove_tree(scratch)
 
 

@@ -6,14 +6,18 @@ fleet.json, the fleet's ledger: the experiment file it runs, its groups in shard
 (the K-th group runs shard K/N, on every dispatch), each group's outcome ("ok", or why
 its rounds are missing) and the facts its host gave. `--resume` dispatches only the
 groups whose outcome is not "ok"; the top is merged again from every shard folder that
-came back, so no trial is run twice and none is copied twice."""
+came back, so no trial is run twice and none is copied twice. fleet.lock holds the folder
+for one pgsweep at a time (`locked`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from ..store import merge
 from ..store.db import Store
 
 LEDGER = "fleet.json"
+LOCK = "fleet.lock"
 # A group's name becomes a folder name, a play's host pattern and a shard's --group: the
 # names Ansible itself calls valid, nothing a path or a template could read otherwise
 GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -154,6 +159,29 @@ def check_group(name: object) -> str:
         raise ValueError(f"{str(name)[:80]!r} is not a group name (letters, digits and _, "
                          "not starting with a digit)")
     return name
+
+
+@contextmanager
+def locked(results: Path) -> Iterator[None]:
+    """The fleet folder for this pgsweep alone while it dispatches, fetches and merges: a
+    second `run --inventory` on it (a `--resume` while the first still runs) is refused,
+    exit 2, before it contacts a host; the lock goes with the process, even on kill -9.
+    The folder is root's own (checked when made or reopened); the name is opened without
+    following a link."""
+    fd = os.open(results / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise PgsweepError(f"another pgsweep (pid {holder or '?'}) is running this fleet",
+                               where=str(results), fix="wait for it to end; then "
+                               "`--resume` runs what it left") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def save(results: Path, ledger: Ledger) -> None:
