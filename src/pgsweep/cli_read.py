@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
 EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu")
+EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:

@@ -138,6 +138,20 @@ def test_trial_on_loop_ext4_records_device_writes_above_wal(
     assert load["io.device_bytes_written"] == load[f"load.disk.{loop}.sectors_written"] * 512
     assert load["io.device_bytes_written"] > 13e6
     assert load["load.pg.wal_bytes"] > 0 and load["load.scale"] == 1
+    # the devices per second (issue 26): the loop device and the disk under its image, and
+    # the machine's dirty memory, each second of the 3-second window
+    db = sqlite3.connect(results / "results.db")
+    rows = db.execute("SELECT device, second, write_kb_s, await_ms, util_pct, dirty_kb "
+                      "FROM device_second WHERE trial_id = ?", (trial["id"],)).fetchall()
+    db.close()
+    seconds = {r[1] for r in rows if r[0] == loop}
+    assert seconds >= {1, 2, 3} and max(seconds) <= 4, rows
+    # what the window wrote to the loop device, second by second, is what its counter says
+    per_second = sum(r[2] for r in rows if r[0] == loop) * 1024
+    assert per_second == pytest.approx(written, rel=0.5), (per_second, written)
+    assert all(0 <= r[4] <= 100 for r in rows if r[0] == loop)
+    assert {r[1] for r in rows if r[0] == "memory" and r[5] is not None} == seconds
+    assert "device.util_pct_mean" in metric and metric["memory.dirty_kb_max"] >= 0
 
 
 def _first_trial_like_the_others(results: Path, first: dict[str, object],

@@ -233,8 +233,8 @@ def test_html_report_in_headless_chromium(results: Path, tmp_path: Path) -> None
 def _drawn_and_zoomable(seen: dict, width: int) -> None:
     assert seen["viewport"] == width and seen["scrollWidth"] <= width, seen  # no sideways page
     names = [p["name"] for p in seen["plots"]]
-    assert names[0] == "tps-change" and {"tps", "latency", "bytes", "tps-over-time",
-                                          "p99-over-time"} <= set(names), names  # fmt: skip
+    expected = {"tps", "latency", "bytes", "tps-over-time", "p99-over-time", "dirty-over-time"}
+    assert names[0] == "tps-change" and expected <= set(names), names
     for p in seen["plots"]:  # drawn: marks laid out with a size, tooltips on them
         assert p["svgs"] >= 2 and p["drawn"] >= 4 and p["titles"] >= 4, p
         assert p["width"] > 0.8 * min(width, 1100) - 40 and p["height"] > 60, p

@@ -4,8 +4,9 @@ table; an auxiliary process idle in its main loop, class Activity, is no state o
 own), and per transaction: WAL records, full-page images and bytes, WAL writes and syncs,
 checkpoints, buffers written by whom, blocks read, pg_stat_io's operations by process
 type (PostgreSQL 16+), and CPU time, context switches and page faults by process type
-(the `process_cpu` table). A folder from before explain collection yields only the
-counter-based metrics."""
+(the `process_cpu` table); and levels over the window: the data device's mean await,
+queue depth and utilisation, and the most dirty and writeback memory. A folder from
+before explain collection yields only the counter-based metrics."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from ..collect.processes import TICKS_PER_S
 from ..store import Results
 
 MIN_SHARE = 0.01  # a wait state below 1% of a process type's time in both sides is left out
-SHARE, PER_TX = "share", "per_tx"  # a share of session time; an amount per transaction
+# a share of session time; an amount per transaction; a level over the window (an amount)
+SHARE, PER_TX, LEVEL = "share", "per_tx", "level"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,14 @@ COUNTERS: dict[str, tuple[str, str]] = {
 }
 _IO_WORDS = {"reads": "reads", "writes": "writes", "writebacks": "writebacks",
              "extends": "extends", "fsyncs": "fsyncs", "evictions": "evictions"}  # fmt: skip
+# figures of the window's devices per second (collect.device_series) -> words, unit, step
+LEVELS: dict[str, tuple[str, str, float]] = {
+    "device.await_ms_mean": ("data device: mean await", "ms", 0.01),
+    "device.queue_depth_mean": ("data device: mean queue depth", "requests", 0.01),
+    "device.util_pct_mean": ("data device: utilisation", "%", 0.1),
+    "memory.dirty_kb_max": ("dirty memory, at most", "kB", 4.0),
+    "memory.writeback_kb_max": ("memory under writeback, at most", "kB", 4.0),
+}
 # process_cpu figures -> words, unit, scale (per transaction)
 CPU = (("cpu_us", "CPU / tx", "µs"), ("voluntary_switches", "voluntary context switches / tx",
        "switches"), ("involuntary_switches", "involuntary context switches / tx", "switches"),
@@ -81,6 +91,12 @@ def per_trial(results: Results) -> tuple[dict[str, dict[str, float]], dict[str, 
                 if not key.startswith("wait."):
                     steps.setdefault(key, []).append(1 / tx[tid])  # one count
     _statements(results, counters, trials, values, known, steps)
+    for tid, per in metrics.items():
+        for key, (label, unit, step) in LEVELS.items():
+            if tid in trials and key in per:
+                known[key] = Metric(key, label, unit, LEVEL)
+                values[tid][key] = per[key]
+                steps.setdefault(key, []).append(step)
     for tid, per in counters.items():  # pg_stat_io keeps only non-zero cells: 0 where unseen
         if tid in trials and any(k.startswith("pg.io.") for k in per):
             for key in (k for k in known if k.startswith("pg.io.")):

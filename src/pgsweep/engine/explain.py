@@ -1,7 +1,8 @@
 """What explains a trial, collected over its measured window beside pgbench (issue 26;
 cheap, always on): where sessions waited (collect.waits, a connection of its own sampling
-pg_stat_activity) and CPU by process type (collect.processes, /proc of the postmaster's
-children and of the pgbench client, read through the hosts). The WAL, checkpoint, buffer
+pg_stat_activity), CPU by process type (collect.processes, /proc of the postmaster's
+children and of the pgbench client, read through the hosts), and the server's devices and
+dirty memory per second (collect.device_series). The WAL, checkpoint, buffer
 and pg_stat_io deltas come with the trial's counters (collect.counters).
 
 Explain collection never fails a trial: what it could not collect is missing from the
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
-from ..collect import processes, waits
+from ..collect import device_series, processes, waits
 from ..layers.context import TrialContext
 from ..store import TrialRecord
 
@@ -29,6 +31,7 @@ class ExplainWatcher:
         self.sampler: waits.WaitSampler | None = None
         self.before: processes.Snapshot | None = None
         self.seen: dict[int, processes.Usage] = {}  # postmaster children seen in the window
+        self.devices: device_series.DeviceSeries | None = None
         self.problems: list[str] = []
 
     def begin(self, trial: TrialContext) -> None:
@@ -39,6 +42,8 @@ class ExplainWatcher:
 
         self.sampler = waits.WaitSampler(trial.cluster.connect, tick=track)
         self.sampler.start()
+        self.devices = device_series.DeviceSeries(trial.run.host, trial.server.devices)
+        self.devices.start()
         self.before = self._processes(trial)
 
     def _skip(self) -> frozenset[int]:
@@ -55,8 +60,10 @@ class ExplainWatcher:
         cost = {} if abort else self._cost(trial)
         if self.sampler is not None:
             self.sampler.stop()
+        seconds = self.devices.stop() if self.devices is not None else []
         if abort:
             return
+        self._device_seconds(trial, record, seconds)
         sampler, before = self.sampler, self.before
         if sampler is not None and sampler.error is None and sampler.samples > 0:
             record.waits = waits.profile(sampler.counts, sampler.samples)
@@ -71,6 +78,13 @@ class ExplainWatcher:
         self._backends_gone(trial)
         if self.problems:
             record.artifacts["explain.err"] = "\n".join(self.problems).encode()
+
+    def _device_seconds(self, trial: TrialContext, record: TrialRecord,
+                        seconds: list[tuple[Any, ...]]) -> None:  # fmt: skip
+        if self.devices is not None and self.devices.error is not None:
+            self.problems.append(f"devices per second were not read: {self.devices.error}")
+        record.device_seconds = seconds
+        record.metrics.update(device_series.summary(seconds, trial.server.primary_devices))
 
     def _cost(self, trial: TrialContext) -> dict[str, float]:
         """What sampling cost the server's machine, in CPU seconds: the sampling backend

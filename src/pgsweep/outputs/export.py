@@ -1,8 +1,8 @@
 """`pgsweep export`: the results as tidy tables, one row per trial, per trial-second, per
-latency bin, per wait state or per process type (the explain figures). Every row carries
-the experiment, configuration, the level of every factor (one column each), host group (a
-sharded or merged fleet's; empty on one machine), round and trial, so pandas or DuckDB can
-read a file without joins."""
+latency bin, per wait state, per process type or per device-second (the explain
+figures). Every row carries the experiment, configuration, the level of every factor (one
+column each), host group (a sharded or merged fleet's; empty on one machine), round and
+trial, so pandas or DuckDB can read a file without joins."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ def table(results: Results, what: str) -> pa.Table:
     elif what == "standbys":
         seconds = results.standby_seconds()
         rows = [keys[tid] | asdict(s) for tid in keys for s in seconds.get(tid, [])]
-    elif what in ("waits", "cpu"):  # issue 26's explain figures, one row per state or type
-        per = results.waits() if what == "waits" else results.process_cpu()
+    elif what in ("waits", "cpu", "devices"):  # issue 26's explain figures
+        per: dict[str, list[Any]] = (results.waits() if what == "waits" else
+                                     results.process_cpu() if what == "cpu" else
+                                     results.device_seconds())  # fmt: skip
         rows = [keys[tid] | asdict(x) for tid in keys for x in per.get(tid, [])]
     else:
         bins = results.latency_bins()

@@ -30,7 +30,9 @@ _ENV = jinja2.Environment(
 TITLES = {"tps": "TPS per configuration", "latency": "latency percentiles",
           "bytes": "bytes per transaction", "tps-over-time": "TPS per second",
           "p99-over-time": "p99 per second",
-          "replay-lag-over-time": "replay lag per second"}  # fmt: skip
+          "replay-lag-over-time": "replay lag per second",
+          "device-writes-over-time": "device writes per second",
+          "dirty-over-time": "dirty memory per second"}  # fmt: skip
 
 
 # the wait states of an explain panel's stacked bars, in order (colour-blind safe: Okabe-Ito)

@@ -1,6 +1,7 @@
 """Per-second series of a representative trial per configuration (the trial closest to
-its configuration's median TPS): TPS with its stalls marked, p99 latency, and the worst
-standby's replay lag. Zoomable in the HTML report (report.js). With more configurations
+its configuration's median TPS): TPS with its stalls marked, p99 latency, the worst
+standby's replay lag, and the busiest device's writes (kB/s) and the machine's dirty
+memory. Zoomable in the HTML report (report.js). With more configurations
 than colours, the baseline and the largest changes in TPS."""
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def over_time_plots(a: Analysis, results: Results) -> list[dict[str, str]]:
                       if any(s.marks for s in series) else "") + few)  # fmt: skip
         out.append(xy_plot(name, series, x, Scale(0, max(values) * 1.08), SECONDS, unit,
                            caption, zoom=True))  # fmt: skip
-    lag = lag_plot(a, [(c, tid) for c, tid, _ in data], results)
-    return out + ([lag] if lag else [])
+    picked = [(c, tid) for c, tid, _ in data]
+    more = [lag_plot(a, picked, results), *device_plots(a, picked, results)]
+    return out + [p for p in more if p]
 
 
 def lag_plot(a: Analysis, trials: list[tuple[Config, str]],
@@ -94,3 +96,42 @@ def lag_plot(a: Analysis, trials: list[tuple[Config, str]],
                    Scale(0, top * 1.08), SECONDS, "replay lag, ms (worst standby)",
                    "Per-second replay lag of the same representative trials (NULL, caught up "
                    "and idle, drawn as 0).", zoom=True)  # fmt: skip
+
+
+def device_plots(a: Analysis, trials: list[tuple[Config, str]],
+                 results: Results) -> list[dict[str, str] | None]:  # fmt: skip
+    """Per-second writes of each trial's busiest device (most kB written over the window),
+    and the machine's Dirty memory, of the same trials."""
+    seconds = results.device_seconds()
+    plots: list[dict[str, str] | None] = []
+    for key, unit, name, what in (
+        ("write_kb_s", "writes, kB/s (the trial's busiest device)", "device-writes-over-time",
+         "writes of each trial's busiest device (the one it wrote most to)"),
+        ("dirty_kb", "Dirty memory, kB", "dirty-over-time",
+         "Dirty memory of the machine (/proc/meminfo)"),
+    ):  # fmt: skip
+        series = []
+        for i, (c, tid) in enumerate(trials):
+            rows = seconds.get(tid, [])
+            if key == "dirty_kb":
+                mine = [r for r in rows if r.device == "memory"]
+            else:
+                written: dict[str, float] = {}
+                for r in rows:
+                    if r.device != "memory":
+                        written[r.device] = written.get(r.device, 0.0) + (r.write_kb_s or 0)
+                busiest = max(written, key=lambda d: written[d]) if written else None
+                mine = [r for r in rows if r.device == busiest]
+            if mine:
+                xs, ys = thin([float(r.second) for r in mine], [getattr(r, key) for r in mine])
+                series.append(Series(f"{label(a, c)} (trial {tid})", xs, ys, PALETTE[i]))
+        if not series:
+            plots.append(None)
+            continue
+        xs_all = [x for s in series for x in s.xs]
+        top = max([y for s in series for y in s.ys if y is not None] + [1.0])
+        plots.append(xy_plot(name, series, Scale(min(xs_all), max(xs_all)),
+                             Scale(0, top * 1.08), SECONDS, unit,
+                             f"Per-second {what}, of the same representative trials.",
+                             zoom=True))  # fmt: skip
+    return plots

@@ -3,21 +3,10 @@ uses; `results` is the typed, read-only API everything that reports reads throug
 
 from __future__ import annotations
 
-from .db import MIGRATIONS, SCHEMA_VERSION, SECOND_COLUMNS, Store, TrialRecord
-from .results import (
-    TPS,
-    Configuration,
-    Experiment,
-    Fact,
-    LatencyBin,
-    ProcessCpu,
-    Results,
-    Sample,
-    Second,
-    StandbySecond,
-    Trial,
-    Wait,
-)
+from .db import SECOND_COLUMNS, Store, TrialRecord
+from .results import TPS, Configuration, Experiment, Fact, Results, Trial
+from .rows import DeviceSecond, LatencyBin, ProcessCpu, Sample, Second, StandbySecond, Wait
+from .schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = [
     "MIGRATIONS",
@@ -25,6 +14,7 @@ __all__ = [
     "SECOND_COLUMNS",
     "TPS",
     "Configuration",
+    "DeviceSecond",
     "Experiment",
     "Fact",
     "LatencyBin",

@@ -18,7 +18,9 @@ from urllib.parse import quote
 from ..errors import PgsweepError, internal
 from ..host import folders
 from ..plan import parse_spans
-from .db import SCHEMA_VERSION, Store, newer_schema
+from .db import Store, newer_schema
+from .rows import DeviceSecond, LatencyBin, ProcessCpu, Sample, Second, StandbySecond, Wait
+from .schema import SCHEMA_VERSION
 
 # The one metric name that does not live in the metric table: pgbench's own summary TPS of
 # the trial (trial.tps), which the reports treat as a metric like the derived ones.
@@ -84,85 +86,6 @@ class Trial:
 
 
 @dataclass(frozen=True)
-class Second:
-    """One second of the measured window, from pgbench's transaction log."""
-
-    second: int
-    tps: float
-    failed: int
-    skipped: int
-    latency_mean_ms: float | None
-    latency_p50_ms: float | None
-    latency_p90_ms: float | None
-    latency_p99_ms: float | None
-    latency_max_ms: float | None
-    lag_mean_ms: float | None
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One pgbench progress line (-P): the per-second view of trials without a log."""
-
-    at_s: float
-    tps: float
-    latency_ms: float | None
-    stddev_ms: float | None
-    failed: int | None
-    lag_ms: float | None
-    skipped: int | None
-
-
-@dataclass(frozen=True)
-class StandbySecond:
-    """One standby in one second of the measured window (the primary's pg_stat_replication);
-    lags are None when PostgreSQL shows NULL (caught up and idle)."""
-
-    standby: str
-    second: int
-    state: str | None
-    sync_state: str | None
-    write_lag_ms: float | None
-    flush_lag_ms: float | None
-    replay_lag_ms: float | None
-    sent_bytes_behind: float | None
-    write_bytes_behind: float | None
-    flush_bytes_behind: float | None
-    replay_bytes_behind: float | None
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Where one process type's sessions were, on average, over a trial's window: average
-    sessions (samples of pg_stat_activity in that state / samples taken)."""
-
-    backend_type: str
-    wait_class: str  # "CPU" (running, no wait event), "Idle", or PostgreSQL's wait class
-    wait_event: str
-    sessions: float
-
-
-@dataclass(frozen=True)
-class ProcessCpu:
-    """One process type's CPU over a trial's window (None: /proc keeps no such figure)."""
-
-    process_type: str
-    processes: int
-    user_s: float | None
-    system_s: float | None
-    voluntary_switches: float | None
-    involuntary_switches: float | None
-    minor_faults: float | None
-    major_faults: float | None
-
-
-@dataclass(frozen=True)
-class LatencyBin:
-    low_ms: float
-    high_ms: float
-    n: int
-
-
-@dataclass(frozen=True)
 class Fact:
     """One recorded fact of the environment. scope: "host", "cluster-N" (the storage under
     a cluster) or a configuration id (its settings not at their default)."""
@@ -172,7 +95,7 @@ class Fact:
     value: str
 
 
-R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond, Wait, ProcessCpu)
+R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond, Wait, ProcessCpu, DeviceSecond)
 
 
 class Results:
@@ -290,6 +213,11 @@ class Results:
         """Trial id -> its standbys' seconds, by second then standby ({} without standbys)."""
         return self._series(StandbySecond, "standby_second", "second, x.standby")
 
+    def device_seconds(self) -> dict[str, list[DeviceSecond]]:
+        """Trial id -> its devices' seconds (and the "memory" rows), by second then device
+        ({} for a folder from before, or a trial whose server had none to read)."""
+        return self._series(DeviceSecond, "device_second", "second, x.device")
+
     def waits(self) -> dict[str, list[Wait]]:
         """Trial id -> where its sessions waited, by process type, then most sessions first
         ({} for a folder from before explain collection, or a trial without it)."""
@@ -380,8 +308,8 @@ class Results:
 
 _PARSED = ("events", "effective", "pgbench_argv")  # stored as JSON text
 COPIED_TABLES = ("trial", "sample", "counter", "metric", "second", "latency_bin",
-                 "standby_second", "wait", "process_cpu", "artifact", "load_counter",
-                 "environment")  # fmt: skip
+                 "standby_second", "wait", "process_cpu", "device_second", "artifact",
+                 "load_counter", "environment")  # fmt: skip
 
 
 def _trial(r: sqlite3.Row) -> Trial:
