@@ -27,6 +27,12 @@ if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless 
     command -v git >/dev/null || need+=(git)
     # remote hosts are tested as sshd in network namespaces (tests/sshhosts.py)
     [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+    # the explain panel's wait states from pg_wait_sampling (tests/integration/test_explain)
+    for bin in /usr/lib/postgresql/*/bin; do
+        major=$(basename "$(dirname "$bin")")
+        [ -e "/usr/lib/postgresql/$major/lib/pg_wait_sampling.so" ] ||
+            need+=("postgresql-$major-pg-wait-sampling")
+    done
 fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -2,7 +2,9 @@
 synchronous_commit on vs off. With "on" every commit waits for its WAL flush (a backend
 syncs the WAL itself: wait event IO:WALSync, one WAL sync per transaction); with "off"
 the walwriter writes and syncs in the background and no backend waits on it. The panel
-must show that mechanism in its top lines, from figures stored per trial."""
+must show that mechanism in its top lines, from figures stored per trial. The server
+preloads pg_wait_sampling: the wait states are its profile (100 samples a second, each
+process's type from pgsweep's own pg_stat_activity sampler)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ jobs = 2
 duration = "2s"
 warmup = "0s"
 [server]
-shared_preload_libraries = "pg_stat_statements"  # top statements too
+# top statements too, and the wait states from pg_wait_sampling (Debian's package)
+shared_preload_libraries = "pg_stat_statements,pg_wait_sampling"
 [repeat]
 rounds = {ROUNDS}
 [factors]
@@ -66,8 +69,10 @@ def test_every_trial_stores_its_waits_and_cpu_by_process_type(results: Path) -> 
                           "WHERE name LIKE 'explain.sampler_%_cpu_s'")  # fmt: skip
     assert len(cost) == 2 * len(trials)  # the sampling backend's and thread's CPU
     assert all(0 <= v < 0.5 * 2 for _, _, v in cost), cost  # under half a core of a 2 s window
+    source = dict(_rows(results, "SELECT trial_id, value FROM metric "
+                                 "WHERE name = 'explain.wait_source'"))  # fmt: skip
     for tid in trials:
-        assert hz[tid] >= 10, hz  # sampled at 10 Hz or more
+        assert hz[tid] == 100 and source[tid] == 1, (hz, source)  # pg_wait_sampling's 10 ms
         mine = [w for w in waits if w[0] == tid]
         # pgbench's two clients, every sample: about 2 client backend sessions in all
         clients = sum(w[4] for w in mine if w[1] == "client backend")
@@ -138,6 +143,7 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     before, after = (float(v.rstrip("%")) for v in walsync.split()[3:5])
     assert before >= 5 and after < 2, walsync
     assert "explain figures judged as one family" in res.stdout
+    assert "wait states sampled by pg_wait_sampling, 100 times a second." in res.stdout
 
 
 @requires_pg

@@ -15,6 +15,7 @@ difference |log((after + f) / (before + f))| with f 1% of the larger level."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,12 +112,14 @@ class Panel:
     rounds: int
     profile: list[dict[str, Any]]  # client backends' wait states, both sides (shares)
     settings: list[dict[str, str]]  # the server settings in force that differ
+    waits_from: str = ""  # what sampled the wait states, in words
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config, "against": self.against, "contrast": self.contrast,
                 "sentence": self.sentence, "alpha": self.alpha, "family": self.compared,
                 "rounds": self.rounds, "tps": self.tps, "profile": self.profile,
-                "settings": self.settings, "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
+                "settings": self.settings, "waits_from": self.waits_from,
+                "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
 
 
 def panel(a: Analysis, results: Results, config: str, against: str | None = None,
@@ -149,7 +152,23 @@ def panel(a: Analysis, results: Results, config: str, against: str | None = None
     other = a.names.get(against, against) if against != a.baseline else "the baseline"
     return Panel(config, against, f"{name} vs {other}", sentence(tps, rows, m), tps, rows,
                  alpha, m, len(rounds), profile(table, known, config, against),
-                 settings_differ(results, config, against))  # fmt: skip
+                 settings_differ(results, config, against),
+                 waits_from(results, [t for t, (c, _) in where.items()
+                                      if c in (config, against)]))  # fmt: skip
+
+
+def waits_from(results: Results, trials: list[str]) -> str:
+    """What sampled the trials' wait states: pg_wait_sampling where the server preloaded
+    it (explain.wait_source 1), else pgsweep's own sampling of pg_stat_activity."""
+    metrics = results.metrics()
+    got = [metrics.get(t, {}) for t in trials if "explain.wait_hz" in metrics.get(t, {})]
+    if not got:
+        return ""
+    hz = statistics.median(m["explain.wait_hz"] for m in got)
+    sources = {m.get("explain.wait_source", 0.0) for m in got}
+    what = ("pg_wait_sampling" if sources == {1.0} else "pg_stat_activity" if sources == {0.0}
+            else "pg_wait_sampling in some trials, pg_stat_activity in others")  # fmt: skip
+    return f"wait states sampled by {what}, {hz:.0f} times a second"
 
 
 PROFILED = "client backend"  # the process type whose wait profile the panel draws

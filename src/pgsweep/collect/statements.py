@@ -27,9 +27,9 @@ def key(query: str) -> str:
     return hashlib.sha256(" ".join(query.split()).encode()).hexdigest()[:12]
 
 
-def preloaded(conn: Any) -> bool:
+def preloaded(conn: Any, library: str = LIBRARY) -> bool:
     row = conn.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
-    return LIBRARY in [p.strip().strip('"') for p in str(row[0] if row else "").split(",")]
+    return library in [p.strip().strip('"') for p in str(row[0] if row else "").split(",")]
 
 
 def _rows(conn: Any, major: int) -> list[tuple[Any, ...]]:

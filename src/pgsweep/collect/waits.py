@@ -21,7 +21,7 @@ from ..host.api import Connection
 
 SAMPLE_HZ = 20.0  # at least 10 (issue 26); a sample costs a few hundred microseconds
 SAMPLE = """
-SELECT coalesce(backend_type, 'unknown'), state, wait_event_type, wait_event
+SELECT coalesce(backend_type, 'unknown'), state, wait_event_type, wait_event, pid
 FROM pg_stat_activity WHERE pid <> pg_backend_pid()
 """
 Key = tuple[str, str, str]  # (backend type, wait class, wait event)
@@ -57,6 +57,8 @@ class WaitSampler:
         self.tick, self.tick_every = tick, tick_every  # also run every N samples, here
         self.period = 1.0 / hz
         self.counts: Counter[Key] = Counter()
+        self.types: dict[int, str] = {}  # pid -> process type, of every process seen
+        self.seen: Counter[int] = Counter()  # pid -> the samples it was in
         self.samples = 0
         self.seconds = 0.0  # from the first sample to the last
         self.pid: int | None = None  # the sampling backend's pid (not a process to count)
@@ -85,6 +87,8 @@ class WaitSampler:
                     if self._stop.is_set():
                         break  # stop() has taken the counts: add nothing after
                     self.counts.update(classify(r) for r in rows)
+                    self.types.update((int(r[4]), str(r[0] or "unknown")) for r in rows)
+                    self.seen.update(int(r[4]) for r in rows)
                     self.samples += 1
                     self.seconds = time.monotonic() - began
                     n += 1

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..collect import device_series, processes, waits
+from ..collect import device_series, processes, wait_profile, waits
 from ..layers.context import TrialContext
 from ..store import TrialRecord
 
@@ -32,6 +32,8 @@ class ExplainWatcher:
         self.before: processes.Snapshot | None = None
         self.seen: dict[int, processes.Usage] = {}  # postmaster children seen in the window
         self.devices: device_series.DeviceSeries | None = None
+        self.profile: tuple[float, float] | None = None  # pg_wait_sampling: period ms, began
+        self.stopped = 0.0
         self.problems: list[str] = []
 
     def begin(self, trial: TrialContext) -> None:
@@ -42,6 +44,7 @@ class ExplainWatcher:
 
         self.sampler = waits.WaitSampler(trial.cluster.connect, tick=track)
         self.sampler.start()
+        self._start_profile(trial)
         self.devices = device_series.DeviceSeries(trial.run.host, trial.server.devices)
         self.devices.start()
         self.before = self._processes(trial)
@@ -60,6 +63,7 @@ class ExplainWatcher:
         cost = {} if abort else self._cost(trial)
         if self.sampler is not None:
             self.sampler.stop()
+        self.stopped = time.monotonic()  # the profile's window ends with the sampler's
         seconds = self.devices.stop() if self.devices is not None else []
         if abort:
             return
@@ -69,6 +73,7 @@ class ExplainWatcher:
             record.waits = waits.profile(sampler.counts, sampler.samples)
             record.metrics["explain.wait_samples"] = float(sampler.samples)
             record.metrics["explain.wait_hz"] = sampler.rate()
+            self._read_profile(trial, record, sampler)
         elif sampler is not None:
             self.problems.append(f"pg_stat_activity was not sampled: {sampler.error}")
         record.metrics.update(cost)
@@ -78,6 +83,39 @@ class ExplainWatcher:
         self._backends_gone(trial)
         if self.problems:
             record.artifacts["explain.err"] = "\n".join(self.problems).encode()
+
+    def _start_profile(self, trial: TrialContext) -> None:
+        """pg_wait_sampling's profile emptied for the window, when the server has it."""
+        try:
+            with trial.cluster.connect() as conn:
+                period = wait_profile.start(conn)
+        except Exception as exc:
+            self.problems.append(f"pg_wait_sampling was not reset: {exc}")
+            return
+        if period is not None:
+            self.profile = (period, time.monotonic())
+
+    def _read_profile(self, trial: TrialContext, record: TrialRecord,
+                      sampler: waits.WaitSampler) -> None:  # fmt: skip
+        """The window's waits from pg_wait_sampling instead of pgsweep's own sampling (its
+        process types from it), and the rate it sampled at (explain.wait_source: 1 for
+        pg_wait_sampling, 0 for pg_stat_activity)."""
+        record.metrics["explain.wait_source"] = 0.0
+        if self.profile is None:
+            return
+        period, began = self.profile
+        try:
+            with trial.cluster.connect() as conn:
+                present = {pid: n / sampler.samples for pid, n in sampler.seen.items()}
+                rows, samples = wait_profile.read(conn, sampler.types, present, self._skip(),
+                                                  self.stopped - began, period)  # fmt: skip
+        except Exception as exc:
+            self.problems.append(f"pg_wait_sampling was not read: {exc}")
+            return
+        if rows:
+            record.waits = rows
+            record.metrics.update({"explain.wait_source": 1.0, "explain.wait_samples": samples,
+                                   "explain.wait_hz": 1000.0 / period})  # fmt: skip
 
     def _device_seconds(self, trial: TrialContext, record: TrialRecord,
                         seconds: list[tuple[Any, ...]]) -> None:  # fmt: skip

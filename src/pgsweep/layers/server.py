@@ -339,13 +339,22 @@ def _start_error(failure: StartFailure, ctx: ValidationContext) -> PgsweepError:
                                           if f"server.{n}" in ctx.where]  # fmt: skip
     paths += [ctx.origins[f"server.{n}"] for n in named if f"server.{n}" in ctx.origins]
     levels = ", ".join(f"{n} = {v!r}" for n, v in sorted(failure.settings.items()))
+    fix = ("change the level(s) the server's message names: every configuration of the "
+           "full factorial must start")  # fmt: skip
+    for library, package in PACKAGED.items():  # a preloaded library Debian packages apart
+        if f'could not access file "{library}"' in " ".join(failure.messages):
+            fix = (f"install it (apt-get install postgresql-{ctx.binaries.major}-{package}, "
+                   f"or scripts/setup.sh --dev), or {fix[0].lower()}{fix[1:]}")  # fmt: skip
     return _error(
         ctx, paths[0] if paths else ("server",),
         f"a server with these settings does not start ({levels or 'no settings'}): "
         + "; ".join(failure.messages),
-        fix="change the level(s) the server's message names: every configuration of the "
-        "full factorial must start",
+        fix=fix,
     )
+
+
+# libraries the explain panel uses when the file preloads them, and Debian's package
+PACKAGED = {"pg_wait_sampling": "pg-wait-sampling"}
 
 
 def _error(ctx: ValidationContext, path: tuple[str, ...] | str, what: str,

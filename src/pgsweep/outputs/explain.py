@@ -67,6 +67,8 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
     say(console, f"{p['family']} explain figures judged as one family: each interval at "
                  f"{p['alpha']:g} / {p['family']}, so any false \"different\" in this panel "
                  f"has at most a {p['alpha']:.0%} chance{tail}")  # fmt: skip
+    if p.get("waits_from"):
+        say(console, f"{p['waits_from']}.")
 
 
 def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
