@@ -4,7 +4,9 @@ syncs the WAL itself: wait event IO:WALSync, one WAL sync per transaction); with
 the walwriter writes and syncs in the background and no backend waits on it. The panel
 must show that mechanism in its top lines, from figures stored per trial. The server
 preloads pg_wait_sampling: the wait states are its profile (100 samples a second, each
-process's type from pgsweep's own pg_stat_activity sampler)."""
+process's type from pgsweep's own pg_stat_activity sampler). With cpu_profile, perf samples
+the server's stacks after each configuration's round-1 window, and the HTML report draws
+each panel's differential flame graph."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ EXPERIMENT = f"""
 [experiment]
 name = "explain"
 seed = 7
+cpu_profile = "2s"  # perf, after each configuration's round-1 window
 [cluster]
 scale = 1
 [workload]
@@ -177,3 +180,27 @@ def test_export_and_reports_carry_the_explain_figures(results: Path, tmp_path: P
     assert [p["config"] for p in data["explain"]] == called  # a panel per verdict "different"
     md = pgsweep("report", str(results), "--format", "markdown").stdout
     assert ("## Why: what changed beside each verdict" in md) == bool(called)
+
+
+@requires_pg
+def test_round_one_trials_carry_a_cpu_profile_and_the_panel_its_flame_graph(
+    results: Path, tmp_path: Path
+) -> None:
+    rows = _rows(results, "SELECT t.id, t.round, a.gz FROM trial t LEFT JOIN artifact a "
+                          "ON a.trial_id = t.id AND a.name = 'profile.folded'")  # fmt: skip
+    assert not _rows(results, "SELECT trial_id FROM artifact WHERE name = 'profile.err'")
+    for tid, rnd, gz in rows:
+        assert (gz is not None) == (rnd == 1), tid  # round 1 only
+        if gz is None:
+            continue
+        stacks = [line.rsplit(" ", 1) for line in gzip.decompress(gz).decode().splitlines()]
+        assert stacks and all(s.startswith("postgres;") and n.isdigit() for s, n in stacks)
+        # a server's stacks, named: the backends' main loop under them
+        assert any(";PostgresMain;" in s for s, _ in stacks), stacks[:5]
+    out = tmp_path / "report.html"
+    res = pgsweep("report", str(results), "--format", "html", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    html = out.read_text()
+    panel = html[html.index('<section id="explain">'):]
+    assert '<svg class="flame"' in panel and "PostgresMain" in panel
+    assert "rgb(255," in panel and "rgb(" in panel  # frames coloured by their change

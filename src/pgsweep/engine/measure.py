@@ -16,7 +16,7 @@ from ..host import bounded, proc, safefs
 from ..layers.context import Server, TrialContext, TrialFailure, Watcher
 from ..postgres import pgbench
 from ..store import TrialRecord
-from . import sides
+from . import profile, sides
 from .explain import ExplainWatcher
 
 # Above this many transactions per second the log is sampled down to it: logging every
@@ -82,6 +82,8 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     out, err = _outputs(res, "pgbench", budget, record, where)
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
+    if trial.run.cpu_profile_s and record.round == 1:  # after the window: nothing it measures
+        profile.window(trial, where, w, pgb, trial.run.cpu_profile_s, record)
     if record_settings:
         with cluster.connect() as db:
             written = trial.settings["server"]  # the configuration's own settings

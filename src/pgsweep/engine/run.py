@@ -107,7 +107,8 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
                      exp.canonical, exp.builds, host=LOCAL, client_side=sides.get(topo.client),
                      standby_sides=tuple(sides.get(n) for n in topo.standbys), run_id=area.run,
-                     registry=workarea.registry(), grant=exp.grant)  # fmt: skip
+                     registry=workarea.registry(), grant=exp.grant,
+                     cpu_profile_s=exp.cpu_profile_s)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     # every trial, or the rounds of this run's shard

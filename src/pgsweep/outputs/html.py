@@ -7,6 +7,7 @@ escapes every value from the experiment file or the machine; the plots escape th
 
 from __future__ import annotations
 
+from collections import Counter
 from importlib import resources
 from typing import Any
 
@@ -16,8 +17,9 @@ from markupsafe import Markup
 from ..analysis import Analysis
 from ..analysis.headline import baseline_text
 from ..analysis.workload import workload_line
+from ..collect import perf
 from ..store import Fact, Results
-from . import plots
+from . import flamegraph, plots
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .plots_time import over_time_plots
 from .report import REPLICATION_COLUMNS, adaptive_line, effect_name
@@ -73,6 +75,7 @@ def render(a: Analysis, results: Results) -> str:
         workload=workload_line(a.experiment),
         factors=a.factors, configs=configs, headline=a.headline, names=a.names,
         headline_plot=plots.headline_plot(a), explain=a.explain, palette=WAIT_COLOURS,
+        flames=flames(a, results),
         comparisons=comparisons, effects=effects, warnings=a.warnings, rounds=a.rounds,
         whole_plot_factors=", ".join(a.whole_plot_factors),
         environment=_host_first(results.environment()), alpha=a.method["alpha"],
@@ -119,3 +122,21 @@ def _ci(s: dict[str, Any]) -> str:
 def _cls(verdict: str) -> str:
     word = verdict.split(":")[0]
     return word if word in ("faster", "slower", "lower", "higher") else ""
+
+
+def flames(a: Analysis, results: Results) -> dict[str, Markup]:
+    """Configuration -> the differential flame graph of its explain panel, where both it and
+    the configuration it is explained against have a CPU profile ([experiment] cpu_profile)."""
+    profiles: dict[str, Counter[str]] = {}
+    for t in results.trials(ok_only=True):
+        raw = results.artifact(t.id, perf.ARTIFACT) if t.config_id not in profiles else None
+        if raw:
+            profiles[t.config_id] = perf.parse(raw.decode(errors="replace"))
+    out: dict[str, Markup] = {}
+    for p in a.explain:
+        after, before = profiles.get(p["config"]), profiles.get(p["against"])
+        if after and before:
+            title = (f"{a.names.get(p['config'], p['config'])} against "
+                     f"{a.names.get(p['against'], p['against'])}: the server's CPU samples")
+            out[p["config"]] = Markup(flamegraph.svg(after, before, title))  # escaped inside
+    return out

@@ -28,7 +28,14 @@ from ..layers.workload_tools import refuse_remote_client
 from ..plan import Adaptive, Shard
 from ..postgres import binaries as pgbin
 from . import hosts
-from .tables import FIXED_TABLES, ReportTable, adaptive_rounds, fixed_table, rebuild_policy
+from .tables import (
+    FIXED_TABLES,
+    ReportTable,
+    adaptive_rounds,
+    cpu_profile_seconds,
+    fixed_table,
+    rebuild_policy,
+)
 from .text import check_text
 
 PLACES = ("factors", "hosts", "roles")  # tables of no layer: the factorial, where roles run
@@ -75,6 +82,7 @@ class Experiment:
     shard: Shard | None = None  # `run --shard K/N`: this run is group K of a fleet of N
     group: str = ""  # the name of that group (`run --group`; default "shardK")
     hosts_may_differ: tuple[str, ...] = ()  # host facts a fleet's groups may differ in
+    cpu_profile_s: int = 0  # [experiment] cpu_profile: a perf window after round 1's trials
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -422,6 +430,7 @@ def load(path: Path) -> Experiment:
         notes=[*ctx.notes, *topo.notes],
         topology=topo,
         hosts_may_differ=tuple(exp.hosts_may_differ),
+        cpu_profile_s=cpu_profile_seconds(source, exp.cpu_profile, str(base["workload"]["tool"])),
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
         from ..engine.plans import settle_max_rounds

@@ -69,6 +69,12 @@ KEYS: dict[str, Doc] = {
         "refused (exit 2), and the report names the facts that differ.",
         ["microcode"], "kernel, cpu_model, microcode, usable_cpus, memory_gib, numa_nodes, "
         "postgres"),
+    "experiment.cpu_profile": (
+        "Opt in: after the measured window of each configuration's round-1 trial, pgbench "
+        "runs this long again while `perf record -a -g` samples the machine at 99 Hz; the "
+        "server's stacks are kept per trial and the HTML report draws a differential flame "
+        "graph in each explain panel. Outside the window: no verdict is perturbed. Needs "
+        "root and perf (apt-get install linux-perf).", "5s", "0s (none) to 10min"),
     "postgres.bin": ("The PostgreSQL binaries: \"auto\" is the newest /usr/lib/postgresql/N/bin, "
                      "else pg_config on PATH; or a directory.", "/usr/lib/postgresql/15/bin",
                      ""),

@@ -3,7 +3,9 @@ pydantic models, and their validation into errors that name the file, key and li
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -23,6 +25,17 @@ class ExperimentTable(BaseModel):
         default_factory=list, description="host facts a fleet's groups may differ in "
         f"(else they are refused before dispatch): {', '.join(FACTS)}",
     )  # fmt: skip
+
+    cpu_profile: str = Field("0s", description="a CPU profile window after each round-1 "
+                             "trial's measured window (perf): its length, or 0s for none")
+
+    @field_validator("cpu_profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        seconds = parse_duration(v)
+        if not 0 <= seconds <= 600:
+            raise ValueError("a length of up to 10 minutes, such as \"5s\" (0s: no profile)")
+        return v
 
     @field_validator("hosts_may_differ")
     @classmethod
@@ -178,3 +191,26 @@ def rebuild_policy(rep: RepeatTable) -> str:
 
 
 ADAPTIVE_KEYS = ("min_rounds", "max_rounds", "decide", "precision", "interest", "budget")
+
+
+PERF = ("/usr/bin/perf", "/usr/sbin/perf")  # Debian's linux-perf
+
+
+def cpu_profile_seconds(source: Source, text: str, tool: str) -> int:
+    """[experiment] cpu_profile in seconds (0: none), refused (exit 2) where it cannot run:
+    without root (perf -a samples every process), without perf, or for a workload tool
+    other than pgbench (its profile window is a pgbench run)."""
+    seconds = int(parse_duration(text))
+    if seconds == 0:
+        return 0
+    where = ("experiment", "cpu_profile")
+    if os.geteuid() != 0:
+        raise source.error(where, "a CPU profile samples every process of the machine: it "
+                           "needs root", fix="run pgsweep as root, or remove cpu_profile")
+    if not any(Path(p).is_file() for p in PERF):
+        raise source.error(where, "a CPU profile needs perf, which is not installed",
+                           fix="apt-get install linux-perf, or remove cpu_profile")
+    if tool != "pgbench":
+        raise source.error(where, f"the profile window runs pgbench; workload.tool = {tool!r}",
+                           fix='remove cpu_profile, or set workload.tool = "pgbench"')
+    return seconds

@@ -1,0 +1,69 @@
+"""The CPU profile window (issue 26, opt in: [experiment] cpu_profile): after the measured
+window of a configuration's round-1 trial, pgbench runs the same workload again for the
+profile's length while `perf record -a -g` samples every CPU of the server's machine at
+99 Hz; the server processes' stacks are folded (collect.perf) and kept as the trial's
+artifact. Nothing of it enters the trial's figures: the window they come from is over.
+perf's data file lives in root's private scratch folder and is removed after."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ..collect import perf
+from ..host import proc
+from ..layers.context import TrialContext
+from ..postgres.pgbench import Workload
+from ..store import TrialRecord
+from .sides import Side
+
+HZ = 99  # not a multiple of the kernel's tick: samples do not lock step with timers
+START_S = 0.5  # perf is given this long to start sampling before pgbench starts
+
+
+def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds: int,
+           record: TrialRecord) -> None:  # fmt: skip
+    """Profile `seconds` of pgbench; what goes wrong is kept as profile.err, never a
+    failed trial (the trial was measured already)."""
+    host, scratch = trial.run.host, trial.run.private
+    data = scratch / f"perf-{trial.id}.data"
+    argv = ["perf", "record", "-F", str(HZ), "-a", "-g", "-o", str(data), "--",
+            "sleep", str(seconds + 1)]  # fmt: skip
+    recorded: list[proc.Result] = []
+    sampler = threading.Thread(target=lambda: recorded.append(host.run(
+        argv, out=scratch / f"perf-{trial.id}.out", timeout=seconds + 60)), daemon=True)
+    problems: list[str] = []
+    try:
+        sampler.start()
+        threading.Event().wait(START_S)
+        load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
+        res = where.run(trial, load, where.folder / "profile-pgbench", seconds)
+        if not res.ok:
+            problems.append(f"pgbench in the profile window: {res.describe_failure()}")
+        sampler.join(timeout=seconds + 90)
+        if not recorded or not recorded[0].ok:
+            why = recorded[0].describe_failure() if recorded else "did not end"
+            problems.append(f"perf record: {why}")
+        else:
+            record.artifacts[perf.ARTIFACT] = _folded(trial, data, problems)
+    finally:
+        host.remove_tree(data)
+    if problems:
+        record.artifacts["profile.err"] = "\n".join(problems).encode()
+
+
+def _folded(trial: TrialContext, data: Path, problems: list[str]) -> bytes:
+    host, scratch = trial.run.host, trial.run.private
+    out = scratch / f"perf-{trial.id}.script"
+    try:
+        res = host.run(["perf", "script", "-i", str(data), "-F", "comm,pid,ip,sym"],
+                       out=out, timeout=600)  # fmt: skip
+        if not res.ok:
+            problems.append(f"perf script: {res.describe_failure()}")
+            return b""
+        stacks = perf.fold(host.output(out, 512 << 20).decode(errors="replace"))
+    finally:
+        host.remove_tree(out)
+    if not stacks:
+        problems.append("perf sampled no server process in the profile window")
+    return perf.to_text(stacks).encode()
