@@ -1,5 +1,5 @@
 """CPU profiles (issue 26, opt in: [experiment] cpu_profile): `perf script` output of a
-`perf record -a -g` folded into stacks, one line per distinct stack, "frame;frame;... N"
+`perf record -g` folded into stacks, one line per distinct stack, "frame;frame;... N"
 from the root to the leaf (the format flame graph tools read), for the server's processes
 only (comm "postgres": every PostgreSQL process keeps its command name whatever title it
 shows). Kept per trial as the artifact profile.folded."""

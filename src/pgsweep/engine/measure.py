@@ -120,7 +120,8 @@ def _watched(argv: list[str], stem: Path, trial: TrialContext, record: TrialReco
     they are only stopped, and nothing they raise replaces it."""
     started: list[Watcher] = []
     try:
-        for watcher in [*trial.demand.watchers, ExplainWatcher()]:  # explain: issue 26
+        explain = [ExplainWatcher()] if trial.settings["workload"].explain else []  # issue 26
+        for watcher in [*trial.demand.watchers, *explain]:
             watcher.begin(trial)
             started.append(watcher)
         res = where.run(trial, argv, stem, seconds)

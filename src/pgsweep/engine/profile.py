@@ -1,7 +1,9 @@
 """The CPU profile window (issue 26, opt in: [experiment] cpu_profile): after the measured
 window of a configuration's round-1 trial, pgbench runs the same workload again for the
-profile's length while `perf record -a -g` samples every CPU of the server's machine at
-99 Hz; the server processes' stacks are folded (collect.perf) and kept as the trial's
+profile's length while `perf record -g` samples this trial's server at 99 Hz: its
+postmaster and the children it has (`-p`), and every process the postmaster forks while
+perf runs (perf's inherit: pgbench's backends); no other process of the machine, another
+PostgreSQL included. The stacks are folded (collect.perf) and kept as the trial's
 artifact. Nothing of it enters the trial's figures: the window they come from is over.
 perf's data file lives in root's private scratch folder and is removed after."""
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..collect import perf
+from ..collect import perf, processes
 from ..host import proc
 from ..layers.context import TrialContext
 from ..postgres.pgbench import Workload
@@ -27,8 +29,13 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     failed trial (the trial was measured already)."""
     host, scratch = trial.run.host, trial.run.private
     data = scratch / f"perf-{trial.id}.data"
-    argv = ["perf", "record", "-F", str(HZ), "-a", "-g", "-o", str(data), "--",
-            "sleep", str(seconds + 1)]  # fmt: skip
+    postmaster = trial.cluster.postmaster_pid()
+    if postmaster is None:
+        record.artifacts["profile.err"] = b"no server to profile: its postmaster is gone"
+        return
+    pids = [postmaster, *processes.snapshot(host, postmaster, None).processes]
+    argv = ["perf", "record", "-F", str(HZ), "-g", "-p", ",".join(map(str, pids)),
+            "-o", str(data), "--", "sleep", str(seconds + 1)]  # fmt: skip
     recorded: list[proc.Result] = []
     sampler = threading.Thread(target=lambda: recorded.append(host.run(
         argv, out=scratch / f"perf-{trial.id}.out", timeout=seconds + 60)), daemon=True)

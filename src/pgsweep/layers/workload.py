@@ -60,6 +60,7 @@ class WorkloadTable(BaseModel):
         "auto", description="per-transaction log: auto, off, or a fixed --sampling-rate"
     )
     max_tries: int = Field(1, ge=0, le=1_000_000, description="pgbench --max-tries (PG 15+)")
+    explain: bool = Field(True, description="collect the explain figures over each window")
     standby_script: str | None = Field(None, description="read load on each standby")
     standby_clients: int = Field(1, ge=1, le=1_000, description="its pgbench -c, per standby")
 
@@ -113,6 +114,7 @@ class WorkloadSettings:
     latency_log: str | float  # "auto", "off" or a sampling rate
     max_tries: int
     writes: bool  # the script changes data: each trial starts from the snapshot
+    explain: bool = True  # collect the explain figures (waits, CPU by process, devices)
     standby_script: str | None = None  # a read load on each standby during the window
     standby_clients: int = 1
     tool: str = "pgbench"  # or "sysbench": then test, tables and table_size are its own
@@ -218,6 +220,7 @@ class WorkloadLayer(Layer):
             protocol=str(values["protocol"]), prewarm=bool(values["prewarm"]),
             latency_log=log if isinstance(log, float) else str(log),
             max_tries=int(values["max_tries"]), writes=_writes(values, script, custom),
+            explain=bool(values["explain"]),
             standby_script=str(values["standby_script"]) if values.get("standby_script") else None,
             standby_clients=int(values["standby_clients"]), tool=str(values["tool"]),
             test=str(values["test"]) if values.get("test") else None,

@@ -71,7 +71,8 @@ KEYS: dict[str, Doc] = {
         "postgres"),
     "experiment.cpu_profile": (
         "Opt in: after the measured window of each configuration's round-1 trial, pgbench "
-        "runs this long again while `perf record -a -g` samples the machine at 99 Hz; the "
+        "runs this long again while `perf record -g` samples that server's processes (and "
+        "no other) at 99 Hz; the "
         "server's stacks are kept per trial and the HTML report draws a differential flame "
         "graph in each explain panel. Outside the window: no verdict is perturbed. Needs "
         "root and perf (apt-get install linux-perf).", "5s", "0s (none) to 10min"),
@@ -207,6 +208,10 @@ KEYS: dict[str, Doc] = {
                              "a second when the expected rate is above 2,000 tx/s; \"off\"; or "
                              "a fixed sampling rate.", "auto", "a sampling rate above 0, at "
                              "most 1"),
+    "workload.explain": ("Collect the explain figures over each window (wait states, CPU by "
+                         "process type, devices per second): on by default; false for a "
+                         "trial without them (a factor of it measures what they cost).",
+                         False, "true or false"),
     "workload.max_tries": ("pgbench --max-tries (PG 15+): retries of serialization and "
                            "deadlock errors.", 3, ""),
     "workload.standby_script": ("A read load on each standby during the window (builtin or a "

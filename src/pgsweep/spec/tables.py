@@ -198,14 +198,14 @@ PERF = ("/usr/bin/perf", "/usr/sbin/perf")  # Debian's linux-perf
 
 def cpu_profile_seconds(source: Source, text: str, tool: str) -> int:
     """[experiment] cpu_profile in seconds (0: none), refused (exit 2) where it cannot run:
-    without root (perf -a samples every process), without perf, or for a workload tool
-    other than pgbench (its profile window is a pgbench run)."""
+    without root (perf attaches to the server user's processes), without perf, or for a
+    workload tool other than pgbench (its profile window is a pgbench run)."""
     seconds = int(parse_duration(text))
     if seconds == 0:
         return 0
     where = ("experiment", "cpu_profile")
     if os.geteuid() != 0:
-        raise source.error(where, "a CPU profile samples every process of the machine: it "
+        raise source.error(where, "a CPU profile attaches perf to the server's processes: it "
                            "needs root", fix="run pgsweep as root, or remove cpu_profile")
     if not any(Path(p).is_file() for p in PERF):
         raise source.error(where, "a CPU profile needs perf, which is not installed",
