@@ -9,6 +9,7 @@ import math
 import re
 import shutil
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -123,20 +124,27 @@ def test_wait_samples_from_recorded_pg_stat_activity() -> None:
     prof = {(b, c, e): s for b, c, e, s in waits.profile(keys, 5)}
     assert prof[("client backend", "Client", "ClientRead")] == pytest.approx(0.6)
     assert sum(s for (b, _, _), s in prof.items() if b == "client backend") == pytest.approx(2)
-    # the sampler on a (recording) connection: samples each time anew, own pid kept apart
+    # the sampler on a (recording) connection: samples each time anew, own pid kept apart;
+    # its query asks for each process's pid too (the capture predates it: one made up per
+    # line), which it keeps with the process's type
+    with_pid = [(*r, 100 + i) for i, r in enumerate(rows)]
     per = iter(range(10**6))
     host = RecordingHost(sql=lambda q, p: [(4242,)] if "pg_backend_pid()" in q.split("FROM")[0]
-                         and "pg_stat_activity" not in q else rows[next(per) % len(rows):][:7])
+                         and "pg_stat_activity" not in q
+                         else with_pid[next(per) % len(rows):][:7])  # fmt: skip
     ticks: list[int] = []
     sampler = waits.WaitSampler(lambda: host.connect({}), hz=200,
                                 tick=lambda: ticks.append(1), tick_every=2)  # fmt: skip
     sampler.start()
-    while sampler.samples < 6:
-        pass
+    deadline = time.monotonic() + 30
+    while sampler.samples < 6 and sampler.error is None and time.monotonic() < deadline:
+        time.sleep(0.005)
     sampler.stop()
     assert sampler.pid == 4242 and sampler.error is None and sampler.samples >= 6
     assert sum(sampler.counts.values()) == 7 * sampler.samples and ticks
     assert sampler.rate() > 10
+    assert sampler.types[100] == str(rows[0][0])
+    assert set(sampler.seen) <= set(range(100, 100 + len(rows)))
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
