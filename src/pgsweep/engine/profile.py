@@ -33,7 +33,11 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     if postmaster is None:
         record.artifacts["profile.err"] = b"no server to profile: its postmaster is gone"
         return
-    pids = [postmaster, *processes.snapshot(host, postmaster, None).processes]
+    # the postmaster and its auxiliary processes; client backends left over from the
+    # measured window may be gone by the time perf attaches (it then refuses them all),
+    # and the profile window's own are forked after it, so inherited
+    children = processes.snapshot(host, postmaster, None).processes
+    pids = [postmaster, *(p for p, u in children.items() if u.kind != "client backend")]
     argv = ["perf", "record", "-F", str(HZ), "-g", "-p", ",".join(map(str, pids)),
             "-o", str(data), "--", "sleep", str(seconds + 1)]  # fmt: skip
     recorded: list[proc.Result] = []
