@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
 EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices")
+EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices",
+               "profiles")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:

@@ -204,3 +204,14 @@ def test_round_one_trials_carry_a_cpu_profile_and_the_panel_its_flame_graph(
     panel = html[html.index('<section id="explain">'):]
     assert '<svg class="flame"' in panel and "PostgresMain" in panel
     assert "rgb(255," in panel and "rgb(" in panel  # frames coloured by their change
+    # beside the client backends' bars, the other process types' (the walwriter's work)
+    others = panel[panel.index('class="waits-other"'):]
+    assert "<figcaption>walwriter:" in others and "<figcaption>client backend" not in others
+    table = tmp_path / "profiles.parquet"
+    res = pgsweep("export", str(results), "--what", "profiles", "--format", "parquet",
+                  "-o", str(table))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    got = pq.read_table(table).to_pylist()
+    assert {r["trial_id"] for r in got} == {tid for tid, rnd, _ in rows if rnd == 1}
+    assert all(r["stack"].startswith("postgres;") and r["samples"] > 0 for r in got)
+    assert "server.synchronous_commit" in got[0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -113,12 +113,14 @@ class Panel:
     profile: list[dict[str, Any]]  # client backends' wait states, both sides (shares)
     settings: list[dict[str, str]]  # the server settings in force that differ
     waits_from: str = ""  # what sampled the wait states, in words
+    others: list[dict[str, Any]] = field(default_factory=list)  # other process types' bars
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config, "against": self.against, "contrast": self.contrast,
                 "sentence": self.sentence, "alpha": self.alpha, "family": self.compared,
                 "rounds": self.rounds, "tps": self.tps, "profile": self.profile,
                 "settings": self.settings, "waits_from": self.waits_from,
+                "others": self.others,
                 "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
 
 
@@ -154,7 +156,8 @@ def panel(a: Analysis, results: Results, config: str, against: str | None = None
                  alpha, m, len(rounds), profile(table, known, config, against),
                  settings_differ(results, config, against),
                  waits_from(results, [t for t, (c, _) in where.items()
-                                      if c in (config, against)]))  # fmt: skip
+                                      if c in (config, against)]),
+                 other_profiles(table, known, config, against))  # fmt: skip
 
 
 def waits_from(results: Results, trials: list[str]) -> str:
@@ -175,14 +178,15 @@ PROFILED = "client backend"  # the process type whose wait profile the panel dra
 
 
 def profile(table: dict[str, dict[str, dict[int, float]]], known: dict[str, Metric],
-            config: str, against: str) -> list[dict[str, Any]]:  # fmt: skip
-    """Client backends' time by wait state in both configurations (mean shares over their
+            config: str, against: str,
+            process_type: str = PROFILED) -> list[dict[str, Any]]:  # fmt: skip
+    """A process type's time by wait state in both configurations (mean shares over their
     trials, in rounds both ran), largest first; states under MIN_SHARE in both as one
     "other" (the stacked bars of the panel)."""
     out: list[dict[str, Any]] = []
     rest = [0.0, 0.0]
     for key, m in known.items():
-        if m.kind != SHARE or key.split(".", 2)[1] != PROFILED:
+        if m.kind != SHARE or key.split(".", 2)[1] != process_type:
             continue
         by = table[key]
         both = sorted(set(by.get(config, {})) & set(by.get(against, {})))
@@ -198,6 +202,15 @@ def profile(table: dict[str, dict[str, dict[int, float]]], known: dict[str, Metr
     if max(rest) >= 0.005:  # what prints as 1% or more
         out.append({"label": "other", "before": rest[0], "after": rest[1]})
     return out
+
+
+def other_profiles(table: dict[str, dict[str, dict[int, float]]], known: dict[str, Metric],
+                   config: str, against: str) -> list[dict[str, Any]]:  # fmt: skip
+    """The other process types' bars (walwriter, checkpointer, autovacuum, ...): each one's
+    time in a wait state or on CPU, its idle main loop left out."""
+    types = sorted({k.split(".", 2)[1] for k, m in known.items() if m.kind == SHARE} - {PROFILED})
+    out = [{"type": t, "states": profile(table, known, config, against, t)} for t in types]
+    return [o for o in out if o["states"]]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """`pgsweep export`: the results as tidy tables, one row per trial, per trial-second, per
-latency bin, per wait state, per process type or per device-second (the explain
-figures). Every row carries the experiment, configuration, the level of every factor (one
-column each), host group (a sharded or merged fleet's; empty on one machine), round and
-trial, so pandas or DuckDB can read a file without joins."""
+latency bin, per wait state, per process type, per device-second or per profiled stack
+(the explain figures). Every row carries the experiment, configuration, the level of
+every factor (one column each), host group (a sharded or merged fleet's; empty on one
+machine), round and trial, so pandas or DuckDB can read a file without joins."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ..collect import perf
 from ..store import Results, Second, Trial
 from .safetext import csv_cell
 
@@ -40,6 +41,10 @@ def table(results: Results, what: str) -> pa.Table:
                                      results.process_cpu() if what == "cpu" else
                                      results.device_seconds())  # fmt: skip
         rows = [keys[tid] | asdict(x) for tid in keys for x in per.get(tid, [])]
+    elif what == "profiles":  # [experiment] cpu_profile: one row per trial and stack
+        rows = [keys[tid] | {"stack": stack, "samples": n} for tid in keys
+                if (raw := results.artifact(tid, perf.ARTIFACT))
+                for stack, n in perf.parse(raw.decode(errors="replace")).most_common()]  # fmt: skip
     else:
         bins = results.latency_bins()
         rows = [keys[tid] | asdict(b) for tid in sorted(bins) for b in bins[tid]]  # by trial id
