@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import pgsweep, requires_pg, run_shared
+from pgsweep.collect import perf
+from pgsweep.outputs import flamegraph
 
 ROUNDS = 4
 EXPERIMENT = f"""
@@ -197,16 +200,25 @@ def test_round_one_trials_carry_a_cpu_profile_and_the_panel_its_flame_graph(
         assert stacks and all(s.startswith("postgres;") and n.isdigit() for s, n in stacks)
         # a server's stacks, named: the backends' main loop under them
         assert any(";PostgresMain;" in s for s, _ in stacks), stacks[:5]
+    # the differential graph of the two configurations' real profiles
+    folded = {cfg: perf.parse(gzip.decompress(gz).decode()) for cfg, gz in _rows(
+        results, "SELECT t.config_id, a.gz FROM trial t JOIN artifact a ON a.trial_id = t.id "
+        "AND a.name = 'profile.folded'")}  # fmt: skip
+    svg = flamegraph.svg(folded["c02"], folded["c01"], "off against on")
+    assert svg.startswith('<svg class="flame"') and "PostgresMain" in svg
+    fills = set(re.findall(r'fill="rgb\((\d+),(\d+),(\d+)\)"', svg))
+    assert any(r == "255" and g != "255" for r, g, _ in fills)  # some frames grew (red)
+    assert any(b == "255" and g != "255" for _, g, b in fills)  # some shrank (blue)
     out = tmp_path / "report.html"
     res = pgsweep("report", str(results), "--format", "html", "-o", str(out))
     assert res.returncode == 0, res.stderr
     html = out.read_text()
-    panel = html[html.index('<section id="explain">'):]
-    assert '<svg class="flame"' in panel and "PostgresMain" in panel
-    assert "rgb(255," in panel and "rgb(" in panel  # frames coloured by their change
-    # beside the client backends' bars, the other process types' (the walwriter's work)
-    others = panel[panel.index('class="waits-other"'):]
-    assert "<figcaption>walwriter:" in others and "<figcaption>client backend" not in others
+    called = '<section id="explain">' in html  # a panel where TPS was called different
+    assert ('<svg class="flame"' in html) == called  # it carries the graph; nothing else does
+    if called:  # beside the client backends' bars, the other process types' (walwriter's)
+        others = html[html.index('class="waits-other"'):]
+        assert "<figcaption>walwriter:" in others
+        assert "<figcaption>client backend" not in others
     table = tmp_path / "profiles.parquet"
     res = pgsweep("export", str(results), "--what", "profiles", "--format", "parquet",
                   "-o", str(table))  # fmt: skip
