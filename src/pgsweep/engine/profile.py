@@ -5,11 +5,18 @@ postmaster and the children it has (`-p`), and every process the postmaster fork
 perf runs (perf's inherit: pgbench's backends); no other process of the machine, another
 PostgreSQL included. The stacks are folded (collect.perf) and kept as the trial's
 artifact. Nothing of it enters the trial's figures: the window they come from is over.
-perf's data file lives in root's private scratch folder and is removed after."""
+
+Root never reads the server's files by path: `perf record` (root, it must attach) takes
+no build-ids (-B, -N: at its end it would read, and cache, every binary the processes
+mapped, a library a backend was made to LOAD from the server user's folder included). Its
+data file, in root's private scratch folder, is handed to the server user as a new file
+in the trial's root-owned folder, and `perf script`, which resolves symbols by reading the
+mapped binaries by path, runs as the server user."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from ..collect import perf, processes
@@ -21,6 +28,7 @@ from .sides import Side
 
 HZ = 99  # not a multiple of the kernel's tick: samples do not lock step with timers
 START_S = 0.5  # perf is given this long to start sampling before pgbench starts
+MAX_DATA = 256 << 20  # perf's data file, read back by root: a 10-minute profile fits
 
 
 def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds: int,
@@ -38,7 +46,7 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     # and the profile window's own are forked after it, so inherited
     children = processes.snapshot(host, postmaster, None).processes
     pids = [postmaster, *(p for p, u in children.items() if u.kind != "client backend")]
-    argv = ["perf", "record", "-F", str(HZ), "-g", "-p", ",".join(map(str, pids)),
+    argv = ["perf", "record", "-F", str(HZ), "-g", "-B", "-N", "-p", ",".join(map(str, pids)),
             "-o", str(data), "--", "sleep", str(seconds + 1)]  # fmt: skip
     recorded: list[proc.Result] = []
     sampler = threading.Thread(target=lambda: recorded.append(host.run(
@@ -46,7 +54,7 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     problems: list[str] = []
     try:
         sampler.start()
-        threading.Event().wait(START_S)
+        time.sleep(START_S)
         load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
         res = where.run(trial, load, where.folder / "profile-pgbench", seconds)
         if not res.ok:
@@ -64,17 +72,20 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
 
 
 def _folded(trial: TrialContext, data: Path, problems: list[str]) -> bytes:
-    host, scratch = trial.run.host, trial.run.private
+    host, scratch, user = trial.run.host, trial.run.private, trial.run.user
     out = scratch / f"perf-{trial.id}.script"
+    theirs = trial.run.workdir / "trials" / trial.id / "perf.data"  # root's folder, 0711
     try:
-        res = host.run(["perf", "script", "-i", str(data), "-F", "comm,pid,ip,sym"],
-                       out=out, timeout=600)  # fmt: skip
+        host.write_file(theirs, host.output(data, MAX_DATA), 0o600, host.ids(user))
+        res = host.run(["perf", "script", "-i", str(theirs), "-F", "comm,pid,ip,sym"],
+                       out=out, timeout=600, user=user)  # fmt: skip
         if not res.ok:
             problems.append(f"perf script: {res.describe_failure()}")
             return b""
         stacks = perf.fold(host.output(out, 512 << 20).decode(errors="replace"))
     finally:
         host.remove_tree(out)
+        host.remove_tree(theirs)
     if not stacks:
         problems.append("perf sampled no server process in the profile window")
     return perf.to_text(stacks).encode()
