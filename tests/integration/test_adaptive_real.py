@@ -1,10 +1,13 @@
 """Adaptive rounds on a real run: `rounds = "auto"` looks after each round and stops long
 before its maximum of 8: a real tenfold effect is decided at the first or second look and
-a real A/A comparison can no longer find a change of 10% (futility about `[repeat]
-interest`, its default) by round 3 or 4 on an idle machine (9.5-21% CV here); on a loaded
-CI machine 5 and 7, once stopping with its interval inside ±10% instead; the
-report calls the one and not the other, and says where the run stopped; `--resume` of a
-stopped run runs nothing.
+a real A/A comparison can no longer find a change of 25% (futility about `[repeat]
+interest`) by round 3 or 4 on an idle machine (9.5-21% CV here); the report calls the one
+and not the other, and says where the run stopped; `--resume` of a stopped run runs
+nothing. The interest is 25%, not the default 10%: 1-second trials beside the suite's
+other lanes once drew an A/A pair 27% apart in mean TPS (19% in medians) over 8 rounds, and
+futility asks about the change estimated so far when that is larger than the interest, so
+at 10% that run went on to its maximum; the adaptive stop itself is what is tested here
+(tests/unit/test_adaptive.py and test_simulations hold its error rates).
 
 The factor is commit_siblings with commit_delay = 10 ms and synchronous_commit = on at two
 clients: with 0 siblings every commit sleeps 10 ms before its flush (the known effect);
@@ -45,6 +48,7 @@ rounds = "auto"
 min_rounds = 3
 max_rounds = 8
 precision = "2%"
+interest = "25%"
 [factors]
 server.commit_siblings = [5, 10, 0]
 """
@@ -79,7 +83,7 @@ def test_the_report_calls_the_effect_and_not_the_a_a_pair(results: Path) -> None
     last = rounds_run(results)
     assert seq["rounds"] == last and seq["stopped_at"] == last and seq["max_rounds"] == 8
     # the A/A pair was the one left open, and it stopped as one with no change worth
-    # finding: futility, or (after more rounds on a loaded machine) its interval inside ±10%
+    # finding: futility, or (after more rounds on a loaded machine) its interval inside ±25%
     assert seq["reason"].startswith(NO_CHANGE), seq
     # decided at the first or second look: its noise (3%) is far below the A/A pair's
     # (10-20%), so the model may fall back to a paired t with 2 degrees of freedom at round 3
