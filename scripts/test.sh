@@ -49,7 +49,8 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_workload_line.py tests/unit/test_explain_rows.py
       tests/unit/test_statements.py tests/unit/test_recorded_standbys.py
       tests/unit/test_agent_replies.py tests/unit/test_wait_profile.py
-      tests/unit/test_device_series.py tests/unit/test_flamegraph.py)
+      tests/unit/test_device_series.py tests/unit/test_flamegraph.py
+      tests/unit/test_recorded_client_tools.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/unit/test_bad_experiments.py

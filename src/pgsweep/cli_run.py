@@ -50,7 +50,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     clients.close_all(remotes)
     for name, host in remotes.items():
         roles = clients.roles_on(exp, name)
-        programs = ", ".join(p for r in roles for p in clients.PROGRAMS[r])
+        programs = ", ".join(clients.programs_on(exp, name))
         exp.notes.append(f"{' and '.join(roles)}: host {name} ({host.hello.get('hostname')}) "
                          f"reached and checked: root, the same pgsweep, {programs}, the user")
     notes = (

@@ -3,18 +3,22 @@
 reached over SSH with keys made for the test and a strict known_hosts file. pgbench runs
 on h1 over TCP with the run's password; h2, a third host, is refused by the server's hba
 even with the password; a standby on h2 streams over the bridge, admitted for replication
-alone; the controller killed with kill -9 mid-trial leaves nothing on any host; a
-connection cut mid-trial fails that trial and the run goes on."""
+alone; sysbench and pgreplay run on h1 too, a replayed session's own role admitted by
+name with the run's password; the controller killed with kill -9 mid-trial leaves
+nothing on any host; a connection cut mid-trial fails that trial and the run goes on."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -190,7 +194,7 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
         port = _listening(here)
         passfile = _on(h1, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
         password = passfile.rsplit(":", 1)[1]
-        assert passfile.startswith(f"{here}:{port}:*:pgsweep:") and len(password) == 32
+        assert passfile.startswith(f"{here}:{port}:*:*:") and len(password) == 32
         # one password and port for the run: the standby host holds the same passfile
         assert _on(h2, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip() == passfile
         # the client host gets in with the run's password; a third host does not, even
@@ -293,6 +297,98 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
     assert "host loadgen" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
     assert run.returncode == 3  # the run went on: the other trials ran on a new connection
     assert failed[0]["ord"] < max(r["ord"] for r in rows if r["status"] == "ok")
+    _nothing_left(h1)
+
+
+REPLAYED = Path(__file__).resolve().parents[1] / "data" / "pgreplay" / "capture.csv"
+SESSION = "6b080f94.495b"  # one of its two pgbench sessions: 231 statements over 3 s
+
+
+def _tool_body(h: SimHost, workload: str, cluster: str = "") -> str:
+    """One configuration, one round, its workload tool on `h` (host loadgen)."""
+    return f"""
+        [experiment]
+        name = "remote-tool"
+        seed = 3
+        [hosts.loadgen]
+        ssh = "root@{h.address}"
+        identity_file = "{h.identity}"
+        known_hosts = "{h.known_hosts}"
+        pgsweep = "{PGSWEEP}"
+        [roles]
+        client = "loadgen"
+        {cluster}
+        [workload]
+        {workload}
+        [repeat]
+        rounds = 1
+    """
+
+
+def _one_session_log(folder: Path) -> Path:
+    """The recorded capture's one session, its role renamed "app": a role of its own that
+    must log in over TCP with the run's password (the server user may read the copy)."""
+    rows = [r for r in csv.reader(REPLAYED.open(newline="")) if r[5] == SESSION]
+    for r in rows:
+        r[1] = "app"
+    folder.chmod(0o755)
+    log = folder / "replay.csv"
+    with log.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    log.chmod(0o644)
+    return log
+
+
+def _run_watching(path: Path, results: Path, h: SimHost, program: bytes) -> bool:
+    """Run the experiment to its end; whether `program` was seen in `h`'s namespace."""
+    run, seen = _start(path, results), False
+    try:
+        while run.poll() is None:
+            seen = seen or any(_program_on(pid, program) for pid in h.pids())
+            time.sleep(0.05)
+        out, err = run.communicate(timeout=60)
+    finally:
+        _stop(run)
+    assert run.returncode == 0, out + err
+    return seen
+
+
+def test_sysbench_and_pgreplay_run_on_the_client_host_a_replays_role_with_the_password(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1 = hosts[0]
+    here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
+    body = _tool_body(h1, 'tool = "sysbench"\ntest = "oltp_point_select"\ntable_size = 1000'
+                      '\nclients = 2\nduration = "2s"\nwarmup = "0s"\nrate = 200')
+    path = write_experiment(tmp_path, body)
+    plan = pgsweep("plan", str(path))
+    assert plan.returncode == 0, plan.stderr
+    assert "reached and checked: root, the same pgsweep, pgbench, sysbench, the user" in plan.stdout
+    assert _run_watching(path, tmp_path / "sb", h1, b"sysbench"), "sysbench never ran on h1"
+    (row,) = trials(tmp_path / "sb")
+    assert row["status"] == "ok", row["reason"]
+    assert f"--pgsql-host={here}" in json.loads(row["pgbench_argv"])
+    assert row["tps"] > 0
+    _nothing_left(h1)
+
+    log = _one_session_log(Path(tempfile.mkdtemp(prefix="pgsweep-test-replay-", dir="/tmp")))
+    try:
+        path = write_experiment(tmp_path, _tool_body(
+            h1, f'tool = "pgreplay"\nreplay = "{log}"', "[cluster]\nscale = 1"))
+        assert _run_watching(path, tmp_path / "rp", h1, b"pgreplay"), "pgreplay never ran on h1"
+    finally:
+        shutil.rmtree(log.parent)
+    (row,) = trials(tmp_path / "rp")
+    assert row["status"] == "ok", row["reason"]
+    argv = json.loads(row["pgbench_argv"])
+    assert argv[argv.index("-h") + 1] == here and argv[-1].endswith("/replay.csv")
+    db = sqlite3.connect(tmp_path / "rp" / "results.db")
+    m = dict(db.execute("SELECT name, value FROM metric WHERE name LIKE 'pgreplay.%' "
+                        "OR name = 'client.rtt_ms'"))  # fmt: skip
+    db.close()
+    # every statement of the session replayed from h1, none failing: role "app" got in
+    assert m["pgreplay.statements"] == 231 and m["pgreplay.errors"] == 0, m
+    assert 0 < m["client.rtt_ms"] < 50
     _nothing_left(h1)
 
 

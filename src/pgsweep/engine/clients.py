@@ -1,8 +1,8 @@
 """The roles on other hosts ([roles] client, standbys): each host's agent opened and
-checked (root, the same pgsweep, the installed PostgreSQL programs its roles run at the
-same paths, the server user), the run's work area made there, one TCP port on the
-addresses those hosts reach this machine by, and one password made for the run: the server
-gets only its SCRAM verifier, each host a 0600 passfile."""
+checked (root, the same pgsweep, the programs its roles run at the same paths, the server
+user), the run's work area made there, one TCP port on the addresses those hosts reach
+this machine by, and one password made for the run: the server gets only its SCRAM
+verifier, each host a 0600 passfile."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from ..host.api import HostLost
 from ..host.proc import RunAs
 from ..host.remote import RemoteHost
 from ..layers.context import HostSide
-from ..postgres.cluster import ROLE
+from ..layers.workload_tools import PACKAGES as TOOL_PACKAGES
+from ..layers.workload_tools import program
 from ..spec import Experiment, hosts
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
@@ -67,14 +68,14 @@ def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
     if len(host.hello.get("ssh_connection", "").split()) != 4:
         raise PgsweepError(f"{where}: the agent cannot tell the addresses of its connection "
                            "(SSH_CONNECTION is empty)", fix="reach it over ssh directly")
-    for role in roles:
-        for name in PROGRAMS[role]:
-            path = exp.binaries.bindir / name
-            st = host.lstat(path)
-            if st is None or not st.is_file:
-                raise PgsweepError(f"{where} has no {path}: the {role} runs the installed "
-                                   f"{name} at the same path as this machine",
-                                   fix=f"install PostgreSQL {exp.binaries.major} there")
+    for name, path in programs(exp, roles).items():
+        st = host.lstat(path)
+        if st is None or not st.is_file:
+            raise PgsweepError(f"{where} has no {path}: its {' and '.join(roles)} runs {name} "
+                               "at the same path as this machine",
+                               fix=f"apt-get install {TOOL_PACKAGES[name]} there"
+                               if name in TOOL_PACKAGES else
+                               f"install PostgreSQL {exp.binaries.major} there")  # fmt: skip
     try:
         host.ids(exp.user)
     except (RuntimeError, HostLost, OSError) as exc:
@@ -82,6 +83,24 @@ def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
         raise PgsweepError(f"{where}: pgbench runs there as {name}, who does not exist "
                            f"there ({exc})", fix=f"make the user there: useradd --system "
                            f"{name}") from None
+
+
+def programs(exp: Experiment, roles: list[str]) -> dict[str, Path]:
+    """What the roles on a host run there, at their paths here: the installed PostgreSQL
+    programs, and the client's workload tools other than pgbench (plan has named any
+    missing here)."""
+    out = {name: exp.binaries.bindir / name for r in roles for name in PROGRAMS[r]}
+    if "client" in roles:
+        tools = {getattr(c.get("workload"), "tool", "pgbench")
+                 for c in exp.configurations.values()}  # fmt: skip
+        found = {t: program(t) for t in sorted(tools - {"pgbench"})}
+        out.update({t: p for t, p in found.items() if p is not None})
+    return out
+
+
+def programs_on(exp: Experiment, name: str) -> list[str]:
+    """What `plan` says it checked on host `name`."""
+    return list(programs(exp, roles_on(exp, name)))
 
 
 def host_sides(opened: dict[str, RemoteHost], run_name: str, user: RunAs | None
@@ -104,7 +123,9 @@ def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str
     host.private_dir(workdir / "trials", 0o711)
     host.private_dir(workdir / "standbys", 0o711)
     passfile = workdir / "passfile"  # the server user's, 0600, in a folder only root changes
-    host.write_file(passfile, f"{controller}:{port}:*:{ROLE}:{password}\n", 0o600,
+    # any role: pgbench's and sysbench's is pgsweep, a replay's sessions' their log's own
+    # (the server's hba admits each by name, from this host's address alone)
+    host.write_file(passfile, f"{controller}:{port}:*:*:{password}\n", 0o600,
                     host.ids(user))  # fmt: skip
     return HostSide(host, workdir, controller, own, port, passfile, scram_verifier(password),
                     password, Path(area["socket_root"]), epoch)

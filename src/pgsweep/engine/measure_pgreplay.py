@@ -23,7 +23,7 @@ from . import sides
 
 def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
             record_settings: bool) -> None:  # fmt: skip
-    with sides.opened(trial, trial_dir) as where:  # beside the server (plan refuses another host)
+    with sides.opened(trial, trial_dir) as where:  # beside the server, or on the client's host
         _measure(trial, where, record, record_settings)
 
 
@@ -34,7 +34,8 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     found = program("pgreplay")
     if found is None:
         raise TrialFailure(f"pgreplay is not installed (apt-get install {pgreplay.PACKAGE})")
-    argv = replay.argv(str(found), str(cluster.socket_dir), cluster.port)
+    replay = where.replayed(replay)
+    argv = replay.argv(str(found), *where.address(trial))
     record.pgbench_argv = json.dumps(argv)  # the workload tool's command line, whichever
     record.warmup_s, record.duration_s = 0, replay.seconds
     common.ready_server(trial, record)
@@ -46,6 +47,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
                           replay.seconds * 3 + 30, where)  # fmt: skip
     common.close_window(trial, before, record)
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    mem.update(sides.client_figures(trial, where))
     budget = bounded.Budget(common.OUTPUT_BUDGET, "a trial's pgreplay output")
     out, err = common._outputs(res, "pgreplay", budget, record, where)
     if not res.ok:

@@ -21,7 +21,7 @@ from . import sides
 
 def measure(trial: TrialContext, trial_dir: Path, record: TrialRecord,
             record_settings: bool) -> None:  # fmt: skip
-    with sides.opened(trial, trial_dir) as where:  # beside the server (plan refuses another host)
+    with sides.opened(trial, trial_dir) as where:  # beside the server, or on the client's host
         _measure(trial, where, record, record_settings)
 
 
@@ -54,6 +54,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
     if trial.demand.cgroup is not None:
         mem.update(metrics.cgroup_memory(trial.demand.cgroup))
+    mem.update(sides.client_figures(trial, where))
     out, _ = common._outputs(res, "sysbench", budget, record, where)
     if not res.ok:
         raise TrialFailure(f"sysbench failed: {res.describe_failure()}", cluster.log_tail())

@@ -20,7 +20,9 @@ from ..host import bounded, safefs
 from ..host.api import Host
 from ..host.proc import Result
 from ..layers.context import TrialContext, TrialFailure
+from ..layers.workload_tools import MAX_REMOTE_LOG
 from ..postgres.pgbench import Workload
+from ..postgres.pgreplay import Replay
 
 _PGBENCH_LOG = re.compile(r"tx\.\d+(\.\d+)?")  # the names pgbench gives its per-thread logs
 
@@ -62,6 +64,28 @@ class Side:
         copy = self.folder / Path(w.script).name
         self.host.write_file(copy, text, 0o400, self.ids)
         return dataclasses.replace(w, script=str(copy))
+
+
+    def replayed(self, r: Replay) -> Replay:
+        """The replay as pgreplay runs it there: the run's frozen log copied into the
+        trial's folder on the client host (read here by descriptor, as the server user's
+        file, at most what one message to the agent carries)."""
+        if not self.remote:
+            return r
+        try:
+            text = safefs.read_owned(Path(r.log), self.local_uid, limit=MAX_REMOTE_LOG)
+        except safefs.UnsafePath as exc:
+            raise TrialFailure(f"the replayed log was not copied to {self.host.name}: "
+                               f"{exc}") from exc  # fmt: skip
+        copy = self.folder / "replay.csv"
+        self.host.write_file(copy, text, 0o400, self.ids)
+        return dataclasses.replace(r, log=str(copy))
+
+    def address(self, trial: TrialContext) -> tuple[str, int]:
+        """Where the tool reaches the server: its socket folder here, or its address."""
+        if not self.remote:
+            return str(trial.cluster.socket_dir), trial.cluster.port
+        return self.conn[1], int(self.conn[3])
 
 
 @contextmanager

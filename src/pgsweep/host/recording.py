@@ -193,8 +193,10 @@ class RecordingHost(Host):
     def write_file(self, path: Path, data: bytes | str, mode: int = 0o600,
                    owner: tuple[int, int] | None = None) -> None:  # fmt: skip
         text = data.decode(errors="replace") if isinstance(data, bytes) else data
-        self.effects.append(Effect("write_file", str(path), {"mode": oct(mode),
-                                   "bytes": len(text)}))  # fmt: skip
+        detail: dict[str, Any] = {"mode": oct(mode), "bytes": len(text)}
+        if owner is not None:
+            detail["owner"] = owner
+        self.effects.append(Effect("write_file", str(path), detail))
         self.files[str(path)] = text
 
     def remove_tree(self, path: Path) -> None:

@@ -199,7 +199,11 @@ class ClusterLayer(ResourceLayer):
         cluster = Cluster(binaries, run.user, storage.home / f"cluster-{number}",
                           run.socket_root / f"c{number}", waldir, host=run.host,
                           port=remote[0][0].port if remote else PORT)  # fmt: skip
-        cluster.peers = [ClientAccess(side.address, side.peer, what) for side, what in remote]
+        workload = config.get("workload")
+        replay_roles = workload.replay_roles if workload is not None else ()
+        cluster.peers = [ClientAccess(side.address, side.peer, what,
+                                      replay_roles if what == "all" else ())
+                         for side, what in remote]  # fmt: skip
         server = Server(cluster.root.name, cluster, binaries)
         try:
             cluster.create(settings.initdb_options())
@@ -208,7 +212,6 @@ class ClusterLayer(ResourceLayer):
                 cluster.set_password(remote[0][0].verifier)
             target = settings.target_bytes(_memory_limit(config))
             loader = run.client(config, binaries)  # the load runs beside the server
-            workload = config.get("workload")
             if settings.dump is not None:
                 server.load = restore_dump(cluster, settings.dump, storage.pool_devices)
             elif workload is not None and workload.tool == "sysbench":
@@ -216,8 +219,10 @@ class ClusterLayer(ResourceLayer):
             else:
                 server.load = load_pgbench(cluster, loader, settings.scale, target,
                                     storage.pool_devices)  # fmt: skip
-            if workload is not None and workload.replay_roles:  # a replay's sessions' roles
-                make_roles(cluster, workload.replay_roles)
+            if replay_roles:  # a replay's sessions' roles
+                make_roles(cluster, replay_roles)
+                if remote:  # replayed from the client's host, with the run's password
+                    cluster.set_password(remote[0][0].verifier, replay_roles)
             cluster.take_snapshot()
             # the loaded directory is no copy: a writing workload's first trial starts from
             # the snapshot too, so no trial's data state depends on its position

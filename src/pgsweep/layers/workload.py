@@ -124,6 +124,7 @@ class WorkloadSettings:
     replay: str | None = None  # pgreplay: the log as written, its speed and its roles
     replay_speed: float = 1.0
     replay_roles: tuple[str, ...] = ()
+    replay_bytes: int = 0  # the log's size, as frozen
 
     def sysbench(self) -> sysbench.Workload:
         assert self.test is not None, "validate gives sysbench its test"
@@ -229,6 +230,8 @@ class WorkloadLayer(Layer):
             replay_speed=float(values["replay_speed"]),
             replay_roles=tuple(u for u in self.replays[str(values["replay"])].facts.users
                                if u != ROLE) if values.get("replay") else (),
+            replay_bytes=len(self.replays[str(values["replay"])].text.encode())
+            if values.get("replay") else 0,
         )  # fmt: skip
 
     def level_identity(self, key: str, level: Value) -> object:

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..host import proc, safefs
+from ..host.wire import MAX_PAYLOAD
 from ..postgres import pgreplay, sysbench
+from ..postgres.cluster import hba_name_ok
 from ..tomlpos import key_line
 from .base import Source, ValidationContext
 
@@ -27,6 +29,8 @@ OWN_KEYS = {
     "pgreplay": ("replay", "replay_speed"),
 }  # fmt: skip
 NOT_REPLAYED = ("clients", "duration", "warmup", "rate")
+# a replayed log goes to the client's host in one message to its agent
+MAX_REMOTE_LOG = MAX_PAYLOAD - (1 << 20)
 DATA_KEYS = ("tool", "tables", "table_size", "replay")  # they shape the data: not factors
 DEFAULT_TEST = "oltp_read_write"
 
@@ -110,11 +114,27 @@ def check_data(tool: str, source: Source) -> None:
                                    "table_size size sysbench's data")  # fmt: skip
 
 
-def refuse_remote_client(source: Source, tool: str, remote: bool) -> None:
-    """sysbench beside the server only, for now: [roles] client on another host runs
-    pgbench (its TCP access, passfile and outputs read back are pgbench's so far)."""
-    if remote and tool != "pgbench":
-        raise source.error(("roles", "client"), f"workload.tool = {tool!r} runs beside the "
-                           "server only; a client on another host runs pgbench",
-                           fix='remove [roles] client, or set workload.tool = "pgbench"',
-                           )  # fmt: skip
+def check_remote_client(source: Source, configs: list[dict[str, Any]], remote: bool) -> None:
+    """A client on another host runs each tool there over TCP. A replay's log is copied
+    there (in one message to its agent: at most MAX_REMOTE_LOG bytes), and its sessions'
+    roles log in by name: pg_hba.conf holds each quoted, so a name with a quote or control
+    character cannot be admitted."""
+    if not remote:
+        return
+    for config in configs:
+        w = config.get("workload")
+        if w is None or w.tool != "pgreplay":
+            continue
+        if w.replay_bytes > MAX_REMOTE_LOG:
+            raise source.error(("workload", "replay"), f"{w.replay} holds {w.replay_bytes:,} "
+                               f"bytes; a replay on the client's host ([roles] client) "
+                               f"copies it there, at most {MAX_REMOTE_LOG:,}",
+                               fix="replay a shorter capture, or remove [roles] client to "
+                               "replay beside the server")  # fmt: skip
+        bad = [r for r in w.replay_roles if not hba_name_ok(r)]
+        if bad:
+            raise source.error(("workload", "replay"), f"{w.replay}: its sessions log in as "
+                               f"{bad[0]!r}, a role name pg_hba.conf cannot hold (a double "
+                               "quote or a control character), and a replay on the client's "
+                               "host is admitted by name", fix="remove [roles] client to "
+                               "replay beside the server")  # fmt: skip

@@ -25,7 +25,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,12 +53,29 @@ OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_
 class ClientAccess:
     """TCP for a role on another host (the client, a standby): the server listens on
     `address` (this host's, as that host reaches it) and its hba admits `peer` alone, to
-    `database` ("all", or "replication" for a standby), as the role pgsweep with
-    scram-sha-256 (a password made for the run; never trust over TCP)."""
+    `database` ("all", or "replication" for a standby), as the role pgsweep (and `roles`, a
+    replay's sessions' own) with scram-sha-256 (a password made for the run; never trust
+    over TCP)."""
 
     address: str
     peer: str
     database: str = "all"
+    roles: tuple[str, ...] = ()
+
+    def hba_line(self) -> str:
+        """Each role quoted: a name of the log's is taken literally ("all", "+group" and
+        "@file" lose their meaning); a name with a quote or control character cannot be
+        written and is refused (workload_tools.check_remote_client refuses it first)."""
+        for role in self.roles:
+            if not hba_name_ok(role):
+                raise ServerError(f"the role name {role!r} cannot be written in pg_hba.conf")
+        users = ",".join([ROLE, *(f'"{r}"' for r in self.roles)])
+        return f"host {self.database} {users} {self.peer}/32 scram-sha-256\n"
+
+
+def hba_name_ok(name: str) -> bool:
+    """A name pg_hba.conf can hold quoted: no double quote, no control character."""
+    return bool(name) and '"' not in name and all(ch.isprintable() for ch in name)
 
 
 @dataclass(frozen=True)
@@ -191,13 +208,15 @@ class Cluster:
         self.write_access_files()
         self.write_settings({})
 
-    def set_password(self, verifier: str) -> None:
-        """The role's password for a client on another host, given as its SCRAM verifier
+    def set_password(self, verifier: str, roles: Sequence[str] = (ROLE,)) -> None:
+        """The roles' password for a client on another host, given as its SCRAM verifier
         (what the server stores), so the password itself is in no statement or log."""
         if not SCRAM.fullmatch(verifier):
             raise ServerError("not a SCRAM-SHA-256 verifier")
         with self.connect() as conn:
-            conn.execute(f"ALTER ROLE {ROLE} PASSWORD '{verifier}'")
+            for role in roles:
+                quoted = '"' + role.replace('"', '""') + '"'
+                conn.execute(f"ALTER ROLE {quoted} PASSWORD '{verifier}'")
 
     def make_dirs(self) -> None:
         """Root's directories (0711/0700) and the server user's empty leaves."""
@@ -216,7 +235,7 @@ class Cluster:
             peer = self.listen.peer
             hba += f"host all all {peer}/32 trust\nhost replication all {peer}/32 trust\n"
         for p in self.peers:  # another host's role: the run's password, for its use alone
-            hba += f"host {p.database} {ROLE} {p.peer}/32 scram-sha-256\n"
+            hba += p.hba_line()
         self.host.write_file(self.conf / "pg_hba.conf", hba, 0o640, readable)
         self.host.write_file(self.conf / "pg_ident.conf", "", 0o640, readable)
 

@@ -24,7 +24,7 @@ from ..host.local import LOCAL
 from ..host.proc import RunAs
 from ..layers import all_layers
 from ..layers.base import Layer, Source, ValidationContext
-from ..layers.workload_tools import refuse_remote_client
+from ..layers.workload_tools import check_remote_client
 from ..plan import Adaptive, Shard
 from ..postgres import binaries as pgbin
 from . import hosts
@@ -344,9 +344,9 @@ def load(path: Path) -> Experiment:
         factors = [Factor(f.layer, by_name[f.layer].canonical_key(f.key), f.levels)
                    for f in factors]  # fmt: skip
         _same_meaning(source, factors, layers)
-        refuse_remote_client(source, str(base["workload"]["tool"]), topo.remote)
         configs = _configurations(base, factors, layers)
         hosts.check_standbys(source, topo, list(configs.values()))
+        check_remote_client(source, list(configs.values()), topo.remote)
         for layer in layers:
             layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}

@@ -69,7 +69,8 @@ class HostTable(BaseModel):
 class RolesTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server: str = Field(LOCAL, description="where the server runs: local (pgsweep's machine)")
-    client: str = Field(LOCAL, description="where pgbench runs: local or a [hosts] name")
+    client: str = Field(LOCAL, description="where the workload tool (pgbench, sysbench, "
+                        "pgreplay) runs: local or a [hosts] name")
     standbys: list[str] = Field(default_factory=list, max_length=8,
                                 description="where standby s1, s2, ... runs")  # fmt: skip
 
@@ -83,7 +84,7 @@ class Topology:
 
     @property
     def remote(self) -> bool:
-        """pgbench runs on another host."""
+        """The workload tool runs on another host."""
         return self.client != LOCAL
 
     def standby_host(self, number: int) -> str:

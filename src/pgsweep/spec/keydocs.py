@@ -167,7 +167,7 @@ KEYS: dict[str, Doc] = {
                       "replays the csvlog `replay` names on the loaded data (pgbench -i, or "
                       "cluster.from's dump): the log says who connects, when and for how long "
                       "(clients, duration, warmup and rate are refused). Each tool refuses "
-                      "the others' keys; both run beside the server.", "sysbench",
+                      "the others' keys; each runs where [roles] client puts it.", "sysbench",
                       "not a factor"),
     "workload.test": ("sysbench's OLTP test, one of those sharing oltp_common's tables "
                       "(oltp_read_write when unset): a name only, never a path or a Lua "
@@ -293,7 +293,10 @@ KEYS: dict[str, Doc] = {
                            "/opt/pgsweep/bin/pgsweep", ""),
     "roles.server": ("Where the server runs: local (pgsweep's machine) in this version.",
                      "local", ""),
-    "roles.client": ("Where pgbench runs: local, or a [hosts] name.", "local",
+    "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
+                     "or a [hosts] name. It reaches the server over TCP with the run's "
+                     "password; a replay's log is copied there and its sessions' roles are "
+                     "admitted by name from that host alone.", "local",
                      "local or a [hosts] name"),
     "roles.standbys": ("Where standby s1, s2, ... runs: local or a [hosts] name each; standbys "
                        "beyond the list run local. A standby on another host streams over "
