@@ -25,7 +25,7 @@ from .cli_read import (
     cmd_report,
     cmd_show,
 )
-from .cli_run import cmd_merge, cmd_plan, cmd_run
+from .cli_run import cmd_merge, cmd_plan, cmd_run, cmd_stop
 from .core import printable
 from .errors import (
     EXIT_INTERNAL,
@@ -99,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
                         "done, ETA, whether it still runs here (changes nothing)")  # fmt: skip
     sg.add_argument("results", type=Path)
     sg.add_argument("--json", action="store_true", help="one JSON object (a fleet asks this)")
+    sx = sub.add_parser("stop", help="Ctrl-C to the runs writing a results folder on this "
+                        "machine, by PID: each stops its trial and puts the machine back "
+                        "(resumable); waits for them to end")  # fmt: skip
+    sx.add_argument("results", type=Path)
+    sx.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                    help="how long to wait for them to end (default 600)")
     sub.add_parser("agent", help="(started over SSH by a run whose roles place work here: "
                    "frames on stdin/stdout)")  # fmt: skip
     sub.add_parser(
@@ -273,6 +279,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "facts": cmd_facts,
     "progress": cmd_progress,
+    "stop": cmd_stop,
     "agent": cmd_agent,
     "export": cmd_export,
     "explain": cmd_explain,

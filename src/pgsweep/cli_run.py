@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import spec
+from .core import printable
 from .errors import (
     EXIT_FAILED_TRIALS,
     EXIT_INTERRUPTED,
@@ -152,6 +153,13 @@ def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console)
     try:
         outcome = fleet.dispatch(exp, args.inventory, wanted, args.results, args.resume,
                                  shown.update)  # fmt: skip
+    except fleet.FleetStopped as stopped:
+        shown.finished()
+        for group, why in stopped.status.items():
+            console.print(f"{group}: {printable(why)}", markup=False)
+        console.print(f"dispatch the rest with: pgsweep run {args.file} --inventory "
+                      f"{args.inventory} --results {args.results} --resume", markup=False)
+        raise
     finally:
         shown.finished()
     for line in fleet.describe(outcome):
@@ -182,3 +190,12 @@ def cmd_merge(args: argparse.Namespace, console: Console) -> int:
     show.render_summary(store, console)
     store.close()
     return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace, console: Console) -> int:
+    from .engine import watch
+
+    signalled, left = watch.stop(args.results, args.wait)
+    console.print(f"stop: {len(signalled)} run(s) writing {args.results} sent Ctrl-C; "
+                  f"{len(left)} still running", markup=False, highlight=False)  # fmt: skip
+    return EXIT_FAILED_TRIALS if left else EXIT_OK

@@ -3,13 +3,17 @@ SSH hosts on this machine (tests/sshhosts.py), and a third group whose host no o
 answers: each reachable group's host ran its shard, the shards came back merged, every
 planned trial of theirs once with its group, the unreachable group named and its rounds
 reported missing; then `--resume`, once the third group answers, runs only its rounds.
-One fleet shows all of it (each dispatch costs Ansible's start-up)."""
+One fleet shows all of it (each dispatch costs Ansible's start-up). A fleet stopped by
+Ctrl-C mid-trial stops every host's shard, and nothing is left running there."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,6 +138,69 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     bad = pgsweep("run", str(other), "--inventory", str(inv), "--results", str(out), "--resume")
     assert bad.returncode == 2 and "changed since this fleet started" in bad.stderr, bad.stderr
     assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
+
+
+def _running_on(h: SimHost, name: bytes) -> bool:
+    """A process named `name` in the host's own network namespace (the hosts share this
+    machine's process table: other lanes' pgbench is not theirs)."""
+    for pid in h.pids():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(name):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _others(h: SimHost) -> list[bytes]:
+    """The command lines of the processes in the host's namespace other than sshd's."""
+    out = []
+    for pid in h.pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if not argv.startswith(b"sshd"):
+            out.append(argv)
+    return out
+
+
+def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(
+    hosts: list[SimHost], tmp_path: Path
+) -> None:
+    """The controller stopped mid-trial: each host's shard gets Ctrl-C by PID (pgsweep
+    stop, through Ansible), stops its server and removes its work folder; nothing runs
+    on either host after, and the groups are named stopped, for --resume."""
+    body = BODY.replace('duration = "1s"', 'duration = "30s"').replace("rounds = 3", "rounds = 2")
+    path = write_experiment(tmp_path, body)
+    out = tmp_path / "fleet"
+    run = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
+                            "--inventory", str(_inventory(tmp_path, hosts)), "--groups",
+                            "alpha,beta", "--results", str(out)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not all(_running_on(h, b"pgbench") for h in hosts[:2]):  # both mid-trial
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        run.send_signal(signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, stdout + stderr
+    for group in ("alpha", "beta"):
+        assert f"{group}: stopped: its shard was stopped and its host put back" in stdout, stdout
+    assert "--resume" in stdout
+    for h in hosts[:2]:  # only sshd is left in each host's namespace (its own, and the
+        # sessions Ansible's ControlPersist keeps a minute): no shard, server or job wrapper
+        settle = time.monotonic() + 30
+        while _others(h) and time.monotonic() < settle:
+            time.sleep(0.2)
+        assert not _others(h)
+    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))  # the hosts' work folders, ours
 
 
 def test_an_unknown_group_is_refused(hosts: list[SimHost], tmp_path: Path) -> None:

@@ -20,15 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..collect import hostfacts
 from ..core import printable
 from ..errors import PgsweepError
@@ -38,9 +33,20 @@ from ..plan import round_spans, shard_rounds
 from ..spec import Experiment
 from ..store import merge
 from . import fleet_folder, fleet_progress
+from .fleet_ansible import (
+    BIN,
+    SHARD_TIMEOUT,
+    ansible_env,
+    ansible_tool,
+    failure,
+    job_events,
+    new_project,
+    prologue,
+    run_playbook,
+)
+from .signals import signals_ignored, stopped_by_signals
 
 RESERVED = ("all", "ungrouped")
-SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
 
 
 @dataclass
@@ -58,8 +64,8 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
         raise PgsweepError("a fleet group runs the whole experiment on its one host: this file "
                            "places roles on other hosts", where=str(exp.source.path),
                            fix="remove [roles] to run it over an inventory")  # fmt: skip
-    res = LOCAL.run([_tool("ansible-inventory"), "-i", str(inventory), "--list"],
-                    out=scratch / "inventory.json", timeout=120, env=_env())  # fmt: skip
+    res = LOCAL.run([ansible_tool("ansible-inventory"), "-i", str(inventory), "--list"],
+                    out=scratch / "inventory.json", timeout=120, env=ansible_env())  # fmt: skip
     if res.returncode != 0:
         raise PgsweepError(f"Ansible could not read the inventory: {res.tail()}",
                            where=str(inventory), fix="check it with ansible-inventory -i "
@@ -93,51 +99,10 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
     return out
 
 
-def _tool(name: str) -> str:
-    """Ansible's commands beside this pgsweep (its venv, where the extra installs them),
-    else on PATH."""
-    here = Path(sys.executable).parent / name
-    path = str(here) if here.is_file() else shutil.which(name)
-    if path is None:
-        raise PgsweepError(f"{name} is not installed: the fleet extra is needed",
-                           fix="pip install 'pgsweep[fleet]' (scripts/setup.sh --dev)")  # fmt: skip
-    return path
-
-
-def _env() -> dict[str, str]:
-    """What Ansible needs beyond the small environment processes get (host.proc): a UTF-8
-    locale (it refuses any other), this venv's commands first, the user's SSH agent and
-    ANSIBLE_* settings."""
-    env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    env |= {k: v for k, v in os.environ.items()
-            if k.startswith("ANSIBLE_") or k == "SSH_AUTH_SOCK"}  # fmt: skip
-    return env
-
-
-BIN = "{{ pgsweep_bin | default('pgsweep') }}"
-
-
-def _prologue() -> list[dict[str, Any]]:
-    """The same pgsweep as here, and a work folder holding the frozen file."""
-    return [
-        {"name": "pgsweep version", "command": {"argv": [BIN, "--version"]},
-         "register": "version", "changed_when": False},
-        {"name": "the same pgsweep", "assert": {
-            "that": [f"version.stdout == 'pgsweep {__version__}'"],
-            "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
-        {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
-         "register": "work"},
-        {"name": "the frozen file", "copy": {"src": "experiment.toml",
-                                             "dest": "{{ work.path }}/experiment.toml",
-                                             "mode": "0600"}},
-    ]  # fmt: skip
-
-
 def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, `pgsweep facts` (read only)."""
     return [{"hosts": ":".join(names), "gather_facts": False, "tasks": [
-        *_prologue(),
+        *prologue(),
         {"name": "host facts", "register": "facts", "changed_when": False,
          "command": {"argv": [BIN, "facts", "{{ work.path }}/experiment.toml"]}},
         {"name": "clean up", "file": {"path": "{{ work.path }}", "state": "absent"}},
@@ -150,7 +115,7 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     bin_ = BIN
     return [{
         "hosts": ":".join(names), "gather_facts": False, "tasks": [
-            *_prologue(),
+            *prologue(),
             {"name": "shard", "command": {"argv": [
                 bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
                 "--group", shard["group"], "--results", "{{ work.path }}/results"]},
@@ -184,6 +149,12 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
     """Ask every group's host for its facts, refuse groups that differ; run every
     reachable group's shard at once through Ansible, fetch them, merge them. With
     `resume`, only the groups whose shard did not come back last time."""
+    with stopped_by_signals():  # SIGTERM and SIGHUP stop the shards too, as Ctrl-C does
+        return _dispatch(exp, inventory, wanted, results, resume, report)
+
+
+def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
+              resume: bool, report: fleet_progress.Report | None) -> FleetOutcome:  # fmt: skip
     hold = contextlib.ExitStack()  # the fleet folder's lock, once the folder exists
     if resume:
         results, _ = fleet_folder.reopen(results, exp, wanted)
@@ -211,8 +182,13 @@ def dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path,
         ledger.facts |= facts
         reachable = [g for g in todo if g not in status]
         if reachable:
-            status |= _run_shards(exp, {g: hosts[g] for g in reachable}, ledger, inventory,
-                                  results, scratch, report)  # fmt: skip
+            try:
+                status |= _run_shards(exp, {g: hosts[g] for g in reachable}, ledger,
+                                      inventory, results, scratch, report)  # fmt: skip
+            except FleetStopped as stopped:
+                ledger.status |= status | stopped.status  # --resume dispatches the rest
+                fleet_folder.save(results, ledger)
+                raise
         ledger.status |= status
         fleet_folder.save(results, ledger)
         outcome = FleetOutcome(results, {g: ledger.status[g] for g in ledger.groups},
@@ -237,59 +213,87 @@ def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Led
     for g in hosts:  # what a shard that failed last time left
         LOCAL.remove_tree(fleet_folder.shard_folder(results, g))
     shards = {h: {"k": ledger.shard(g), "group": g} for g, h in hosts.items()}
-    project = _project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
+    project = new_project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
     LOCAL.private_dir(project / "env")
     LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
     watch = None
     if report is not None:
         events = project / "artifacts" / "fleet" / "job_events"
         watch = fleet_progress.EventWatcher(events, {h: g for g, h in hosts.items()}, report)
-    rc = _runner(project, "fleet.json", inventory, scratch, len(hosts), watch)
+    try:
+        rc = run_playbook(project, "fleet.json", inventory, scratch, len(hosts), watch)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: no shard may run on unattended
+        with signals_ignored():
+            done = {g: why for g, why in _status(project, hosts, fetched, 130).items()
+                    if why == "ok"}  # fmt: skip
+            left = {g: h for g, h in hosts.items() if g not in done}
+            raise FleetStopped(done | _stop_shards(exp, project, left, inventory,
+                                                   scratch)) from None
     return _status(project, hosts, fetched, rc)
 
 
-def _project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, Any]]) -> Path:
-    """An ansible-runner project folder: the frozen file and one playbook."""
-    project = LOCAL.private_dir(folder)
-    LOCAL.private_dir(project / "project")
-    LOCAL.write_file(project / "project" / "experiment.toml", exp.source.text)
-    LOCAL.write_file(project / "project" / name, json.dumps(playbook))
-    return project
+class FleetStopped(KeyboardInterrupt):
+    """The controller was stopped mid-dispatch: `status` says, per group, whether its
+    shard came back, was stopped (its host put back by its own run), or why not."""
+
+    def __init__(self, status: dict[str, str]) -> None:
+        super().__init__("fleet stopped")
+        self.status = status
 
 
-def _runner(project: Path, playbook: str, inventory: Path, scratch: Path, hosts: int,
-            watch: fleet_progress.EventWatcher | None = None) -> int:  # fmt: skip
-    """ansible-runner with a fork per host (Ansible's 5 would hold the sixth group's
-    shard, and its progress, until another's ended)."""
-    ident = playbook.removesuffix(".json")
-    if watch is not None:
-        watch.start()
-    try:
-        res = LOCAL.run([_tool("ansible-runner"), "run", str(project), "-p", playbook,
-                         "--inventory", str(inventory.absolute()), "--ident", ident,
-                         "--forks", str(max(5, hosts))],
-                        out=scratch / f"{ident}.out", timeout=SHARD_TIMEOUT,
-                        env=_env())  # fmt: skip
-    finally:
-        if watch is not None:
-            watch.stop()
-    return res.returncode
+STOP_WAIT_S = 600  # a shard stopping puts its host back: a server stopped, kernel restored
+
+
+def _stop_playbook(names: list[str]) -> list[dict[str, Any]]:
+    """Ctrl-C to each host's shard, by PID (`pgsweep stop`: it puts its host back), then
+    its work folder removed once the shard has ended (not while it still runs)."""
+    work = "{{ pgsweep_work[inventory_hostname] }}"
+    return [{"hosts": ":".join(names), "gather_facts": False, "tasks": [
+        {"name": "stop the shard", "register": "stopped", "changed_when": False,
+         "command": {"argv": [BIN, "stop", f"{work}/results", "--wait", str(STOP_WAIT_S)]}},
+        {"name": "clean up", "file": {"path": work, "state": "absent"}},
+    ]}]  # fmt: skip
+
+
+def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str], inventory: Path,
+                 scratch: Path) -> dict[str, str]:  # fmt: skip
+    """Stop the shards a stopped dispatch left on its hosts: each host's work folder is
+    found in the dispatch's job events (a host that had made none ran no shard)."""
+    work = {str(data.get("host")): str(data["res"]["path"])
+            for event, data in job_events(project, "fleet")
+            if event == "runner_on_ok" and data.get("task") == "work folder"}  # fmt: skip
+    made = {g: h for g, h in hosts.items() if h in work}
+    status = {g: "stopped before its shard started" for g in hosts if g not in made}
+    if not made:
+        return status
+    stop = new_project(scratch / "stop", exp, "stop.json", _stop_playbook(list(made.values())))
+    LOCAL.private_dir(stop / "env")
+    LOCAL.write_file(stop / "env" / "extravars",
+                     json.dumps({"pgsweep_work": {h: work[h] for h in made.values()}}))
+    run_playbook(stop, "stop.json", inventory, scratch, len(made), timeout=STOP_WAIT_S + 120)
+    why: dict[str, str] = {}
+    for event, data in job_events(stop, "stop"):
+        host = str(data.get("host"))
+        if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
+            why[host] = failure(data, event)
+    return status | {g: (f"not stopped: {why[h]}" if h in why else "stopped: its shard was "
+                         "stopped and its host put back") for g, h in made.items()}  # fmt: skip
 
 
 def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch: Path
                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:  # fmt: skip
     """Group -> its host's facts; and group -> why it gave none (unreachable, another
     pgsweep): those groups are not dispatched, their rounds are missing."""
-    project = _project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
-    rc = _runner(project, "facts.json", inventory, scratch, len(hosts))
+    project = new_project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
+    rc = run_playbook(project, "facts.json", inventory, scratch, len(hosts))
     by_host: dict[str, dict[str, str]] = {}
     failed: dict[str, str] = {}
-    for event, data in _events(project, "facts"):
+    for event, data in job_events(project, "facts"):
         host = str(data.get("host"))
         if event == "runner_on_ok" and data.get("task") == "host facts":
             by_host[host] = json.loads(data.get("res", {}).get("stdout", "{}"))
         elif event in ("runner_on_failed", "runner_on_unreachable") and host not in failed:
-            failed[host] = _why(data, event)
+            failed[host] = failure(data, event)
     facts = {g: by_host[h] for g, h in hosts.items() if h in by_host}
     status = {g: failed.get(h, f"no facts (ansible-runner exit {rc})")
               for g, h in hosts.items() if g not in facts}  # fmt: skip
@@ -311,28 +315,14 @@ def _refuse_differences(exp: Experiment, facts: dict[str, dict[str, str]],
         )  # fmt: skip
 
 
-def _events(project: Path, ident: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """ansible-runner's job events of one run, in order: (event, event_data)."""
-    events = project / "artifacts" / ident / "job_events"
-    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
-        ev = json.loads(LOCAL.output(path))
-        yield ev.get("event", ""), ev.get("event_data", {})
-
-
-def _why(data: dict[str, Any], event: str) -> str:
-    result = data.get("res", {})
-    msg = result.get("msg") or result.get("stderr") or event
-    return f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
-
-
 def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dict[str, str]:
     """Group -> "ok" (its shard's folder came back), or the first failure Ansible
     reported for its host (ansible-runner's job events)."""
     why: dict[str, str] = {}
-    for event, data in _events(project, "fleet"):
+    for event, data in job_events(project, "fleet"):
         host = str(data.get("host"))
         if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
-            why[host] = _why(data, event)
+            why[host] = failure(data, event)
     back = {g for g in hosts if LOCAL.lstat(fetched / g / "results.db") is not None}
     return {g: "ok" if g in back and h not in why else why.get(h, f"ansible-runner exit {rc}")
             for g, h in hosts.items()}  # fmt: skip

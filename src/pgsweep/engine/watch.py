@@ -2,12 +2,17 @@
 terminal or host: its trials done of those its plan (or its shard) gives it, the ETA at
 the pace so far, and whether a `pgsweep run ... --results DIR` process still runs on this
 machine. Read only. A fleet's controller asks each host this while its shard runs
-(engine.fleet), so the fleet's progress bar counts each group's trials."""
+(engine.fleet), so the fleet's progress bar counts each group's trials. `pgsweep stop
+DIR` sends those runs Ctrl-C, by PID: a fleet's controller stopped by Ctrl-C stops each
+host's shard so."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,8 +42,13 @@ def progress(given: Path) -> dict[str, Any]:
 
 
 def _running(given: Path) -> bool:
-    """A `pgsweep run` process whose --results is this folder (as given, or resolved)."""
-    names = {str(given), os.path.realpath(given)}
+    return bool(runs_writing(given))
+
+
+def runs_writing(given: Path) -> list[int]:
+    """The `pgsweep run` processes of this user whose --results is this folder (as given,
+    or resolved)."""
+    names, found = {str(given), os.path.realpath(given)}, []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -50,8 +60,24 @@ def _running(given: Path) -> bool:
             continue
         if "run" in argv and any(a == "--results" and i + 1 < len(argv) and argv[i + 1] in names
                                  for i, a in enumerate(argv)):  # fmt: skip
-            return True
-    return False
+            found.append(int(entry))
+    return found
+
+
+def stop(given: Path, wait_s: float) -> tuple[list[int], list[int]]:
+    """Ctrl-C, by PID, to each run writing the folder (it stops its trial and puts its
+    machine back, resumable), then up to `wait_s` for them to end: (signalled, still
+    running)."""
+    pids = runs_writing(given)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + wait_s
+    left = [p for p in pids if Path(f"/proc/{p}").exists()]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in left if Path(f"/proc/{p}").exists()]
+    return pids, left
 
 
 def line(p: dict[str, Any]) -> str:

@@ -118,3 +118,4 @@ class FleetProgress:
     def finished(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None  # once: a stopped fleet ends it before its last lines

@@ -1,0 +1,106 @@
+"""The Ansible plumbing of a fleet (engine/fleet.py): Ansible's commands found beside this
+pgsweep, the environment they need, an ansible-runner project folder holding one playbook
+and the frozen file, one ansible-runner run, and its job events read back. Every process
+starts through the local Host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import PgsweepError
+from ..host.local import LOCAL
+from ..spec import Experiment
+from . import fleet_progress
+
+SHARD_TIMEOUT = 7 * 24 * 3600.0  # a shard runs for hours or days; Ctrl-C ends it sooner
+
+
+def ansible_tool(name: str) -> str:
+    """Ansible's commands beside this pgsweep (its venv, where the extra installs them),
+    else on PATH."""
+    here = Path(sys.executable).parent / name
+    path = str(here) if here.is_file() else shutil.which(name)
+    if path is None:
+        raise PgsweepError(f"{name} is not installed: the fleet extra is needed",
+                           fix="pip install 'pgsweep[fleet]' (scripts/setup.sh --dev)")  # fmt: skip
+    return path
+
+
+def ansible_env() -> dict[str, str]:
+    """What Ansible needs beyond the small environment processes get (host.proc): a UTF-8
+    locale (it refuses any other), this venv's commands first, the user's SSH agent and
+    ANSIBLE_* settings."""
+    env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    env |= {k: v for k, v in os.environ.items()
+            if k.startswith("ANSIBLE_") or k == "SSH_AUTH_SOCK"}  # fmt: skip
+    return env
+
+
+BIN = "{{ pgsweep_bin | default('pgsweep') }}"
+
+
+def prologue() -> list[dict[str, Any]]:
+    """The same pgsweep as here, and a work folder holding the frozen file."""
+    return [
+        {"name": "pgsweep version", "command": {"argv": [BIN, "--version"]},
+         "register": "version", "changed_when": False},
+        {"name": "the same pgsweep", "assert": {
+            "that": [f"version.stdout == 'pgsweep {__version__}'"],
+            "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
+        {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
+         "register": "work"},
+        {"name": "the frozen file", "copy": {"src": "experiment.toml",
+                                             "dest": "{{ work.path }}/experiment.toml",
+                                             "mode": "0600"}},
+    ]  # fmt: skip
+
+
+def new_project(folder: Path, exp: Experiment, name: str, playbook: list[dict[str, Any]]) -> Path:
+    """An ansible-runner project folder: the frozen file and one playbook."""
+    project = LOCAL.private_dir(folder)
+    LOCAL.private_dir(project / "project")
+    LOCAL.write_file(project / "project" / "experiment.toml", exp.source.text)
+    LOCAL.write_file(project / "project" / name, json.dumps(playbook))
+    return project
+
+
+def run_playbook(project: Path, playbook: str, inventory: Path, scratch: Path, hosts: int,
+                 watch: fleet_progress.EventWatcher | None = None,
+                 timeout: float = SHARD_TIMEOUT) -> int:  # fmt: skip
+    """ansible-runner with a fork per host (Ansible's 5 would hold the sixth group's
+    shard, and its progress, until another's ended)."""
+    ident = playbook.removesuffix(".json")
+    if watch is not None:
+        watch.start()
+    try:
+        res = LOCAL.run([ansible_tool("ansible-runner"), "run", str(project), "-p", playbook,
+                         "--inventory", str(inventory.absolute()), "--ident", ident,
+                         "--forks", str(max(5, hosts))],
+                        out=scratch / f"{ident}.out", timeout=timeout,
+                        env=ansible_env())  # fmt: skip
+    finally:
+        if watch is not None:
+            watch.stop()
+    return res.returncode
+
+
+def job_events(project: Path, ident: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """ansible-runner's job events of one run, in order: (event, event_data)."""
+    events = project / "artifacts" / ident / "job_events"
+    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
+        ev = json.loads(LOCAL.output(path))
+        yield ev.get("event", ""), ev.get("event_data", {})
+
+
+def failure(data: dict[str, Any], event: str) -> str:
+    result = data.get("res", {})
+    msg = result.get("msg") or result.get("stderr") or event
+    return f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
