@@ -3,7 +3,8 @@
 process lives there (an `until` loop of the play, engine.fleet); every answer is one of
 ansible-runner's job events. A thread here reads those events as they are written and
 hands the latest answer of every group to a callback: the progress bar's trials done per
-group and the fleet's ETA (its slowest group's)."""
+group and the fleet's ETA (its slowest group's). It removes each answer it has read, so
+a fleet running for days keeps a small events folder (and a small set of names seen)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,11 @@ class EventWatcher(threading.Thread):
                 event = json.loads(LOCAL.output(path))
             except (OSError, ValueError):
                 continue  # being written: read next time
-            self.seen.add(path.name)
             changed |= self._take(event)
+            if _asked_again(event):  # taken, and no one reads it after: the folder stays small
+                LOCAL.remove_tree(path)
+            else:
+                self.seen.add(path.name)
         if changed:
             with contextlib.suppress(Exception):  # a bar that fails must not stop the fleet
                 self.report(dict(self.state))
@@ -71,6 +75,14 @@ class EventWatcher(threading.Thread):
             return False
         self.state[group] = answer
         return True
+
+
+def _asked_again(event: dict[str, Any]) -> bool:
+    """One of the progress task's answers while the shard still ran (Ansible's `until`
+    retry): one per host every PROGRESS_S seconds, 17,280 a day, each a file of a few kB.
+    Only the task's last result (runner_on_ok or _failed) says how the play went on."""
+    data = event.get("event_data", {})
+    return event.get("event") == "runner_retry" and data.get("task") == TASK
 
 
 def _counter(name: str) -> int:
