@@ -1,13 +1,15 @@
 """A fleet dispatched through Ansible (ansible-runner, from the package registry) to two
 SSH hosts on this machine (tests/sshhosts.py), and a third group whose host no one
-answers: each reachable group's host ran its shard, the shards came back merged, every
-planned trial of theirs once with its group, the unreachable group named and its rounds
-reported missing; then `--resume`, once the third group answers, runs only its rounds.
+answers: alpha's host ran its shard, which came back merged, every planned trial of it
+once with its group; beta's host lost its network mid-shard and the unreachable group is
+named, their rounds reported missing; then `--resume`, once they answer, clears what the
+lost shard left and runs only their rounds.
 One fleet shows all of it (each dispatch costs Ansible's start-up). A fleet stopped by
 Ctrl-C mid-trial stops every host's shard, and nothing is left running there."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -61,22 +63,23 @@ def hosts() -> Iterator[list[SimHost]]:
         yield made
 
 
-def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool = False
-               ) -> Path:  # fmt: skip
-    """alpha on the first host, beta on hosts[beta]; gamma on beta's host name at an
-    address no host has (the same key and known_hosts: only the connection fails), or at
-    beta's address once it answers again."""
+def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool = False,
+               host_timeout: int | None = None) -> Path:  # fmt: skip
+    """alpha on the first host, beta on hosts[beta]; gamma at an address no host has (the
+    same key and known_hosts: only the connection fails), or at alpha's once it answers
+    (alpha's shard is kept then: its host is idle)."""
     lines = []
-    gone = hosts[beta].address if gamma_up else hosts[beta].address.rsplit(".", 1)[0] + ".99"
+    gone = hosts[0].address if gamma_up else hosts[beta].address.rsplit(".", 1)[0] + ".99"
     for group, h, address in (("alpha", hosts[0], hosts[0].address),
                               ("beta", hosts[beta], hosts[beta].address),
-                              ("gamma", hosts[beta], gone)):  # fmt: skip
+                              ("gamma", hosts[0], gone)):  # fmt: skip
         args = (f"-F /dev/null -o UserKnownHostsFile={h.known_hosts} "
                 "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes")  # fmt: skip
         lines.append(f"[{group}]\n{group}-{h.name} ansible_host={address} ansible_user=root "
                      f"ansible_ssh_private_key_file={h.identity} "
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
                      "ansible_python_interpreter=/usr/bin/python3"
+                     + (f" pgsweep_host_timeout={host_timeout}" if host_timeout else "")
                      # no one answers there: give up after 2 s, not Ansible's 10
                      + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"
@@ -84,46 +87,69 @@ def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool
     return path
 
 
-def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
+def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_named(
     hosts: list[SimHost], tmp_path: Path
 ) -> None:
-    path = write_experiment(tmp_path, BODY)
-    inv = _inventory(tmp_path, hosts)
+    """alpha's shard comes back; beta's host loses its network mid-shard and, after
+    pgsweep_host_timeout (10 s here) without an answer, its group fails naming why (the
+    ledger remembers its work folder: the shard may run on there); gamma never answers.
+    Then --resume, once beta and gamma answer, dispatches their rounds only, first
+    stopping and removing what beta's lost shard left."""
+    path = write_experiment(tmp_path, BODY.replace('duration = "1s"', 'duration = "3s"'))
+    inv = _inventory(tmp_path, hosts, host_timeout=10)
     out = tmp_path / "fleet"
-    res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
-    assert res.returncode == 3, res.stderr + res.stdout  # some rounds are missing
-    assert "alpha: ok" in res.stdout and "beta: ok" in res.stdout
-    assert re.search(r"gamma: .*(unreachable|ssh)", res.stdout, re.I | re.S), res.stdout
-    assert "rounds missing (their group failed): 3" in res.stdout
+    beta = hosts[1]
+    run = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
+                            "--inventory", str(inv), "--results", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not _running_on(beta, b"pgbench"):  # beta's shard is mid-trial
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        subprocess.run(["ip", "-n", beta.name, "link", "set", "eth0", "down"], check=True)
+        stdout, stderr = run.communicate(timeout=300)
+    finally:
+        subprocess.run(["ip", "-n", beta.name, "link", "set", "eth0", "up"], check=True)
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 3, stderr + stdout  # some rounds are missing
+    assert "alpha: ok" in stdout, stdout
+    assert re.search(r"beta: progress: .*expected time frame \(10\)", stdout), stdout
+    assert re.search(r"gamma: .*(unreachable|ssh)", stdout, re.I | re.S), stdout
+    assert "rounds missing (their group failed): 2-3" in stdout
     # each host was asked how far its shard was while it ran (pgsweep progress, a line
-    # whenever a count moved): the last line has both groups' trials done
-    moves = [line for line in res.stdout.splitlines() if line.startswith("progress: ")]
-    assert moves and moves[-1] == "progress: alpha 2/2, beta 2/2", res.stdout
+    # whenever a count moved): alpha's trials were all done at the end
+    moves = [line for line in stdout.splitlines() if line.startswith("progress: ")]
+    assert moves and moves[-1].startswith("progress: alpha 2/2"), stdout
     plan = pgsweep("plan", str(path), "--shards", "3")
     order = re.search(r"run order: (.*)", plan.stdout).group(1).split()  # type: ignore[union-attr]
     rows = trials(out)
-    # every planned trial of the reachable groups, once, and none of gamma's
-    mine = [t for t in order if int(t.split("-")[0][1:]) <= 2]  # r1-c01 .. r2-c02
-    assert sorted(r["id"] for r in rows) == sorted(mine)
-    assert {r["round"]: r["host_group"] for r in rows} == {1: "alpha", 2: "beta"}
-    # each shard ran on its own host: the host facts name that host's hostname
+    # every planned trial of alpha's round, once, and none of beta's or gamma's
+    assert sorted(r["id"] for r in rows) == sorted(t for t in order if t.startswith("r1-"))
+    assert {r["host_group"] for r in rows} == {"alpha"}
     rep = pgsweep("show", str(out), "--env")
-    assert "host@alpha" in rep.stdout and "host@beta" in rep.stdout
-    assert "host@gamma" not in rep.stdout
-    # the facts every group's host gave before dispatch, kept, and the same
+    assert "host@alpha" in rep.stdout and "host@beta" not in rep.stdout
+    # the facts every answering group's host gave before dispatch, kept, and the same
     for fact in ("usable_cpus", "kernel", "postgres"):
         assert f"{fact}@alpha" in rep.stdout and f"{fact}@beta" in rep.stdout, rep.stdout
     assert "facts_differ" not in rep.stdout
-    # nothing left: the hosts' work folders (their /tmp is this machine's) and ours
-    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
+    left = json.loads((out / "fleet.json").read_text())["left"]
+    assert list(left) == ["beta"] and Path(left["beta"]).is_dir()  # the hosts share /tmp
+    assert [p for p in Path("/tmp").glob("pgsweep-fleet-*") if str(p) != left["beta"]] == []
 
-    # gamma answers again: --resume dispatches its rounds only; alpha's and beta's trials
-    # are kept as they ran (not run again, not copied twice)
-    up = _inventory(tmp_path, hosts, gamma_up=True)
+    # beta and gamma answer: --resume stops and removes what beta's lost shard left, then
+    # dispatches their rounds only; alpha's trials are kept as they ran
+    up = _inventory(tmp_path, hosts, gamma_up=True, host_timeout=10)
     again = pgsweep("run", str(path), "--inventory", str(up), "--results", str(out), "--resume")
     assert again.returncode == 0, again.stderr + again.stdout
-    assert "alpha: ok (kept" in again.stdout and "gamma: ok\n" in again.stdout, again.stdout
-    assert "progress: gamma 2/2\n" in again.stdout and "progress: alpha" not in again.stdout
+    assert "alpha: ok (kept" in again.stdout and "beta: ok\n" in again.stdout, again.stdout
+    assert "gamma: ok\n" in again.stdout and "progress: alpha" not in again.stdout
+    assert "progress: beta 2/2, gamma 2/2\n" in again.stdout, again.stdout
+    assert not Path(left["beta"]).exists()
+    assert json.loads((out / "fleet.json").read_text())["left"] == {}
     after = trials(out)
     assert sorted(r["id"] for r in after) == sorted(order)
     assert {r["round"]: r["host_group"] for r in after} == {1: "alpha", 2: "beta", 3: "gamma"}
@@ -131,6 +157,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_one_is_named(
     assert {r["id"]: r["started_at"] for r in after if r["id"] in kept} == kept
     rep = pgsweep("show", str(out), "--env")
     assert "host@gamma" in rep.stdout and "usable_cpus@gamma" in rep.stdout, rep.stdout
+    assert not _others(beta)
     # a third --resume has nothing to dispatch, and another file is refused
     same = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out), "--resume")
     assert same.returncode == 0 and "gamma: ok (kept" in same.stdout, same.stderr + same.stdout

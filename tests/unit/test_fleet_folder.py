@@ -84,6 +84,33 @@ def test_a_ledger_naming_no_usable_groups_is_damaged(
         fleet_folder.shard_folder(out, "../x")
 
 
+def test_the_work_folders_a_lost_host_left_read_back(tmp_path: Path, exp: spec.Experiment
+                                                     ) -> None:  # fmt: skip
+    _, out = _fleet(tmp_path, exp)
+    raw = json.loads((out / "fleet.json").read_text())
+    (out / "fleet.json").write_text(json.dumps(raw | {"left": {"gamma": "/tmp/pgsweep-fleet-x1_"}}))
+    assert fleet_folder.reopen(out, exp, [])[1].left == {"gamma": "/tmp/pgsweep-fleet-x1_"}
+    (out / "fleet.json").write_text(json.dumps(raw))  # a ledger from before the field
+    assert fleet_folder.reopen(out, exp, [])[1].left == {}
+
+
+@pytest.mark.parametrize("path", [
+    "/", "/etc", "tmp/pgsweep-fleet-x", "/tmp/pgsweep-fleet-x/../../etc",
+    "/tmp/../pgsweep-fleet-x", "/tmp/pgsweep-fleet-{{ lookup('pipe', 'id') }}",
+    "/tmp/pgsweep-fleet-x y", "/tmp/pgsweep-fleet-", "/tmp/pgsweep-fleet-x\n/etc", 7,
+])  # fmt: skip
+def test_a_ledger_naming_another_folder_to_clear_is_damaged(
+    tmp_path: Path, exp: spec.Experiment, path: object
+) -> None:
+    """The next dispatch stops and removes, as root on that host, the folder a lost host
+    left: only a work folder a dispatch makes is ever named there, never a template."""
+    _, out = _fleet(tmp_path, exp)
+    raw = json.loads((out / "fleet.json").read_text())
+    (out / "fleet.json").write_text(json.dumps(raw | {"left": {"gamma": path}}))
+    with pytest.raises(PgsweepError, match=r"fleet\.json is damaged"):
+        fleet_folder.reopen(out, exp, [])
+
+
 def test_a_folder_that_changed_between_check_and_start_is_refused(
     tmp_path: Path, exp: spec.Experiment
 ) -> None:

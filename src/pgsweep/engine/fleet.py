@@ -44,9 +44,14 @@ from .fleet_ansible import (
     prologue,
     run_playbook,
 )
+from .fleet_folder import work_folder
 from .signals import signals_ignored, stopped_by_signals
 
 RESERVED = ("all", "ungrouped")
+STOP_WAIT_S = 600  # a shard stopping puts its host back: a server stopped, kernel restored
+# how long one answer from a host may take (inventory variable pgsweep_host_timeout):
+# Ansible gives up on the task then, and the host's group counts as lost
+HOST_TIMEOUT = "{{ pgsweep_host_timeout | default(120) | int }}"
 
 
 @dataclass
@@ -113,8 +118,15 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, run the shard (async), fetch."""
     shard = {k: f"{{{{ pgsweep_shards[inventory_hostname].{k} }}}}" for k in ("k", "group")}
     bin_ = BIN
+    left = "{{ pgsweep_left[inventory_hostname] }}"
+    earlier = "inventory_hostname in pgsweep_left"  # a host an earlier dispatch lost
     return [{
         "hosts": ":".join(names), "gather_facts": False, "tasks": [
+            {"name": "stop the shard an earlier dispatch left", "when": earlier,
+             "changed_when": False, "command": {"argv": [
+                 bin_, "stop", f"{left}/results", "--wait", str(STOP_WAIT_S)]}},
+            {"name": "remove its work folder", "when": earlier,
+             "file": {"path": left, "state": "absent"}},
             *prologue(),
             {"name": "shard", "command": {"argv": [
                 bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
@@ -124,12 +136,15 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
             # once); each answer is a job event engine.fleet_progress reads
             {"name": fleet_progress.TASK, "command": {"argv": [
                 bin_, "progress", "{{ work.path }}/results", "--json"]},
+             # a host silent this long is lost: its group fails, the others go on
+             "timeout": HOST_TIMEOUT,
              "register": "seen", "changed_when": False, "failed_when": False,
              "until": "seen.rc != 0 or (not (seen.stdout | from_json).running "
                       "and seen.attempts > 1)",
              "retries": int(SHARD_TIMEOUT) // fleet_progress.PROGRESS_S,
              "delay": fleet_progress.PROGRESS_S},
             {"name": "shard done", "async_status": {"jid": "{{ job.ansible_job_id }}"},
+             "timeout": HOST_TIMEOUT,
              # at once once the process is gone (the loop above ends there)
              "register": "ran", "until": "ran.finished", "delay": 2,
              "retries": int(SHARD_TIMEOUT) // 2,
@@ -213,9 +228,11 @@ def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Led
     for g in hosts:  # what a shard that failed last time left
         LOCAL.remove_tree(fleet_folder.shard_folder(results, g))
     shards = {h: {"k": ledger.shard(g), "group": g} for g, h in hosts.items()}
+    left = {h: ledger.left[g] for g, h in hosts.items() if g in ledger.left}
     project = new_project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
     LOCAL.private_dir(project / "env")
-    LOCAL.write_file(project / "env" / "extravars", json.dumps({"pgsweep_shards": shards}))
+    LOCAL.write_file(project / "env" / "extravars",
+                     json.dumps({"pgsweep_shards": shards, "pgsweep_left": left}))
     watch = None
     if report is not None:
         events = project / "artifacts" / "fleet" / "job_events"
@@ -224,12 +241,42 @@ def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Led
         rc = run_playbook(project, "fleet.json", inventory, scratch, len(hosts), watch)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: no shard may run on unattended
         with signals_ignored():
-            done = {g: why for g, why in _status(project, hosts, fetched, 130).items()
-                    if why == "ok"}  # fmt: skip
-            left = {g: h for g, h in hosts.items() if g not in done}
-            raise FleetStopped(done | _stop_shards(exp, project, left, inventory,
+            status = _status(project, hosts, fetched, 130)
+            _note_left(ledger, project, hosts, status)
+            done = {g: why for g, why in status.items() if why == "ok"}
+            rest = {g: h for g, h in hosts.items() if g not in done}
+            raise FleetStopped(done | _stop_shards(exp, project, rest, ledger, inventory,
                                                    scratch)) from None
-    return _status(project, hosts, fetched, rc)
+    status = _status(project, hosts, fetched, rc)
+    _note_left(ledger, project, hosts, status)
+    return status
+
+
+def _work_folders(project: Path, ident: str, task: str = "work folder") -> dict[str, str]:
+    """Host -> the work folder the play made there (its job events), when it is one a
+    dispatch makes (fleet_folder.work_folder)."""
+    out = {}
+    for event, data in job_events(project, ident):
+        path = str(data.get("res", {}).get("path", ""))
+        if event == "runner_on_ok" and data.get("task") == task and work_folder(path):
+            out[str(data.get("host"))] = path
+    return out
+
+
+def _note_left(ledger: fleet_folder.Ledger, project: Path, hosts: dict[str, str],
+               status: dict[str, str]) -> None:  # fmt: skip
+    """Which work folder each group's host may still hold after this dispatch: none once
+    its shard came back (the play removed it), this dispatch's where it failed or was cut
+    after making one (its shard may run on there), else what an earlier dispatch left,
+    unless this one removed that."""
+    made = _work_folders(project, "fleet")
+    cleared = {str(data.get("host")) for event, data in job_events(project, "fleet")
+               if event == "runner_on_ok" and data.get("task") == "remove its work folder"}
+    for g, h in hosts.items():
+        if status.get(g) == "ok" or (h in cleared and h not in made):
+            ledger.left.pop(g, None)
+        elif h in made:
+            ledger.left[g] = made[h]
 
 
 class FleetStopped(KeyboardInterrupt):
@@ -239,9 +286,6 @@ class FleetStopped(KeyboardInterrupt):
     def __init__(self, status: dict[str, str]) -> None:
         super().__init__("fleet stopped")
         self.status = status
-
-
-STOP_WAIT_S = 600  # a shard stopping puts its host back: a server stopped, kernel restored
 
 
 def _stop_playbook(names: list[str]) -> list[dict[str, Any]]:
@@ -255,13 +299,13 @@ def _stop_playbook(names: list[str]) -> list[dict[str, Any]]:
     ]}]  # fmt: skip
 
 
-def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str], inventory: Path,
+def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str],
+                 ledger: fleet_folder.Ledger, inventory: Path,
                  scratch: Path) -> dict[str, str]:  # fmt: skip
     """Stop the shards a stopped dispatch left on its hosts: each host's work folder is
-    found in the dispatch's job events (a host that had made none ran no shard)."""
-    work = {str(data.get("host")): str(data["res"]["path"])
-            for event, data in job_events(project, "fleet")
-            if event == "runner_on_ok" and data.get("task") == "work folder"}  # fmt: skip
+    found in the dispatch's job events (a host that had made none ran no shard). One
+    stopped and removed is no longer the ledger's to remember."""
+    work = _work_folders(project, "fleet")
     made = {g: h for g, h in hosts.items() if h in work}
     status = {g: "stopped before its shard started" for g in hosts if g not in made}
     if not made:
@@ -276,6 +320,9 @@ def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str], inventor
         host = str(data.get("host"))
         if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
             why[host] = failure(data, event)
+    for g, h in made.items():
+        if h not in why:
+            ledger.left.pop(g, None)
     return status | {g: (f"not stopped: {why[h]}" if h in why else "stopped: its shard was "
                          "stopped and its host put back") for g, h in made.items()}  # fmt: skip
 

@@ -18,7 +18,7 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..collect import hostfacts
@@ -43,6 +43,9 @@ class Ledger:
     groups: list[str]  # in shard order
     status: dict[str, str]  # group -> "ok" or why its rounds are missing
     facts: dict[str, dict[str, str]]  # group -> its host's facts
+    # group -> the work folder an earlier dispatch left on its host (the host was lost, or
+    # could not be stopped): a shard may still run there; the next dispatch stops it first
+    left: dict[str, str] = field(default_factory=dict)
 
     def shard(self, group: str) -> str:
         return f"{self.groups.index(group) + 1}/{len(self.groups)}"
@@ -147,10 +150,25 @@ def _parse(raw: dict[str, object]) -> Ledger:
     names = [check_group(g) for g in groups]
     if len(set(names)) != len(names) or len(names) < 2:
         raise ValueError("its groups are not two or more different names")
+    left = raw.get("left", {})
+    if not isinstance(left, dict) or not all(isinstance(w, str) and work_folder(w)
+                                             for w in left.values()):  # fmt: skip
+        raise ValueError("its work folders are not ones a dispatch makes")
     return Ledger(raw["file_text"], names,
                   {str(g): str(w) for g, w in status.items() if g in names},
                   {str(g): {str(k): str(v) for k, v in f.items()}
-                   for g, f in facts.items() if g in names})  # fmt: skip
+                   for g, f in facts.items() if g in names},
+                  {str(g): str(w) for g, w in left.items() if g in names})  # fmt: skip
+
+
+WORK_FOLDER = re.compile(r"(/[A-Za-z0-9_.-]+)*/pgsweep-fleet-[A-Za-z0-9_]+")
+
+
+def work_folder(path: str) -> bool:
+    """A work folder the dispatch's playbook makes on a host (Ansible's tempfile, prefix
+    pgsweep-fleet-): an absolute path of plain names, no `..`, nothing Ansible would read
+    as a template. Anything else is never stopped or removed there."""
+    return bool(WORK_FOLDER.fullmatch(path)) and ".." not in path.split("/")
 
 
 def check_group(name: object) -> str:
