@@ -15,7 +15,7 @@ Printed per cell (share of simulated experiments):
   (target <= 5%), and "named": it names a group that disagrees;
 - naive: a t test on all trials of two configurations, rounds and groups ignored.
 Then power with a real +10% change on every group (report and naive), and with +25% on
-group 1 only (x group, named).
+group 1 only (x group, named); then the configuration x fact test (verdict/facts).
 
 Run: .venv/bin/python bench/fleet_verdicts.py [--reps N]
 """
@@ -83,6 +83,19 @@ def main() -> None:
             print(f"2 configs, {groups}x{rounds // groups}, {wl} boot: report {a['report']:.1%}, "
                   f"naive {a['naive']:.1%}; x group {one['interaction']:.1%}, named "
                   f"{one['named']:.1%}")  # fmt: skip
+    print("\n3. A host fact as a factor (verdict/facts): configuration x fact, two values of "
+          "two groups each (4x2), 30% offsets: false \"depends\" under A/A; with +30% on one "
+          "value's groups; with +30% on one machine only (not the fact's doing)")  # fmt: skip
+    halves = ("a", "a", "b", "b")
+    for wl in ("tpcb", "select"):
+        for name, src_ in sources(NOISE, wl).items():
+            aa = fleet(TWO, 8, 4, src_, args.reps, args.seed, 0.3, fact_of_group=halves)
+            on = fleet(TWO, 8, 4, src_, args.reps, args.seed, 0.3, fact_of_group=halves,
+                       effect={(1, 2): 1.3, (1, 3): 1.3})  # fmt: skip
+            one = fleet(TWO, 8, 4, src_, args.reps, args.seed, 0.3, fact_of_group=halves,
+                        effect={(1, 2): 1.3})  # fmt: skip
+            print(f"{wl} {name}: A/A {aa['fact']:.1%}; on the fact {on['fact']:.1%}; one "
+                  f"machine {one['fact']:.1%}")  # fmt: skip
     print(f"\n{time.time() - start:.0f} s")
 
 

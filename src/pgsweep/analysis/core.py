@@ -20,12 +20,12 @@ from .. import verdict as sm
 from ..errors import PgsweepError
 from ..plan import fleet_periods
 from ..store import TPS, Results
-from ..verdict import groups
 from ..verdict import sequential as sq
 from .builds import assertion_warning, build_rows, phase_rows
 from .checks import replication_rows, warnings
 from .design import surviving
 from .explain import panels
+from .fleet import fleet_rows, group_facts
 from .headline import config_names, headline
 from .types import METRICS, NEGLIGIBLE_BYTES, WHOLE_PLOT_COSTS, Analysis, Config
 from .workload import workload_info
@@ -77,9 +77,9 @@ def analyse(
         model = sm.fit(obs)
         tps_model = model if metric == TPS else tps_model
         if metric == TPS and fleet_of:
-            fleet = fleet_rows(obs, [fleet_of.get(r, "?") for r in rounds], kept, alpha)
+            fleet = fleet_rows(obs, [fleet_of.get(r, "?") for r in rounds], kept, alpha,
+                               group_facts(results))  # fmt: skip
             fleet["facts_differ"] = results.fleet().get("facts_differ", "")
-            fleet["facts"] = group_facts(results)
         _summaries(kept, metric, model, alpha)
         level: sm.Level = alpha if seq is None else seq.level
         both = sm.report_families(model, level, margin, effects=bool(model.obs.levels[0]))
@@ -195,39 +195,6 @@ def _observations(
     return sm.Observations(values, [c.levels for c in configs], configs.index(base), higher,
                            tuple(whole), every if isinstance(every, int) else 1,
                            given)  # fmt: skip
-
-
-def group_facts(results: Results) -> dict[str, dict[str, str]]:
-    """Each group's host facts, as the fleet compared them before dispatch (environment
-    scope "hostfacts", names `fact@group`); {} for folders from before that check, or
-    merged by hand."""
-    out: dict[str, dict[str, str]] = {}
-    for fact in results.environment():
-        if fact.scope == "hostfacts" and "@" in fact.name:
-            name, group = fact.name.rsplit("@", 1)
-            out.setdefault(group, {})[name] = fact.value
-    return out
-
-
-def fleet_rows(obs: sm.Observations, group_of: list[str], configs: list[Config],
-               alpha: float) -> dict[str, Any]:  # fmt: skip
-    """The host groups of a sharded or merged folder, the rounds each ran, and the
-    configuration x group test on TPS (verdict.groups), as plain data."""
-    test = groups.interaction(obs, group_of, alpha)
-
-    def row(e: groups.GroupEffect) -> dict[str, Any]:
-        return {"config": configs[e.config].id, "group": e.group, "rounds": e.rounds,
-                "ratio": e.ratio, "others": e.others, "p_adjusted": e.p_adjusted}  # fmt: skip
-
-    return {
-        "groups": test.groups, "rounds": test.rounds,
-        "rounds_total": sum(test.rounds.values()),
-        "interaction": {"f": test.f if math.isfinite(test.f) else None, "df": list(test.df),
-                        "p": test.p if math.isfinite(test.p) else None,
-                        "differs": test.differs, "why_not": test.why_not,
-                        "effects": [row(e) for e in test.effects],
-                        "disagree": [row(e) for e in test.disagree]},
-    }  # fmt: skip
 
 
 def complete_rounds(results: Results, n_configs: int) -> int:

@@ -86,6 +86,23 @@ def fleet_lines(a: Analysis) -> list[str]:
         if not test["disagree"]:
             out.append("  no single group stands out from the rest (each against the others, "
                        "adjusted for the number of comparisons)")  # fmt: skip
+    return out + [line for t in f.get("by_fact", []) for line in fact_lines(t)]
+
+
+def fact_lines(t: dict[str, Any]) -> list[str]:
+    """The configuration x fact test of one host fact the groups differ in."""
+    levels = "; ".join(f"{v}: {', '.join(gs)}" for v, gs in t["levels"].items())
+    head = f"configuration x {t['fact']} ({levels})"
+    if t["p"] is None:
+        return [f"{head}: not tested ({t['why_not']})"]
+    stat = f"F = {t['f']:.2f} on {t['df'][0]} and {t['df'][1]} df, p = {t['p']:.2g}, adjusted"
+    if not t["depends"]:
+        return [f"{head}: no evidence that the effect depends on it beyond how it varies "
+                f"between machines ({stat})"]  # fmt: skip
+    out = [f"{head}: the effect depends on it ({stat})"]
+    configs = sorted({c for by in t["ratios"].values() for c in by})
+    out += [f"  {c}: " + ", ".join(f"{_pct(by[c])} on {v}" for v, by in t["ratios"].items()
+                                   if c in by) for c in configs]  # fmt: skip
     return out
 
 

@@ -216,21 +216,26 @@ def whole_plot(design: Design, rounds: int, source: Source, reps: int, seed: int
 
 def fleet(design: Design, rounds: int, groups: int, source: Source, reps: int, seed: int,
           offset_sd: float = 0.10, noise_spread: float = 0.0,
-          effect: dict[tuple[int, int], float] | None = None) -> dict[str, float]:  # fmt: skip
+          effect: dict[tuple[int, int], float] | None = None,
+          fact_of_group: tuple[str, ...] = ()) -> dict[str, float]:  # fmt: skip
     """A/A (or A/B with `effect`: (configuration, group from 0) -> ratio) over a fleet: the
     plan sharded over `groups` host groups; each group draws its own noise stream (its own
     machine), moved by a log-normal offset of SD `offset_sd` and, with `noise_spread`, its
     noise scaled by exp(N(0, noise_spread)). Counts experiments with any "different" in
     the report's families, with the configuration x group test saying "differs", with a
     group named as disagreeing, and ("naive") with a t test on all trials of the first two
-    configurations that ignores rounds and groups."""
+    configurations that ignores rounds and groups. With `fact_of_group` (group from 0 ->
+    its value of a host fact), also ("fact") the configuration x fact test saying
+    "depends"."""
     from scipy import stats as sps
 
+    from .facts import fact_tests
     from .groups import interaction
 
     factors = [PlanFactor(n, lv, Cost.CLUSTER if wp else Cost.NOTHING)
                for n, lv, wp in design.factors]  # fmt: skip
-    n = {"report": 0, "baseline": 0, "interaction": 0, "named": 0, "naive": 0}
+    n = {"report": 0, "baseline": 0, "interaction": 0, "named": 0, "naive": 0, "fact": 0}
+    facts = {f"g{g + 1}": {"fact": v} for g, v in enumerate(fact_of_group)}
     for rng in seeds(seed, reps):
         plan = make_plan(factors, rounds, int(rng.integers(2**31)), design.rebuild,
                          design.keep_alive, shards=groups)  # fmt: skip
@@ -257,4 +262,6 @@ def fleet(design: Design, rounds: int, groups: int, source: Source, reps: int, s
         n["interaction"] += test.differs
         n["named"] += bool(test.disagree)
         n["naive"] += float(sps.ttest_ind(values[0], values[1]).pvalue) < 0.05
+        if facts:
+            n["fact"] += any(t.depends for t in fact_tests(obs, group_of, facts))
     return {k: v / reps for k, v in n.items()}
