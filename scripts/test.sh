@@ -37,7 +37,7 @@ fi
 #   tag (conftest.leftovers), then the real runs that use the build;
 # - ssh (phase 2): test_hosts and test_fleet_hosts (sshd in namespaces of their own, on a
 #   free subnet; their leftovers are their own hosts' namespaces, and test_replication
-#   does not count their links: sshhosts.harness_link), then modules told apart by tag;
+#   does not count their links: sshhosts.harness_link);
 # - rest (phase 2, every module not named here): runs told apart the same way, and
 #   test_nonroot (it looks only at what the account "nobody" owns).
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
@@ -61,14 +61,14 @@ machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
 network=(tests/integration/test_replication.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py tests/integration/test_lost_baseline.py)
+         tests/unit/test_examples.py tests/integration/test_lost_baseline.py
+         tests/integration/test_report.py)
 build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
        tests/integration/test_pgreplay.py tests/integration/test_gate.py)
-ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py
-     tests/integration/test_report.py)
+ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

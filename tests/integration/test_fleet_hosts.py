@@ -64,7 +64,7 @@ def hosts() -> Iterator[list[SimHost]]:
 
 
 def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool = False,
-               host_timeout: int | None = None) -> Path:  # fmt: skip
+               host_timeout: int = 10) -> Path:  # fmt: skip
     """alpha on the first host, beta on hosts[beta]; gamma at an address no host has (the
     same key and known_hosts: only the connection fails), or at alpha's once it answers
     (alpha's shard is kept then: its host is idle)."""
@@ -79,7 +79,8 @@ def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool
                      f"ansible_ssh_private_key_file={h.identity} "
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
                      "ansible_python_interpreter=/usr/bin/python3"
-                     + (f" pgsweep_host_timeout={host_timeout}" if host_timeout else "")
+                     # asked every 2 s, not 5: the test waits less for each shard's end
+                     + f" pgsweep_host_timeout={host_timeout} pgsweep_progress_interval=2"
                      # no one answers there: give up after 2 s, not Ansible's 10
                      + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"
@@ -95,8 +96,8 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_na
     ledger remembers its work folder: the shard may run on there); gamma never answers.
     Then --resume, once beta and gamma answer, dispatches their rounds only, first
     stopping and removing what beta's lost shard left."""
-    path = write_experiment(tmp_path, BODY.replace('duration = "1s"', 'duration = "3s"'))
-    inv = _inventory(tmp_path, hosts, host_timeout=10)
+    path = write_experiment(tmp_path, BODY)
+    inv = _inventory(tmp_path, hosts)
     out = tmp_path / "fleet"
     beta = hosts[1]
     run = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
@@ -105,7 +106,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_na
                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
     try:
         deadline = time.monotonic() + 240
-        while not _running_on(beta, b"pgbench"):  # beta's shard is mid-trial
+        while not _server_on(beta):  # beta's shard has its server up
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.2)
         subprocess.run(["ip", "-n", beta.name, "link", "set", "eth0", "down"], check=True)
@@ -142,7 +143,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_na
 
     # beta and gamma answer: --resume stops and removes what beta's lost shard left, then
     # dispatches their rounds only; alpha's trials are kept as they ran
-    up = _inventory(tmp_path, hosts, gamma_up=True, host_timeout=10)
+    up = _inventory(tmp_path, hosts, gamma_up=True)
     again = pgsweep("run", str(path), "--inventory", str(up), "--results", str(out), "--resume")
     assert again.returncode == 0, again.stderr + again.stdout
     assert "alpha: ok (kept" in again.stdout and "beta: ok\n" in again.stdout, again.stdout
@@ -167,15 +168,16 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_na
     assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
 
 
-def _running_on(h: SimHost, name: bytes) -> bool:
-    """A process named `name` in the host's own network namespace (the hosts share this
-    machine's process table: other lanes' pgbench is not theirs)."""
+def _server_on(h: SimHost) -> bool:
+    """A shard's postmaster runs in the host's namespace (`postgres -D DIR`; `pgsweep
+    facts` runs `postgres --version` there too, which is none)."""
     for pid in h.pids():
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(name):
-                return True
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
+        if argv[0].endswith(b"postgres") and b"-D" in argv:
+            return True
     return False
 
 
@@ -195,9 +197,10 @@ def _others(h: SimHost) -> list[bytes]:
 def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(
     hosts: list[SimHost], tmp_path: Path
 ) -> None:
-    """The controller stopped mid-trial: each host's shard gets Ctrl-C by PID (pgsweep
-    stop, through Ansible), stops its server and removes its work folder; nothing runs
-    on either host after, and the groups are named stopped, for --resume."""
+    """The controller stopped while both shards' servers run: each host's shard gets
+    Ctrl-C by PID (pgsweep stop, through Ansible), stops its server and removes its work
+    folder; nothing runs on either host after, and the groups are named stopped, for
+    --resume."""
     body = BODY.replace('duration = "1s"', 'duration = "30s"').replace("rounds = 3", "rounds = 2")
     path = write_experiment(tmp_path, body)
     out = tmp_path / "fleet"
@@ -208,7 +211,7 @@ def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(
                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
     try:
         deadline = time.monotonic() + 240
-        while not all(_running_on(h, b"pgbench") for h in hosts[:2]):  # both mid-trial
+        while not all(_server_on(h) for h in hosts[:2]):  # both shards' servers up
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.2)
         run.send_signal(signal.SIGINT)

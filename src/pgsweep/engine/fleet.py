@@ -49,9 +49,11 @@ from .signals import signals_ignored, stopped_by_signals
 
 RESERVED = ("all", "ungrouped")
 STOP_WAIT_S = 600  # a shard stopping puts its host back: a server stopped, kernel restored
-# how long one answer from a host may take (inventory variable pgsweep_host_timeout):
-# Ansible gives up on the task then, and the host's group counts as lost
+# how long one task on a host may take (inventory variable pgsweep_host_timeout), the
+# default of every play: Ansible gives up on the task then, and the host's group counts as
+# lost; a shard's results coming back and a shard stopping get longer
 HOST_TIMEOUT = "{{ pgsweep_host_timeout | default(120) | int }}"
+FETCH_TIMEOUT_S = 3600
 
 
 @dataclass
@@ -106,7 +108,7 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
 
 def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, `pgsweep facts` (read only)."""
-    return [{"hosts": ":".join(names), "gather_facts": False, "tasks": [
+    return [{"hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
         *prologue(),
         {"name": "host facts", "register": "facts", "changed_when": False,
          "command": {"argv": [BIN, "facts", "{{ work.path }}/experiment.toml"]}},
@@ -121,9 +123,9 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     left = "{{ pgsweep_left[inventory_hostname] }}"
     earlier = "inventory_hostname in pgsweep_left"  # a host an earlier dispatch lost
     return [{
-        "hosts": ":".join(names), "gather_facts": False, "tasks": [
+        "hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
             {"name": "stop the shard an earlier dispatch left", "when": earlier,
-             "changed_when": False, "command": {"argv": [
+             "changed_when": False, "timeout": STOP_WAIT_S + 60, "command": {"argv": [
                  bin_, "stop", f"{left}/results", "--wait", str(STOP_WAIT_S)]}},
             {"name": "remove its work folder", "when": earlier,
              "file": {"path": left, "state": "absent"}},
@@ -141,8 +143,8 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
              "register": "seen", "changed_when": False, "failed_when": False,
              "until": "seen.rc != 0 or (not (seen.stdout | from_json).running "
                       "and seen.attempts > 1)",
-             "retries": int(SHARD_TIMEOUT) // fleet_progress.PROGRESS_S,
-             "delay": fleet_progress.PROGRESS_S},
+             "retries": int(SHARD_TIMEOUT),  # at one a second at most: a week
+             "delay": fleet_progress.INTERVAL},
             {"name": "shard done", "async_status": {"jid": "{{ job.ansible_job_id }}"},
              "timeout": HOST_TIMEOUT,
              # at once once the process is gone (the loop above ends there)
@@ -150,7 +152,8 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
              "retries": int(SHARD_TIMEOUT) // 2,
              # 3: some trials failed, kept
              "failed_when": "ran.finished and ran.rc not in [0, 3]"},
-            {"name": "fetch", "fetch": {"src": "{{ work.path }}/results/{{ item }}",
+            {"name": "fetch", "timeout": FETCH_TIMEOUT_S,
+             "fetch": {"src": "{{ work.path }}/results/{{ item }}",
                                         "dest": f"{fetched}/{shard['group']}/", "flat": True},
              "loop": ["experiment.toml", "plan.json", "results.db"]},
             {"name": "clean up", "file": {"path": "{{ work.path }}", "state": "absent"}},
@@ -292,20 +295,22 @@ def _stop_playbook(names: list[str]) -> list[dict[str, Any]]:
     """Ctrl-C to each host's shard, by PID (`pgsweep stop`: it puts its host back), then
     its work folder removed once the shard has ended (not while it still runs)."""
     work = "{{ pgsweep_work[inventory_hostname] }}"
-    return [{"hosts": ":".join(names), "gather_facts": False, "tasks": [
+    return [{"hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
         {"name": "stop the shard", "register": "stopped", "changed_when": False,
+         "timeout": STOP_WAIT_S + 60,
          "command": {"argv": [BIN, "stop", f"{work}/results", "--wait", str(STOP_WAIT_S)]}},
         {"name": "clean up", "file": {"path": work, "state": "absent"}},
     ]}]  # fmt: skip
 
 
 def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str],
-                 ledger: fleet_folder.Ledger, inventory: Path,
-                 scratch: Path) -> dict[str, str]:  # fmt: skip
+                 ledger: fleet_folder.Ledger | None, inventory: Path, scratch: Path,
+                 ident: str = "fleet") -> dict[str, str]:  # fmt: skip
     """Stop the shards a stopped dispatch left on its hosts: each host's work folder is
     found in the dispatch's job events (a host that had made none ran no shard). One
-    stopped and removed is no longer the ledger's to remember."""
-    work = _work_folders(project, "fleet")
+    stopped and removed is no longer the ledger's to remember. (A facts playbook stopped
+    leaves only work folders: they go the same way.)"""
+    work = _work_folders(project, ident)
     made = {g: h for g, h in hosts.items() if h in work}
     status = {g: "stopped before its shard started" for g in hosts if g not in made}
     if not made:
@@ -321,7 +326,7 @@ def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str],
         if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
             why[host] = failure(data, event)
     for g, h in made.items():
-        if h not in why:
+        if h not in why and ledger is not None:
             ledger.left.pop(g, None)
     return status | {g: (f"not stopped: {why[h]}" if h in why else "stopped: its shard was "
                          "stopped and its host put back") for g, h in made.items()}  # fmt: skip
@@ -332,7 +337,12 @@ def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch
     """Group -> its host's facts; and group -> why it gave none (unreachable, another
     pgsweep): those groups are not dispatched, their rounds are missing."""
     project = new_project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
-    rc = run_playbook(project, "facts.json", inventory, scratch, len(hosts))
+    try:
+        rc = run_playbook(project, "facts.json", inventory, scratch, len(hosts))
+    except KeyboardInterrupt:  # the work folders the play made go too
+        with signals_ignored():
+            _stop_shards(exp, project, hosts, None, inventory, scratch, ident="facts")
+        raise
     by_host: dict[str, dict[str, str]] = {}
     failed: dict[str, str] = {}
     for event, data in job_events(project, "facts"):

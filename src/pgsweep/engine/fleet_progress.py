@@ -1,9 +1,10 @@
 """A fleet's progress while its shards run (issue 28). Each host's play asks its host
-`pgsweep progress DIR --json` every PROGRESS_S seconds while the shard's `pgsweep run`
-process lives there (an `until` loop of the play, engine.fleet); every answer is one of
-ansible-runner's job events. A thread here reads those events as they are written and
-hands the latest answer of every group to a callback: the progress bar's trials done per
-group and the fleet's ETA (its slowest group's). It removes each answer it has read, so
+`pgsweep progress DIR --json` every PROGRESS_S seconds (or the inventory's
+pgsweep_progress_interval) while the shard's `pgsweep run` process lives there (an
+`until` loop of the play, engine.fleet); every answer is one of ansible-runner's job
+events. A thread here reads those events as they are written and hands the latest answer
+of every group to a callback: the progress bar's trials done per group and the fleet's
+ETA (its slowest group's). It removes each answer it has read, so
 a fleet running for days keeps a small events folder (and a small set of names seen)."""
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 from ..host.local import LOCAL
 
-PROGRESS_S = 5  # how often each host is asked
+PROGRESS_S = 5  # how often each host is asked, unless the inventory says (INTERVAL)
+# inventory variable pgsweep_progress_interval: seconds between two questions, 1 at least
+INTERVAL = f"{{{{ [pgsweep_progress_interval | default({PROGRESS_S}) | int, 1] | max }}}}"
 TASK = "progress"  # the play's task that asks
 Report = Callable[[dict[str, dict[str, Any]]], None]  # group -> {"done", "total", ...}
 
