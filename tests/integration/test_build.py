@@ -5,16 +5,20 @@ option that fails; settings one build lacks or rejects; the cache listed and pru
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
-from collections.abc import Iterator
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import pgsweep, requires_pg, trials, write_experiment
 from pgsweep import spec
+from pgsweep.collect import perf
 from pgsweep.engine import buildprep
 from pgsweep.layers.oslayer import OsLayer
 from pgsweep.postgres.binaries import ValueChecker
@@ -49,13 +53,29 @@ def _finished(cache: Path) -> dict[str, float]:
     return {p.parent.name: p.stat().st_mtime_ns for p in cache.glob("*/meta.json")}
 
 
-def _head(rounds: int = 1) -> str:
-    return (f'[experiment]\nname = "b"\nseed = 3\n[repeat]\nrounds = {rounds}\n[cluster]\n'
-            'scale = 1\n[workload]\nclients = 1\nduration = "1s"\nwarmup = "0s"\n')  # fmt: skip
+def _head(rounds: int = 1, extra: str = "") -> str:
+    return (f'[experiment]\nname = "b"\nseed = 3\n{extra}[repeat]\nrounds = {rounds}\n'
+            '[cluster]\nscale = 1\n[workload]\nclients = 1\nduration = "1s"\n'
+            'warmup = "0s"\n')  # fmt: skip
 
 
-def _experiment(tmp: Path, body: str, rounds: int = 1) -> Path:
-    return write_experiment(tmp, _head(rounds) + BUILD_TABLE + body)
+def _experiment(tmp: Path, body: str, rounds: int = 1, extra: str = "") -> Path:
+    return write_experiment(tmp, _head(rounds, extra) + BUILD_TABLE + body)
+
+
+def _profiles(results: Path) -> dict[str, Counter[str]]:
+    """Each configuration's CPU profile (its round-1 trial's folded stacks)."""
+    db = sqlite3.connect(results / "results.db")
+    rows = db.execute("SELECT t.config_id, a.gz FROM trial t JOIN artifact a ON "
+                      "a.trial_id = t.id AND a.name = 'profile.folded'").fetchall()  # fmt: skip
+    db.close()
+    return {c: perf.parse(gzip.decompress(gz).decode()) for c, gz in rows}
+
+
+def _share(stacks: Counter[str], has: Callable[[list[str]], bool]) -> float:
+    """The share of the samples whose stack (frames, outermost first) `has` says yes to."""
+    total = sum(stacks.values())
+    return sum(n for s, n in stacks.items() if has(s.split(";"))) / total if total else 0.0
 
 
 def test_a_cached_build_runs_beside_the_installed_binaries(
@@ -63,7 +83,8 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
 ) -> None:
     before = _finished(cache)
     (key,) = before
-    path = _experiment(tmp_path, '[factors]\nbuild.source = ["installed", "apt:postgresql-15"]\n')
+    path = _experiment(tmp_path, '[factors]\nbuild.source = ["installed", "apt:postgresql-15"]\n',
+                       extra='cpu_profile = "2s"\n')
     res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
     assert res.returncode == 0, res.stderr + res.stdout
     assert f"cached ({key}), nothing to compile" in res.stdout
@@ -89,6 +110,16 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     load_row = next(line for line in phases.splitlines() if "load: WAL bytes" in line)
     assert load_row.count("(one)") == 2  # one load per cluster, both measured
     FOLDERS["installed-and-build"] = tmp_path / "res"
+    # docs/explain.md's promise: a build with frame pointers (the suite's, at -O0, keeps
+    # them) gives whole stacks where Debian's -O2 binary leaves [unknown] frames between
+    # named ones, and its backends' samples reach the executor through named frames
+    prof = _profiles(tmp_path / "res")
+    unknown = {c: _share(prof[c], lambda f: "[unknown]" in f) for c in ("c01", "c02")}
+    whole = {c: _share(prof[c], lambda f: "PostgresMain" in f and "PortalRun" in f)
+             for c in ("c01", "c02")}  # fmt: skip
+    print(f"profiles: [unknown] {unknown}, PostgresMain..PortalRun {whole}")
+    assert unknown["c02"] < 0.5 * unknown["c01"], unknown
+    assert whole["c02"] > 2 * whole["c01"] and whole["c02"] > 0.2, whole
 
 
 def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_beside_it(

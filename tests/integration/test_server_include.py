@@ -108,6 +108,13 @@ def test_what_came_from_the_file_and_what_was_not_used_is_recorded(
     (summary,) = [n for n in notes if "setting(s) from" in n]
     assert "work_mem = '8MB'" in summary and "log_min_duration_statement = '250'" in summary
     assert "set by the experiment instead: max_connections, shared_buffers" in summary
+    # and the report says it, in every form a reader opens
+    md = pgsweep("report", str(results), "--format", "markdown").stdout
+    section = md.split("## What ran otherwise than the file says")[1].split("\n## ")[0]
+    assert "setting(s) from" in section and "archive_command" in section, section
+    term = pgsweep("report", str(results)).stdout
+    assert any(line.startswith("note: ") and "setting(s) from" in line
+               for line in term.splitlines()), term  # fmt: skip
 
 
 def _plan_error(tmp_path: Path, body: str) -> str:

@@ -68,3 +68,34 @@ def test_program_is_only_taken_from_the_system_folders(monkeypatch: pytest.Monke
     found = workload_tools.program()
     assert found is None or found.parent != tmp_path  # root's PATH does not choose it
     assert found == Path("/usr/bin/sysbench")  # Debian's, installed by scripts/setup.sh
+
+
+def test_the_logs_parse_check_copy_is_the_server_users_alone(tmp_path: Path) -> None:
+    """plan has pgreplay parse the captured log as the server user from a copy: the copy
+    is 0400 and the server user's, its folder root's and not listable (0711), so no other
+    user reads the captured statements meanwhile. Seen from inside the check itself."""
+    import os
+    import stat
+    from types import SimpleNamespace
+
+    from pgsweep.host.proc import Result
+    from pgsweep.layers import workload_replay
+
+    seen: dict[str, tuple[int, int, int]] = {}
+
+    class Watching:
+        def run(self, argv: list[str], *, out: Path, **kw: object) -> Result:
+            for name in (argv[-1], str(Path(argv[-1]).parent)):
+                st = os.lstat(name)
+                seen[name] = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+            out.write_text("")
+            return Result(argv, 0, out, out, 0.1)
+
+    user = SimpleNamespace(uid=4242, gid=4343)
+    ctx = SimpleNamespace(source=None, host=Watching(), user=user)
+    log = tmp_path / "capture.csv"
+    workload_replay._parse_check(ctx, log, "secret statements\n")  # type: ignore[arg-type]
+    (copy, folder) = seen
+    assert seen[copy] == (0o400, 4242, 4343)
+    assert seen[folder][:2] == (0o711, os.geteuid())
+    assert not Path(folder).exists()  # removed after the check

@@ -103,6 +103,10 @@ def analyse(
              "rebuild_every": every, "replicated": replicated(plan, every),
              "keep_alive": plan.get("keep_alive", True)}  # fmt: skip
     info["workload"] = workload_info(results, comparisons)  # the tool and what it judged
+    # what ran otherwise than the file says (server.include's settings, what pgsweep
+    # manages itself, ...), as plan and run said it
+    info["run_notes"] = [f.value for f in sorted(results.environment(), key=lambda f: f.name)
+                         if f.scope == "notes"]  # fmt: skip
     method = {"alpha": alpha, "families": "baseline and effects judged together: alpha for "
               "all of a metric's verdicts",
               "critical": "single-step max-|t| (simultaneous intervals)",

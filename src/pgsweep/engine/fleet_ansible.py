@@ -33,14 +33,27 @@ def ansible_tool(name: str) -> str:
     return path
 
 
+# Ansible's own ssh_args, and keepalives: a host whose network dies mid-run is given up
+# by ssh after 15 s of silence. Without them, after a task timed out, Ansible's cleanup of
+# the task's remote folder waits on the dead connection until TCP gives up (15 minutes or
+# more), and the whole fleet with it.
+SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 "
+            "-o ServerAliveCountMax=3")  # fmt: skip
+
+
 def ansible_env() -> dict[str, str]:
     """What Ansible needs beyond the small environment processes get (host.proc): a UTF-8
     locale (it refuses any other), this venv's commands first, the user's SSH agent and
-    ANSIBLE_* settings."""
+    ANSIBLE_* settings (ANSIBLE_SSH_ARGS defaults to SSH_ARGS). Host keys are always
+    checked: ansible-runner turns Ansible's host key checking off unless told, so an
+    unknown or changed key would be accepted, and pgsweep tells it, whatever the user's
+    environment says."""
     env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "ANSIBLE_SSH_ARGS": SSH_ARGS}  # fmt: skip
     env |= {k: v for k, v in os.environ.items()
             if k.startswith("ANSIBLE_") or k == "SSH_AUTH_SOCK"}  # fmt: skip
+    env["ANSIBLE_HOST_KEY_CHECKING"] = "True"
     return env
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PgsweepError
-from ..host import userfile
+from ..host import safefs, userfile
 from ..postgres import pgreplay
 from . import workload_tools as tools
 from .base import ValidationContext
@@ -65,14 +65,16 @@ def check_replay(value: object, ctx: ValidationContext) -> ReplayLog:
 
 
 def _parse_check(ctx: ValidationContext, path: Path, text: str) -> None:
-    """pgreplay parses the text (as the server user, who replays it) from a private copy."""
+    """pgreplay parses the text (as the server user, who replays it) from a private copy:
+    the server user's alone (0400), in a folder of root's that no one may list (0711), so
+    no other user of the machine reads the captured statements while it is checked."""
     program = tools.require(ctx.source, "pgreplay")
     folder = Path(tempfile.mkdtemp(prefix="pgsweep-replay-check-"))
     try:
-        folder.chmod(0o755)  # the server user reads the copy; root's outputs stay root's
+        folder.chmod(0o711)  # the server user reaches its copy; root's outputs stay root's
         copy = folder / "log.csv"
-        copy.write_text(text)
-        copy.chmod(0o644)
+        owner = (ctx.user.uid, ctx.user.gid) if ctx.user is not None else None
+        safefs.write_file(copy, text, 0o400, owner)
         res = ctx.host.run(pgreplay.parse_check_argv(str(program), str(copy)),
                            out=folder / "check.out", timeout=120, user=ctx.user)  # fmt: skip
         found = pgreplay.parse_error(res.stdout + res.stderr)

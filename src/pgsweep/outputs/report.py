@@ -225,6 +225,9 @@ def render_markdown(a: Analysis) -> str:
     if a.warnings:
         out.append("\n## Warnings\n")
         out += [f"- {md(w)}" for w in a.warnings]
+    if exp.get("run_notes"):
+        out.append("\n## What ran otherwise than the file says\n")
+        out += [f"- {md(n)}" for n in exp["run_notes"]]
     out.append("\n## Metrics\n")
     out.append(", ".join(f"{label} ({unit}, {'higher' if hi else 'lower'} is better)"
                          for label, hi, unit in METRICS.values()) + ".")  # fmt: skip

@@ -177,6 +177,8 @@ def render_terminal(a: Analysis, console: Console) -> None:
         say(console, line)
     for w in a.warnings:
         say(console, f"warning: {w}")
+    for n in a.experiment.get("run_notes", []):
+        say(console, f"note: {n}")
 
 
 def print_table(console: Console, table: Table) -> None:
