@@ -164,7 +164,10 @@ def _parser() -> argparse.ArgumentParser:
         default="trials",
         help="trials: one row per trial; samples: per trial-second; latency: per latency bin; "
         "standbys: per trial, standby and second (replication); waits: per trial and wait state "
-        "of each process type; cpu: per trial and process type",
+        "of each process type; cpu: per trial and process type; devices: per trial, device and "
+        "second; tool: the workload tool's own figures per trial, second and name (sysbench's "
+        "qps, reads_s, writes_s, other_s, errors_s, reconnects_s); profiles: per trial and CPU "
+        "stack",
     )
     se.add_argument("-o", "--output", type=Path, help="file to write (default RESULTS/WHAT.FORMAT)")
     return p

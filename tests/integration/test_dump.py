@@ -45,7 +45,13 @@ CREATE TABLE orders (id serial PRIMARY KEY, item int REFERENCES items (id), qty 
 ALTER TABLE items OWNER TO alice;
 GRANT SELECT ON orders TO alice;
 """
-SCRIPT = """\\set id random(1, {rows})
+# every transaction first counts the restored table's rows and fails (division by zero: a
+# client pgbench aborts, a failed trial) unless it holds every row the dump holds
+SCRIPT = """SELECT count(*) AS n FROM items \\gset
+\\if :n <> {rows}
+SELECT 1 / 0;
+\\endif
+\\set id random(1, {rows})
 UPDATE items SET price = price + 1 WHERE id = :id;
 INSERT INTO orders (item, qty) VALUES (:id, 1);
 """
@@ -150,6 +156,7 @@ def test_custom_dump_is_restored_into_every_cluster_and_every_writing_trial(
         assert load[cluster]["load.dump_bytes"] == (dumps / "shop.dump").stat().st_size
         assert 0 < load[cluster]["load.restore_seconds"] <= load[cluster]["load.seconds"]
         assert load[cluster]["load.database_bytes"] > ROWS * 40  # the rows and two indexes
+    # every transaction of both trials counted the restored items (SCRIPT fails otherwise)
     for row in rows:  # the writing script: every trial starts from the restored snapshot
         assert "restore" in json.loads(str(row["events_json"])), row["events_json"]
 

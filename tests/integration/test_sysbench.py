@@ -123,6 +123,19 @@ def test_figures_under_pgbench_names_with_qps_beside(results: Path) -> None:
         assert [s[0] for s in mine] in (list(range(SECONDS)), list(range(SECONDS - 1)))
         assert all(tps > 0 and p99 > 0 for _, tps, p99 in mine)
         assert bins[r["id"]] == r["transactions"]  # every transaction in the histogram
+    # sysbench's own figures of each second beside them: QPS about 20 per transaction
+    tool = _query(results, "SELECT trial_id, second, name, value FROM tool_second")
+    for r in trials(results):
+        per = {(sec, name): v for tid, sec, name, v in tool if tid == r["id"]}
+        tps = dict(s[1:3] for s in seconds if s[0] == r["id"])
+        assert {name for _, name in per} == {"qps", "reads_s", "writes_s", "other_s",
+                                             "errors_s", "reconnects_s"}  # fmt: skip
+        assert {sec for sec, _ in per} == set(tps)
+        for sec, t in tps.items():
+            assert per[(sec, "qps")] == pytest.approx(
+                per[(sec, "reads_s")] + per[(sec, "writes_s")] + per[(sec, "other_s")],
+                rel=0.01)  # fmt: skip
+            assert per[(sec, "qps")] > 10 * t and per[(sec, "reconnects_s")] == 0
 
 
 def test_reports_name_the_tool_and_judge_tps_and_qps(results: Path, tmp_path: Path) -> None:
@@ -151,6 +164,17 @@ def test_reports_name_the_tool_and_judge_tps_and_qps(results: Path, tmp_path: Pa
     got = sorted((r["trial_id"], int(r["second"]), float(r["tps"])) for r in rows)
     assert [g[:2] for g in got] == [s[:2] for s in stored]
     assert [g[2] for g in got] == pytest.approx([s[2] for s in stored])
+    # sysbench's own per-second figures as a tidy table
+    tool = tmp_path / "tool.csv"
+    assert pgsweep("export", str(results), "--what", "tool", "-o", str(tool)).returncode == 0
+    rows = list(csv.DictReader(io.StringIO(tool.read_text())))
+    assert {r["name"] for r in rows} >= {"qps", "errors_s"} and len(rows) == 6 * len(stored)
+    # the seed-style table of every trial's TPS, round by round, as for pgbench
+    md = pgsweep("report", str(results), "--format", "markdown").stdout
+    table = md.split("## TPS of every trial")[1].split("\n## ")[0]
+    rounds = {r["round"] for r in trials(results)}
+    assert sum(line.startswith("| round ") for line in table.splitlines()) == len(rounds)
+    assert all(f"{r['tps']:,.1f}" in table for r in trials(results)), table
 
 
 def test_synchronous_commit_off_is_judged_faster_with_its_interval(results: Path) -> None:

@@ -127,3 +127,18 @@ def test_a_replay_the_client_host_cannot_take_is_refused_naming_the_key(
     # beside the server the same log is replayed as it is: nothing to copy or admit
     check_remote_client(source, [{"workload": _settings(**change)}], remote=False)
     check_remote_client(source, [{"workload": _settings()}], remote=True)
+
+
+def test_plan_says_when_a_replays_server_side_statement_time_is_missing() -> None:
+    """pg_stat_statements changes the server, so pgsweep loads it only when the file does:
+    plan names the replayed configurations that will have pgreplay's own times only."""
+    from pgsweep.layers.workload_tools import replay_notes
+
+    replay = _settings()
+    bare = {"workload": replay, "server": {}}
+    loaded = {"workload": replay,
+              "server": {"shared_preload_libraries": "pg_wait_sampling,pg_stat_statements"}}
+    pgbench = {"workload": _settings(tool="pgbench", replay=None), "server": {}}
+    (note,) = replay_notes([bare, loaded, pgbench])
+    assert note.startswith("1 replayed configuration(s) without pg_stat_statements")
+    assert replay_notes([loaded, pgbench]) == []

@@ -72,6 +72,11 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     record.metrics.update(mem)
 
 
+# sysbench's figures of a second kept beside the TPS and p99 (store: tool_second)
+TOOL_SECOND = (("qps", "qps"), ("reads_s", "reads"), ("writes_s", "writes"),
+               ("other_s", "other"), ("errors_s", "errors"), ("reconnects_s", "reconnects"))
+
+
 def _derive(record: TrialRecord, trial: TrialContext, run: sysbench.SysbenchRun) -> None:
     """The summary, its histogram and the per-second lines into the record."""
     record.tps, record.transactions, record.failed_transactions = run.tps, run.transactions, 0
@@ -80,6 +85,8 @@ def _derive(record: TrialRecord, trial: TrialContext, run: sysbench.SysbenchRun)
     record.samples = [(float(s.t), s.tps, None, None, None, None, None) for s in run.per_second]
     record.seconds = [{"second": s.t - 1, "tps": s.tps, "failed": 0, "skipped": 0,
                        "latency_p99": s.latency_pct_ms} for s in run.per_second]  # fmt: skip
+    record.tool_seconds = [(s.t - 1, name, float(getattr(s, attr))) for s in run.per_second
+                           for name, attr in TOOL_SECOND]  # fmt: skip
     bins = sorted(run.histogram)
     record.latency_bins = [(v, bins[i + 1][0] if i + 1 < len(bins) else v, n)
                            for i, (v, n) in enumerate(bins)]  # fmt: skip

@@ -16,6 +16,7 @@ from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import userfile
 from ..postgres import dump as pgdump
+from ..postgres.binaries import Binaries
 from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
 from ..units import memory_total, parse_size, ram_share
 from . import room
@@ -213,6 +214,7 @@ class ClusterLayer(ResourceLayer):
             target = settings.target_bytes(_memory_limit(config))
             loader = run.client(config, binaries)  # the load runs beside the server
             if settings.dump is not None:
+                _dump_fits(settings.dump, binaries)  # a build's major is known by now
                 server.load = restore_dump(cluster, settings.dump, storage.pool_devices)
             elif workload is not None and workload.tool == "sysbench":
                 server.load = prepare_sysbench(cluster, workload.sysbench(), storage.pool_devices)
@@ -254,6 +256,15 @@ class ClusterLayer(ResourceLayer):
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
 
 
+def _dump_fits(dump: pgdump.Dump, binaries: Binaries) -> None:
+    """A dump of a newer major version than the cluster's server is refused (pg_restore
+    would fail part way): checked at plan for the installed server, here for a build."""
+    if max(dump.majors) > binaries.major:
+        raise ServerError(f"{dump.path} is a dump of PostgreSQL {dump.server_version} made "
+                          f"by pg_dump {dump.pg_dump_version}, newer than this cluster's "
+                          f"PostgreSQL {binaries.version} (its build)")  # fmt: skip
+
+
 def _check_dump(value: object, ctx: ValidationContext) -> pgdump.Dump:
     """cluster.from: "dump:/abs/path" of an archive the server user may read, opened here
     without following a link, of no newer major version than the cluster's."""
@@ -274,7 +285,7 @@ def _check_dump(value: object, ctx: ValidationContext) -> pgdump.Dump:
                                fix="name a pg_dump archive (not a link) the server user may "
                                "read, in folders it may pass through") from None  # fmt: skip
     major = ctx.binaries.major
-    if max(found.majors) > major:
+    if max(found.majors) > major and not ctx.catalog_deferred:  # every config builds: later
         raise ctx.source.error(
             where, f"{path} is a dump of PostgreSQL {found.server_version} made by pg_dump "
             f"{found.pg_dump_version}, newer than this cluster's PostgreSQL "

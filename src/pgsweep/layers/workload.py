@@ -5,6 +5,7 @@ trial."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -233,6 +234,10 @@ class WorkloadLayer(Layer):
             replay_bytes=len(self.replays[str(values["replay"])].text.encode())
             if values.get("replay") else 0,
         )  # fmt: skip
+
+    def check_configurations(self, configs: Sequence[Mapping[str, Any]],
+                             ctx: ValidationContext) -> None:  # fmt: skip
+        ctx.notes += tools.replay_notes(configs)
 
     def level_identity(self, key: str, level: Value) -> object:
         if key in ("duration", "warmup"):

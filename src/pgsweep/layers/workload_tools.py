@@ -138,3 +138,18 @@ def check_remote_client(source: Source, configs: list[dict[str, Any]], remote: b
                                "quote or a control character), and a replay on the client's "
                                "host is admitted by name", fix="remove [roles] client to "
                                "replay beside the server")  # fmt: skip
+
+
+def replay_notes(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A replay's statement time as the server measured it comes from pg_stat_statements,
+    which changes the server, so pgsweep loads it only when the file preloads it: `plan`
+    says so for the replayed configurations that do not."""
+    without = [c for c in configs if getattr(c.get("workload"), "tool", "") == "pgreplay"
+               and "pg_stat_statements" not in str(
+                   (c.get("server") or {}).get("shared_preload_libraries", ""))]  # fmt: skip
+    if not without:
+        return []
+    return [f"{len(without)} replayed configuration(s) without pg_stat_statements: their "
+            "statement time is pgreplay's (the client's) only; for the server's own "
+            "(statements.exec_ms_mean), set server.shared_preload_libraries = "
+            "'pg_stat_statements' (a recorded setting: it changes the server)"]

@@ -36,10 +36,11 @@ def table(results: Results, what: str) -> pa.Table:
     elif what == "standbys":
         seconds = results.standby_seconds()
         rows = [keys[tid] | asdict(s) for tid in keys for s in seconds.get(tid, [])]
-    elif what in ("waits", "cpu", "devices"):  # issue 26's explain figures
+    elif what in ("waits", "cpu", "devices", "tool"):  # explain figures; the tool's seconds
         per: dict[str, list[Any]] = (results.waits() if what == "waits" else
                                      results.process_cpu() if what == "cpu" else
-                                     results.device_seconds())  # fmt: skip
+                                     results.device_seconds() if what == "devices" else
+                                     results.tool_seconds())  # fmt: skip
         rows = [keys[tid] | asdict(x) for tid in keys for x in per.get(tid, [])]
     elif what == "profiles":  # [experiment] cpu_profile: one row per trial and stack
         rows = [keys[tid] | {"stack": stack, "samples": n} for tid in keys

@@ -65,6 +65,7 @@ class TrialRecord:
     processes: list[tuple[Any, ...]] = field(default_factory=list)
     # (device, second, reads_s, ..., writeback_kb): see collect.device_series
     device_seconds: list[tuple[Any, ...]] = field(default_factory=list)
+    tool_seconds: list[tuple[int, str, float]] = field(default_factory=list)  # second, name, value
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,8 @@ class Store:
                                 [(t.id, *w) for w in t.waits])  # fmt: skip
             self.db.executemany(f"INSERT INTO device_second VALUES ({', '.join('?' * 12)})",
                                 [(t.id, *d) for d in t.device_seconds])  # fmt: skip
+            self.db.executemany("INSERT INTO tool_second VALUES (?, ?, ?, ?)",
+                                [(t.id, *x) for x in t.tool_seconds])  # fmt: skip
             self.db.executemany(
                 f"INSERT INTO process_cpu VALUES ({', '.join('?' * 9)})",
                 [(t.id, *p[:2], *(None if v != v else v for v in p[2:])) for p in t.processes],

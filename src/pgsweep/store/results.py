@@ -19,7 +19,16 @@ from ..errors import PgsweepError, internal
 from ..host import folders
 from ..plan import parse_spans
 from .db import Store, newer_schema
-from .rows import DeviceSecond, LatencyBin, ProcessCpu, Sample, Second, StandbySecond, Wait
+from .rows import (
+    DeviceSecond,
+    LatencyBin,
+    ProcessCpu,
+    Sample,
+    Second,
+    StandbySecond,
+    ToolSecond,
+    Wait,
+)
 from .schema import SCHEMA_VERSION
 
 # The one metric name that does not live in the metric table: pgbench's own summary TPS of
@@ -95,7 +104,8 @@ class Fact:
     value: str
 
 
-R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond, Wait, ProcessCpu, DeviceSecond)
+R = TypeVar("R", Second, Sample, LatencyBin, StandbySecond, Wait, ProcessCpu, DeviceSecond,
+            ToolSecond)
 
 
 class Results:
@@ -218,6 +228,11 @@ class Results:
         ({} for a folder from before, or a trial whose server had none to read)."""
         return self._series(DeviceSecond, "device_second", "second, x.device")
 
+    def tool_seconds(self) -> dict[str, list[ToolSecond]]:
+        """Trial id -> the workload tool's own figures each second, by second then name ({}
+        for pgbench and pgreplay trials, and folders from before)."""
+        return self._series(ToolSecond, "tool_second", "second, x.name")
+
     def waits(self) -> dict[str, list[Wait]]:
         """Trial id -> where its sessions waited, by process type, then most sessions first
         ({} for a folder from before explain collection, or a trial without it)."""
@@ -308,8 +323,8 @@ class Results:
 
 _PARSED = ("events", "effective", "pgbench_argv")  # stored as JSON text
 COPIED_TABLES = ("trial", "sample", "counter", "metric", "second", "latency_bin",
-                 "standby_second", "wait", "process_cpu", "device_second", "artifact",
-                 "load_counter", "environment")  # fmt: skip
+                 "standby_second", "wait", "process_cpu", "device_second", "tool_second",
+                 "artifact", "load_counter", "environment")  # fmt: skip
 
 
 def _trial(r: sqlite3.Row) -> Trial:

@@ -102,3 +102,14 @@ class DeviceSecond:
     util_pct: float | None
     dirty_kb: float | None
     writeback_kb: float | None
+
+
+@dataclass(frozen=True)
+class ToolSecond:
+    """One of the workload tool's own figures in one second of the measured window
+    (sysbench's `--report-interval=1` lines: qps, reads_s, writes_s, other_s, errors_s,
+    reconnects_s)."""
+
+    second: int
+    name: str
+    value: float

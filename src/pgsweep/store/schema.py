@@ -117,5 +117,14 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (trial_id, device, second)
     )
     """,
+    # 9: the workload tool's own figures once a second, beside the TPS and p99 `second`
+    # holds (sysbench: QPS, reads, writes and other queries, errors and reconnects a second)
+    """
+    CREATE TABLE tool_second (
+        trial_id TEXT NOT NULL REFERENCES trial(id), second INTEGER NOT NULL,
+        name TEXT NOT NULL, value REAL NOT NULL,
+        PRIMARY KEY (trial_id, second, name)
+    )
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
