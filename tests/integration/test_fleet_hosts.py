@@ -79,8 +79,7 @@ def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool
                      f"ansible_ssh_private_key_file={h.identity} "
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
                      "ansible_python_interpreter=/usr/bin/python3"
-                     # asked every 2 s, not 5: the test waits less for each shard's end
-                     + f" pgsweep_host_timeout={host_timeout} pgsweep_progress_interval=2"
+                     + f" pgsweep_host_timeout={host_timeout}"
                      # no one answers there: give up after 2 s, not Ansible's 10
                      + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"
