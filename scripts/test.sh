@@ -11,9 +11,10 @@ if [ $# -gt 0 ]; then
 fi
 
 # Two phases. First the machine lane, with the suite's one PostgreSQL build compiling
-# beside it and the pure lane; then four lanes at once (their tests wait a lot: for
+# beside it and the pure lane; then six lanes at once (their tests wait a lot: for
 # pgbench at a fixed rate, for Ansible, for timeouts; three lanes left a third of the two
-# cores idle). Which module goes where is about
+# cores idle, and with four the fleet and ssh-host modules, mostly waiting on Ansible and
+# SSH, made their lane the longest: ci39, 10m50s). Which module goes where is about
 # what it shares with the machine:
 # - machine (phase 1): modules that change kernel values, huge page pools, mounts, loop
 #   devices or cgroups, or compare every server, process, shared memory segment and
@@ -23,8 +24,8 @@ fi
 # - prebuild (from phase 1 on): the build (tests/prebuild.py, about 2 minutes of
 #   compiling into tmpfs) at nice 19 and on the last CPU alone (make -j1): at nice 19 on
 #   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
-#   Its tests (test_build) run last in the build lane, once it is done, at normal
-#   priority: at nice 19 under another process's load a run there once timed out;
+#   Its tests (test_build) run in a lane of their own (build_last) once it is done, at
+#   normal priority: at nice 19 under another process's load a run there once timed out;
 # - pure (from phase 1 on, nice 19, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory (planner, parsers, statistics,
 #   simulations);
@@ -34,10 +35,11 @@ fi
 #   other, and no other lane makes any), and test_examples (plan refuses a ZFS experiment
 #   while a zfs-fuse pgsweep did not start runs: test_storage's);
 # - build (phase 2): modules whose leftovers are told apart by their results folder's
-#   tag (conftest.leftovers), then the real runs that use the build;
-# - ssh (phase 2): test_hosts and test_fleet_hosts (sshd in namespaces of their own, on a
-#   free subnet; their leftovers are their own hosts' namespaces, and test_replication
-#   does not count their links: sshhosts.harness_link);
+#   tag (conftest.leftovers);
+# - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts alone (sshd in namespaces
+#   of their own, each module on a free subnet; their leftovers are their own hosts'
+#   namespaces, and test_replication does not count their links: sshhosts.harness_link);
+#   beside test_hosts, modules told apart by tag;
 # - rest (phase 2, every module not named here): runs told apart the same way, and
 #   test_nonroot (it looks only at what the account "nobody" owns).
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
@@ -62,14 +64,15 @@ machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
 network=(tests/integration/test_replication.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py tests/integration/test_lost_baseline.py
-         tests/integration/test_report.py)
+         tests/unit/test_examples.py)
 build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
        tests/integration/test_pgreplay.py tests/integration/test_gate.py)
-ssh=(tests/integration/test_hosts.py tests/integration/test_fleet_hosts.py)
+ssh=(tests/integration/test_hosts.py tests/integration/test_report.py
+     tests/integration/test_lost_baseline.py)
+fleet=(tests/integration/test_fleet_hosts.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()
@@ -100,29 +103,34 @@ lanes=("$prebuild_pid" "$pure_pid")
 "${pytest[@]}" "${machine_last[@]}" || status=1
 # phase 2: four lanes; the build lane's modules that need no build first, then it waits
 # for the compile and runs test_build
+"${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
+build_pid=$!
 (
     side=0
-    "${pytest[@]}" "${build[@]}" || side=1
     while [ ! -e "$logs/prebuild.rc" ]; do sleep 1; done
     [ "$(cat "$logs/prebuild.rc")" = 0 ] || side=1
     "${pytest[@]}" "${build_last[@]}" || side=1
     exit "$side"
-) >"$logs/build" 2>&1 &
-build_pid=$!
+) >"$logs/build_last" 2>&1 &
+build_last_pid=$!
 "${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
 network_pid=$!
 "${pytest[@]}" "${ssh[@]}" >"$logs/ssh" 2>&1 &
 ssh_pid=$!
-lanes+=("$build_pid" "$network_pid" "$ssh_pid")
+"${pytest[@]}" "${fleet[@]}" >"$logs/fleet" 2>&1 &
+fleet_pid=$!
+lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid" "$fleet_pid")
 skip=("${pure[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}" "${build[@]}"
-      "${build_last[@]}" "${ssh[@]}")
+      "${build_last[@]}" "${ssh[@]}" "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
 wait "$ssh_pid" || status=1
+wait "$fleet_pid" || status=1
 wait "$build_pid" || status=1
+wait "$build_last_pid" || status=1
 wait "$pure_pid" || status=1
 wait "$prebuild_pid" || status=1
-for lane in prebuild pure network ssh build; do
+for lane in prebuild pure network ssh fleet build build_last; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done

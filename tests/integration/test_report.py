@@ -39,7 +39,7 @@ commit_siblings = 0
 script = "tpcb-like"
 clients = 1
 jobs = 1
-duration = "2s"
+duration = "1s"
 warmup = "0s"
 [repeat]
 rounds = {ROUNDS}
