@@ -69,9 +69,9 @@ build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_gate.py)
+       tests/integration/test_pgreplay.py tests/integration/test_against_state.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_report.py
-     tests/integration/test_lost_baseline.py)
+     tests/integration/test_lost_baseline.py tests/integration/test_gate.py)
 fleet=(tests/integration/test_fleet_hosts.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)

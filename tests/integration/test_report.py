@@ -39,7 +39,7 @@ commit_siblings = 0
 script = "tpcb-like"
 clients = 1
 jobs = 1
-duration = "1s"
+duration = "2s"  # the per-second plots need two seconds a trial to draw a line
 warmup = "0s"
 [repeat]
 rounds = {ROUNDS}
