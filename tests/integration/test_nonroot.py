@@ -67,8 +67,14 @@ def as_user(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _owned_by_user() -> set[str]:
     """Paths the user owns in the shared temporary folders, and its processes."""
     uid = pwd.getpwnam(USER).pw_uid
-    out = {str(p) for d in ("/tmp", "/var/tmp", "/dev/shm") for p in Path(d).iterdir()
-           if p.lstat().st_uid == uid}  # fmt: skip
+    out = set()
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        for p in Path(d).iterdir():
+            try:  # another lane's file may go between the listing and its lstat (a
+                if p.lstat().st_uid == uid:  # compiler's temporary cc*.o, in ci41)
+                    out.add(str(p))
+            except FileNotFoundError:
+                continue
     for p in Path("/proc").iterdir():
         try:
             if p.name.isdigit() and p.stat().st_uid == uid:
