@@ -21,13 +21,15 @@ from pathlib import Path
 
 from ..collect import perf, processes
 from ..host import proc
+from ..host.api import Host
 from ..layers.context import TrialContext
 from ..postgres.pgbench import Workload
 from ..store import TrialRecord
 from .sides import Side
 
 HZ = 99  # not a multiple of the kernel's tick: samples do not lock step with timers
-START_S = 0.5  # perf is given this long to start sampling before pgbench starts
+START_S = 0.5  # perf is given this long to start sampling before pgbench starts,
+READY_S = 30.0  # once it has written its data file's header (or this long at most)
 MAX_DATA = 256 << 20  # perf's data file, read back by root: a 10-minute profile fits
 
 
@@ -54,6 +56,7 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     problems: list[str] = []
     try:
         sampler.start()
+        _started(host, data, recorded)
         time.sleep(START_S)
         load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
         res = where.run(trial, load, where.folder / "profile-pgbench", seconds)
@@ -69,6 +72,18 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
         host.remove_tree(data)
     if problems:
         record.artifacts["profile.err"] = "\n".join(problems).encode()
+
+
+def _started(host: Host, data: Path, recorded: list[proc.Result]) -> None:
+    """Until perf has written its data file's header (it attaches right after), or ended,
+    or READY_S passed: on a loaded machine perf once took longer to start than START_S
+    and the profile window's pgbench, and sampled nothing (ci42)."""
+    deadline = time.monotonic() + READY_S
+    while not recorded and time.monotonic() < deadline:
+        st = host.lstat(data)
+        if st is not None and st.size > 0:
+            return
+        time.sleep(0.05)
 
 
 def _folded(trial: TrialContext, data: Path, problems: list[str]) -> bytes:
