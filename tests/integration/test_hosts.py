@@ -45,16 +45,18 @@ def hosts() -> Iterator[list[SimHost]]:
         yield made
 
 
+def _host_table(name: str, h: SimHost) -> str:
+    """The [hosts.NAME] entry of `h`: its key, known_hosts and this pgsweep."""
+    return (f'[hosts.{name}]\nssh = "root@{h.address}"\nidentity_file = "{h.identity}"\n'
+            f'known_hosts = "{h.known_hosts}"\npgsweep = "{PGSWEEP}"')
+
+
 def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
           standby: SimHost | None = None) -> str:  # fmt: skip
     """pgbench on `h` (host loadgen); with `standby`, a synchronous standby s1 on it (host
     replica)."""
     replica = "" if standby is None else f"""
-        [hosts.replica]
-        ssh = "root@{standby.address}"
-        identity_file = "{standby.identity}"
-        known_hosts = "{standby.known_hosts}"
-        pgsweep = "{PGSWEEP}"
+        {_host_table("replica", standby)}
         [replication]
         standbys = 1
         mode = "sync"
@@ -63,11 +65,7 @@ def _body(h: SimHost, duration: str = "2s", rounds: int = 2, extra: str = "",
         [experiment]
         name = "remote"
         seed = 3
-        [hosts.loadgen]
-        ssh = "root@{h.address}"
-        identity_file = "{h.identity}"
-        known_hosts = "{h.known_hosts}"
-        pgsweep = "{PGSWEEP}"
+        {_host_table("loadgen", h)}
         [roles]
         client = "loadgen"
         {'standbys = ["replica"]' if standby else ""}
@@ -310,11 +308,7 @@ def _tool_body(h: SimHost, workload: str, cluster: str = "") -> str:
         [experiment]
         name = "remote-tool"
         seed = 3
-        [hosts.loadgen]
-        ssh = "root@{h.address}"
-        identity_file = "{h.identity}"
-        known_hosts = "{h.known_hosts}"
-        pgsweep = "{PGSWEEP}"
+        {_host_table("loadgen", h)}
         [roles]
         client = "loadgen"
         {cluster}

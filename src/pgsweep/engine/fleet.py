@@ -38,7 +38,7 @@ from .fleet_ansible import (
     SHARD_TIMEOUT,
     ansible_env,
     ansible_tool,
-    failure,
+    failures,
     job_events,
     new_project,
     prologue,
@@ -138,15 +138,13 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
             # once); each answer is a job event engine.fleet_progress reads
             {"name": fleet_progress.TASK, "command": {"argv": [
                 bin_, "progress", "{{ work.path }}/results", "--json"]},
-             # a host silent this long is lost: its group fails, the others go on
-             "timeout": HOST_TIMEOUT,
+             # a host silent for the play's timeout is lost: its group fails, the others go on
              "register": "seen", "changed_when": False, "failed_when": False,
              "until": "seen.rc != 0 or (not (seen.stdout | from_json).running "
                       "and seen.attempts > 1)",
              "retries": int(SHARD_TIMEOUT),  # at one a second at most: a week
              "delay": fleet_progress.INTERVAL},
             {"name": "shard done", "async_status": {"jid": "{{ job.ansible_job_id }}"},
-             "timeout": HOST_TIMEOUT,
              # at once once the process is gone (the loop above ends there)
              "register": "ran", "until": "ran.finished", "delay": 2,
              "retries": int(SHARD_TIMEOUT) // 2,
@@ -320,11 +318,7 @@ def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str],
     LOCAL.write_file(stop / "env" / "extravars",
                      json.dumps({"pgsweep_work": {h: work[h] for h in made.values()}}))
     run_playbook(stop, "stop.json", inventory, scratch, len(made), timeout=STOP_WAIT_S + 120)
-    why: dict[str, str] = {}
-    for event, data in job_events(stop, "stop"):
-        host = str(data.get("host"))
-        if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
-            why[host] = failure(data, event)
+    why = failures(stop, "stop")
     for g, h in made.items():
         if h not in why and ledger is not None:
             ledger.left.pop(g, None)
@@ -343,14 +337,10 @@ def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch
         with signals_ignored():
             _stop_shards(exp, project, hosts, None, inventory, scratch, ident="facts")
         raise
-    by_host: dict[str, dict[str, str]] = {}
-    failed: dict[str, str] = {}
-    for event, data in job_events(project, "facts"):
-        host = str(data.get("host"))
-        if event == "runner_on_ok" and data.get("task") == "host facts":
-            by_host[host] = json.loads(data.get("res", {}).get("stdout", "{}"))
-        elif event in ("runner_on_failed", "runner_on_unreachable") and host not in failed:
-            failed[host] = failure(data, event)
+    by_host = {str(data.get("host")): json.loads(data.get("res", {}).get("stdout", "{}"))
+               for event, data in job_events(project, "facts")
+               if event == "runner_on_ok" and data.get("task") == "host facts"}  # fmt: skip
+    failed = failures(project, "facts")
     facts = {g: by_host[h] for g, h in hosts.items() if h in by_host}
     status = {g: failed.get(h, f"no facts (ansible-runner exit {rc})")
               for g, h in hosts.items() if g not in facts}  # fmt: skip
@@ -375,11 +365,7 @@ def _refuse_differences(exp: Experiment, facts: dict[str, dict[str, str]],
 def _status(project: Path, hosts: dict[str, str], fetched: Path, rc: int) -> dict[str, str]:
     """Group -> "ok" (its shard's folder came back), or the first failure Ansible
     reported for its host (ansible-runner's job events)."""
-    why: dict[str, str] = {}
-    for event, data in job_events(project, "fleet"):
-        host = str(data.get("host"))
-        if event in ("runner_on_failed", "runner_on_unreachable") and host not in why:
-            why[host] = failure(data, event)
+    why = failures(project, "fleet")
     back = {g for g in hosts if LOCAL.lstat(fetched / g / "results.db") is not None}
     return {g: "ok" if g in back and h not in why else why.get(h, f"ansible-runner exit {rc}")
             for g, h in hosts.items()}  # fmt: skip

@@ -117,3 +117,13 @@ def failure(data: dict[str, Any], event: str) -> str:
     result = data.get("res", {})
     msg = result.get("msg") or result.get("stderr") or event
     return f"{data.get('task', '?')}: {str(msg).strip()[-300:]}"
+
+
+def failures(project: Path, ident: str) -> dict[str, str]:
+    """Host -> the first failure Ansible reported for it in one run (job events)."""
+    out: dict[str, str] = {}
+    for event, data in job_events(project, ident):
+        host = str(data.get("host"))
+        if event in ("runner_on_failed", "runner_on_unreachable") and host not in out:
+            out[host] = failure(data, event)
+    return out

@@ -21,7 +21,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .dist import ALPHA
-from .groups import _rss
+from .groups import _rss, blocked, by_label
 from .model import Observations
 
 
@@ -66,16 +66,9 @@ def _test(obs: Observations, group_of_round: list[str], fact: str, value: dict[s
         return FactTest(fact, levels, ratios=ratios,
                         why_not="one group per value: the fact cannot be told from the "
                         "machine (the configuration x group test is the test)")  # fmt: skip
-    cells = [(i, r) for i in range(obs.n_configs) for r in range(obs.n_rounds)
-             if not np.isnan(y[i, r])]  # fmt: skip
-    keys = [tuple(lv.get(f) for f in obs.whole_plot_factors) for lv in obs.levels]
-    block: dict[tuple[int, object], int] = {}
-    for i, r in cells:
-        block.setdefault((r, keys[i]), len(block))
-    yy = np.array([y[i, r] for i, r in cells])
-    base = _columns(obs, cells, block)
-    by_value = _columns_by(obs, cells, [value[g] for g in group_of_round])
-    by_group = _columns_by(obs, cells, group_of_round)
+    cells, yy, base = blocked(obs, y)
+    by_value = by_label(obs, cells, [value[g] for g in group_of_round])
+    by_group = by_label(obs, cells, group_of_round)
     rss0, df0 = _rss(base, yy)
     rss_f, df_f = _rss(np.hstack([base, by_value]), yy)
     rss_g, df_g = _rss(np.hstack([base, by_value, by_group]), yy)
@@ -85,27 +78,6 @@ def _test(obs: Observations, group_of_round: list[str], fact: str, value: dict[s
     f = ((rss0 - rss_f) / (df0 - df_f)) / ((rss_f - rss_g) / (df_f - df_g))
     p = min(1.0, tests * float(sps.f.sf(f, df0 - df_f, df_f - df_g)))
     return FactTest(fact, levels, float(f), (df0 - df_f, df_f - df_g), p, p < alpha, ratios)
-
-
-def _columns(obs: Observations, cells: list[tuple[int, int]],
-             block: dict[tuple[int, object], int]) -> np.ndarray:  # fmt: skip
-    """Configuration + block (round, or a whole plot's part of it) indicators."""
-    keys = [tuple(lv.get(f) for f in obs.whole_plot_factors) for lv in obs.levels]
-    x = np.zeros((len(cells), obs.n_configs + len(block)))
-    for n, (i, r) in enumerate(cells):
-        x[n, i] = x[n, obs.n_configs + block[(r, keys[i])]] = 1.0
-    return x
-
-
-def _columns_by(obs: Observations, cells: list[tuple[int, int]], label_of_round: list[str]
-                ) -> np.ndarray:  # fmt: skip
-    """Configuration x label indicators (the label of each round: its group, or its
-    group's value of the fact)."""
-    labels = list(dict.fromkeys(label_of_round))
-    x = np.zeros((len(cells), obs.n_configs * len(labels)))
-    for n, (i, r) in enumerate(cells):
-        x[n, i * len(labels) + labels.index(label_of_round[r])] = 1.0
-    return x
 
 
 def _ratios(obs: Observations, y: np.ndarray, value_of_round: list[str]

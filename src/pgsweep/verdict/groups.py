@@ -60,27 +60,13 @@ def interaction(obs: Observations, group_of_round: list[str], alpha: float = ALP
     of round column r."""
     groups = list(dict.fromkeys(group_of_round))
     y = np.log(obs.values)
-    cells = [(i, r) for i in range(obs.n_configs) for r in range(obs.n_rounds)
-             if not np.isnan(y[i, r])]  # fmt: skip
-    rounds = {g: len({r for _, r in cells if group_of_round[r] == g}) for g in groups}
+    rounds = {g: len({r for r in range(obs.n_rounds) if group_of_round[r] == g
+                      and not np.isnan(y[:, r]).all()}) for g in groups}  # fmt: skip
     if len(groups) < 2 or obs.n_configs < 2:
         return Interaction(groups, rounds, math.nan, (0, 0), math.nan, False,
                            why_not="one host group: nothing to compare")  # fmt: skip
-    gidx = {g: n for n, g in enumerate(groups)}
-    # blocks as the model has them: a round, or a whole plot's part of it (cluster levels
-    # are compared through their instances: their x group term is not tested here)
-    keys = [tuple(lv.get(f) for f in obs.whole_plot_factors) for lv in obs.levels]
-    block: dict[tuple[int, object], int] = {}
-    for i, r in cells:
-        block.setdefault((r, keys[i]), len(block))
-    cols = obs.n_configs + len(block)
-    x0 = np.zeros((len(cells), cols))
-    x1 = np.zeros((len(cells), cols + obs.n_configs * len(groups)))
-    yy = np.array([y[i, r] for i, r in cells])
-    for n, (i, r) in enumerate(cells):
-        x0[n, i] = x0[n, obs.n_configs + block[(r, keys[i])]] = 1.0
-        x1[n, :cols] = x0[n]
-        x1[n, cols + i * len(groups) + gidx[group_of_round[r]]] = 1.0
+    cells, yy, x0 = blocked(obs, y)
+    x1 = np.hstack([x0, by_label(obs, cells, group_of_round)])
     rss0, df0 = _rss(x0, yy)
     rss1, df1 = _rss(x1, yy)
     if df1 <= 0 or df0 <= df1 or rss1 <= 0:
@@ -95,6 +81,35 @@ def interaction(obs: Observations, group_of_round: list[str], alpha: float = ALP
         disagree = _outliers(obs, group_of_round, effects, alpha)
     return Interaction(groups, rounds, float(f), (df0 - df1, df1), p, p < alpha, effects,
                        disagree)  # fmt: skip
+
+
+def blocked(obs: Observations, y: np.ndarray
+            ) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray]:  # fmt: skip
+    """The cells with a value (configuration, round), their log values, and the
+    round-blocked model's columns: configuration + block, a block being a round, or a whole
+    plot's part of it (cluster levels are compared through their instances: their x group
+    term is not tested here)."""
+    cells = [(i, r) for i in range(obs.n_configs) for r in range(obs.n_rounds)
+             if not np.isnan(y[i, r])]  # fmt: skip
+    keys = [tuple(lv.get(f) for f in obs.whole_plot_factors) for lv in obs.levels]
+    block: dict[tuple[int, object], int] = {}
+    for i, r in cells:
+        block.setdefault((r, keys[i]), len(block))
+    x = np.zeros((len(cells), obs.n_configs + len(block)))
+    for n, (i, r) in enumerate(cells):
+        x[n, i] = x[n, obs.n_configs + block[(r, keys[i])]] = 1.0
+    return cells, np.array([y[i, r] for i, r in cells]), x
+
+
+def by_label(obs: Observations, cells: list[tuple[int, int]], label_of_round: list[str]
+             ) -> np.ndarray:  # fmt: skip
+    """Configuration x label indicators (each round's label: its group, or its group's
+    value of a host fact), labels in first-round order."""
+    labels = list(dict.fromkeys(label_of_round))
+    x = np.zeros((len(cells), obs.n_configs * len(labels)))
+    for n, (i, r) in enumerate(cells):
+        x[n, i * len(labels) + labels.index(label_of_round[r])] = 1.0
+    return x
 
 
 def _outliers(obs: Observations, group_of_round: list[str], effects: list[GroupEffect],
