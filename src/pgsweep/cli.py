@@ -167,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
         "of each process type; cpu: per trial and process type; devices: per trial, device and "
         "second; tool: the workload tool's own figures per trial, second and name (sysbench's "
         "qps, reads_s, writes_s, other_s, errors_s, reconnects_s); profiles: per trial and CPU "
-        "stack",
+        "stack; io_latency: per trial, block device, kind of request and latency bucket",
     )
     se.add_argument("-o", "--output", type=Path, help="file to write (default RESULTS/WHAT.FORMAT)")
     return p

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 REPORT_FORMATS = ("terminal", "markdown", "html", "json")
 EXPORT_FORMATS = ("csv", "json", "parquet")
 EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices",
-               "tool", "profiles")
+               "tool", "profiles", "io_latency")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:

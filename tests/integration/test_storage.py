@@ -6,6 +6,7 @@ and `pgsweep restore` too."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pgsweep, requires_pg, stop_and_restore, trials, write_experiment
+from pgsweep.collect import blockio
 from pgsweep.host import mounts as pgsweep_mounts
 from pgsweep.host import proc
 
@@ -107,6 +109,62 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
         assert "new-storage" in json.loads(t["events_json"])
     assert not ours()
     assert not list(state_dir.glob("*.undo"))
+
+
+@requires_pg
+@root_only
+def test_io_latency_times_the_loop_devices_requests_in_round_one(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """[experiment] io_latency on an ext4 loop device: each round-1 trial keeps the loop
+    device's request latencies (only its), a commit that waits for its WAL flush makes many
+    more cache flushes than one that does not, and explain and export show them."""
+    body = HEAD.replace('seed = 3', 'seed = 3\nio_latency = "2s"').replace(
+        "rounds = 1", "rounds = 2") + """
+    [storage]
+    device = "loop:1GiB"
+    filesystem = "ext4"
+    [factors]
+    server.synchronous_commit = ["on", "off"]
+    """
+    results = _run_ok(tmp_path, body)
+    levels = _levels(results)
+    got = {tid: (cfg, rnd, gz) for tid, cfg, rnd, gz in _db(
+        results, "SELECT t.id, t.config_id, t.round, a.gz FROM trial t LEFT JOIN artifact a "
+        "ON a.trial_id = t.id AND a.name = 'io_latency.tsv'")}  # fmt: skip
+    assert not _db(results, "SELECT trial_id FROM artifact WHERE name = 'io_latency.err'")
+    loops = {json.loads(e)["storage.device"].removeprefix("/dev/")
+             for (e,) in _db(results, "SELECT effective_json FROM trial")}  # fmt: skip
+    flushes = {}
+    for tid, (cfg, rnd, gz) in got.items():
+        assert (gz is not None) == (rnd == 1), tid  # round 1 only
+        if gz is None:
+            continue
+        hist = blockio.parse(gzip.decompress(gz).decode())
+        assert {dev for dev, _, _ in hist} <= loops and hist  # the loop device, not vda
+        kinds = {k: sum(n for (_, kk, _), n in hist.items() if kk == k) for k in blockio.KINDS}
+        assert kinds["write"] > 0
+        flushes[levels[cfg]["server.synchronous_commit"]] = kinds["flush"]
+    # every commit on waits for its WAL's fdatasync (a cache flush on ext4); off, the WAL
+    # writer flushes a few times a second
+    assert flushes["on"] > 3 * max(flushes["off"], 1), flushes
+    on = next(c for c, lv in levels.items() if lv["server.synchronous_commit"] == "on")
+    off = next(c for c in levels if c != on)
+    res = pgsweep("explain", str(results), "--config", off, "--against", on)
+    assert res.returncode == 0, res.stderr
+    (loop,) = loops
+    assert f"{loop} flush" in res.stdout and "io_latency" in res.stdout
+    out = tmp_path / "io.json"
+    res = pgsweep("export", str(results), "--what", "io_latency", "--format", "json",
+                  "-o", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())
+    assert {r["trial_id"] for r in rows} == {t for t, (_, rnd, _) in got.items() if rnd == 1}
+    per = {lv: sum(r["requests"] for r in rows if r["kind"] == "flush"
+                   and r["server.synchronous_commit"] == lv) for lv in ("on", "off")}  # fmt: skip
+    assert per == flushes
+    assert all(r["device"] == loop and r["low_us"] < r["high_us"] for r in rows)
+    assert not ours()
 
 
 @requires_pg

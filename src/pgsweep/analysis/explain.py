@@ -24,7 +24,7 @@ import numpy as np
 from .. import verdict as sm
 from ..errors import PgsweepError
 from ..store import TPS, Results
-from .explain_data import MIN_SHARE, SHARE, Metric, per_trial, settings_differ
+from .explain_data import MIN_SHARE, SHARE, Metric, io_latency, per_trial, settings_differ
 from .headline import percent_interval, verdict_words
 from .types import Analysis
 
@@ -114,13 +114,14 @@ class Panel:
     settings: list[dict[str, str]]  # the server settings in force that differ
     waits_from: str = ""  # what sampled the wait states, in words
     others: list[dict[str, Any]] = field(default_factory=list)  # other process types' bars
+    io_latency: list[dict[str, Any]] = field(default_factory=list)  # block requests, by device
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config, "against": self.against, "contrast": self.contrast,
                 "sentence": self.sentence, "alpha": self.alpha, "family": self.compared,
                 "rounds": self.rounds, "tps": self.tps, "profile": self.profile,
                 "settings": self.settings, "waits_from": self.waits_from,
-                "others": self.others,
+                "others": self.others, "io_latency": self.io_latency,
                 "rows": [r.as_dict() for r in self.rows]}  # fmt: skip
 
 
@@ -157,7 +158,8 @@ def panel(a: Analysis, results: Results, config: str, against: str | None = None
                  settings_differ(results, config, against),
                  waits_from(results, [t for t, (c, _) in where.items()
                                       if c in (config, against)]),
-                 other_profiles(table, known, config, against))  # fmt: skip
+                 other_profiles(table, known, config, against),
+                 io_latency(results, config, against))  # fmt: skip
 
 
 def waits_from(results: Results, trials: list[str]) -> str:

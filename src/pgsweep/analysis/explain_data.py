@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
+from ..collect import blockio
 from ..collect import statements as stmts
 from ..collect.processes import TICKS_PER_S
 from ..store import Results
@@ -232,3 +233,26 @@ def settings_differ(results: Results, config: str, against: str) -> list[dict[st
     a, b = mine[against], mine[config]
     return [{"name": n, "before": a.get(n, "default"), "after": b.get(n, "default")}
             for n in sorted(a.keys() | b.keys()) if a.get(n) != b.get(n)]  # fmt: skip
+
+
+def io_latency(results: Results, config: str, against: str) -> list[dict[str, object]]:
+    """Each device's and kind's block-request latency in both configurations' profile
+    windows ([experiment] io_latency; the first trial of each that has one): requests and
+    quantiles (collect.blockio), "before" the configuration it is explained against. One
+    window each: no interval, so none of it is judged."""
+    hist: dict[str, dict[tuple[str, str], blockio.Latency]] = {}
+    for t in results.trials(ok_only=True):
+        if t.config_id in (config, against) and t.config_id not in hist:
+            raw = results.artifact(t.id, blockio.ARTIFACT)
+            if raw:
+                lat = blockio.summaries(blockio.parse(raw.decode(errors="replace")))
+                hist[t.config_id] = {(x.device, x.kind): x for x in lat}
+    if config not in hist or against not in hist:
+        return []
+    out: list[dict[str, object]] = []
+    for key in sorted(hist[config].keys() | hist[against].keys()):
+        before, after = hist[against].get(key), hist[config].get(key)
+        out.append({"device": key[0], "kind": key[1],
+                    "before": None if before is None else asdict(before),
+                    "after": None if after is None else asdict(after)})  # fmt: skip
+    return out

@@ -82,8 +82,9 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     out, err = _outputs(res, "pgbench", budget, record, where)
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())
-    if trial.run.cpu_profile_s and record.round == 1:  # after the window: nothing it measures
-        profile.window(trial, where, w, pgb, trial.run.cpu_profile_s, record)
+    opted_in = trial.run.cpu_profile_s or trial.run.io_latency_s
+    if opted_in and record.round == 1:  # after the window: nothing it measures
+        profile.window(trial, where, w, pgb, record)
     if record_settings:
         with cluster.connect() as db:
             written = trial.settings["server"]  # the configuration's own settings

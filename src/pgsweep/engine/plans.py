@@ -256,7 +256,8 @@ def trial_costs(exp: Experiment, plan: Plan) -> dict[str, TrialCost]:
         n = s["replication"].standbys if "replication" in s else 0
         standbys = n * (0.5 + 0.13 * scale if w.writes else 0.3) + (1.0 if n else 0.0)
         measure = w.warmup_s + w.duration_s + 1.5 + restore + standbys
-        if exp.cpu_profile_s:  # round 1's profile window and perf script, over the rounds
-            measure += (exp.cpu_profile_s + 3.0) / max(exp.rounds, 1)
+        window = max(exp.cpu_profile_s, exp.io_latency_s)
+        if window:  # round 1's profile window and perf script, over the rounds
+            measure += (window + 3.0) / max(exp.rounds, 1)
         costs[c.id] = TrialCost(measure=measure, build=4.0 + 0.35 * scale)
     return costs

@@ -1,6 +1,7 @@
-"""The CPU profile window (issue 26, opt in: [experiment] cpu_profile): after the measured
-window of a configuration's round-1 trial, pgbench runs the same workload again for the
-profile's length while `perf record -g` samples this trial's server at 99 Hz: its
+"""The profile window (issue 26, opt in: [experiment] cpu_profile and io_latency): after the
+measured window of a configuration's round-1 trial, pgbench runs the same workload again for
+the window's length while the server's devices' requests are timed (engine/iolatency.py)
+and `perf record -g` samples this trial's server at 99 Hz: its
 postmaster and the children it has (`-p`), and every process the postmaster forks while
 perf runs (perf's inherit: pgbench's backends); no other process of the machine, another
 PostgreSQL included. The stacks are folded (collect.perf) and kept as the trial's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..collect import perf, processes
@@ -25,6 +27,7 @@ from ..host.api import Host
 from ..layers.context import TrialContext
 from ..postgres.pgbench import Workload
 from ..store import TrialRecord
+from . import iolatency
 from .sides import Side
 
 HZ = 99  # not a multiple of the kernel's tick: samples do not lock step with timers
@@ -33,16 +36,52 @@ READY_S = 30.0  # once it has written its data file's header (or this long at mo
 MAX_DATA = 256 << 20  # perf's data file, read back by root: a 10-minute profile fits
 
 
-def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds: int,
+def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
            record: TrialRecord) -> None:  # fmt: skip
-    """Profile `seconds` of pgbench; what goes wrong is kept as profile.err, never a
-    failed trial (the trial was measured already)."""
+    """pgbench for the longer of [experiment] cpu_profile and io_latency, with perf sampling
+    the server's stacks (cpu_profile) and timing its devices' requests (io_latency); what
+    goes wrong is kept as profile.err or io_latency.err, never a failed trial (the trial was
+    measured already)."""
+    cpu_s, io_s = trial.run.cpu_profile_s, trial.run.io_latency_s
+    seconds = max(cpu_s, io_s)
     host, scratch = trial.run.host, trial.run.private
     data = scratch / f"perf-{trial.id}.data"
+    problems: list[str] = []
+    recorded: list[proc.Result] = []
+    sampler = _sampler(trial, data, seconds, recorded, problems) if cpu_s else None
+    blocks = iolatency.start(trial, seconds, record) if io_s else None
+    try:
+        if sampler is not None:
+            sampler.start()
+            _started(lambda: bool(recorded) or _has_header(host, data))
+        _started(lambda: iolatency.started(blocks))
+        time.sleep(START_S)
+        load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
+        res = where.run(trial, load, where.folder / "profile-pgbench", seconds)
+        if not res.ok:
+            problems.append(f"pgbench in the profile window: {res.describe_failure()}")
+        if sampler is not None:
+            sampler.join(timeout=seconds + 90)
+            if not recorded or not recorded[0].ok:
+                why = recorded[0].describe_failure() if recorded else "did not end"
+                problems.append(f"perf record: {why}")
+            else:
+                record.artifacts[perf.ARTIFACT] = _folded(trial, data, problems)
+    finally:
+        iolatency.finish(blocks, seconds, record, scratch)
+        host.remove_tree(data)
+    if problems:
+        record.artifacts["profile.err"] = "\n".join(problems).encode()
+
+
+def _sampler(trial: TrialContext, data: Path, seconds: int, recorded: list[proc.Result],
+             problems: list[str]) -> threading.Thread | None:  # fmt: skip
+    """perf record -g of the server's processes, in a thread (None: no server to sample)."""
+    host, scratch = trial.run.host, trial.run.private
     postmaster = trial.cluster.postmaster_pid()
     if postmaster is None:
-        record.artifacts["profile.err"] = b"no server to profile: its postmaster is gone"
-        return
+        problems.append("no server to profile: its postmaster is gone")
+        return None
     # the postmaster and its auxiliary processes; client backends left over from the
     # measured window may be gone by the time perf attaches (it then refuses them all),
     # and the profile window's own are forked after it, so inherited
@@ -50,39 +89,21 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str, seconds:
     pids = [postmaster, *(p for p, u in children.items() if u.kind != "client backend")]
     argv = ["perf", "record", "-F", str(HZ), "-g", "-B", "-N", "-p", ",".join(map(str, pids)),
             "-o", str(data), "--", "sleep", str(seconds + 1)]  # fmt: skip
-    recorded: list[proc.Result] = []
-    sampler = threading.Thread(target=lambda: recorded.append(host.run(
+    return threading.Thread(target=lambda: recorded.append(host.run(
         argv, out=scratch / f"perf-{trial.id}.out", timeout=seconds + 60)), daemon=True)
-    problems: list[str] = []
-    try:
-        sampler.start()
-        _started(host, data, recorded)
-        time.sleep(START_S)
-        load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
-        res = where.run(trial, load, where.folder / "profile-pgbench", seconds)
-        if not res.ok:
-            problems.append(f"pgbench in the profile window: {res.describe_failure()}")
-        sampler.join(timeout=seconds + 90)
-        if not recorded or not recorded[0].ok:
-            why = recorded[0].describe_failure() if recorded else "did not end"
-            problems.append(f"perf record: {why}")
-        else:
-            record.artifacts[perf.ARTIFACT] = _folded(trial, data, problems)
-    finally:
-        host.remove_tree(data)
-    if problems:
-        record.artifacts["profile.err"] = "\n".join(problems).encode()
 
 
-def _started(host: Host, data: Path, recorded: list[proc.Result]) -> None:
-    """Until perf has written its data file's header (it attaches right after), or ended,
+def _has_header(host: Host, data: Path) -> bool:
+    st = host.lstat(data)
+    return st is not None and st.size > 0
+
+
+def _started(ready: Callable[[], bool]) -> None:
+    """Until a perf has written its data file's header (it attaches right after), or ended,
     or READY_S passed: on a loaded machine perf once took longer to start than START_S
     and the profile window's pgbench, and sampled nothing (ci42)."""
     deadline = time.monotonic() + READY_S
-    while not recorded and time.monotonic() < deadline:
-        st = host.lstat(data)
-        if st is not None and st.size > 0:
-            return
+    while not ready() and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -108,7 +108,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
                      exp.canonical, exp.builds, host=LOCAL, client_side=sides.get(topo.client),
                      standby_sides=tuple(sides.get(n) for n in topo.standbys), run_id=area.run,
                      registry=workarea.registry(), grant=exp.grant,
-                     cpu_profile_s=exp.cpu_profile_s)  # fmt: skip
+                     cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     # every trial, or the rounds of this run's shard

@@ -94,6 +94,7 @@ class RunContext:
     registry: Path = field(default=Path("/nonexistent"), kw_only=True)
     grant: Grant | None = field(default=None, kw_only=True)  # --allow-device, --wipe
     cpu_profile_s: int = field(default=0, kw_only=True)  # [experiment] cpu_profile
+    io_latency_s: int = field(default=0, kw_only=True)  # [experiment] io_latency
     # layer name -> what that layer keeps for this run on this host (its journal, what
     # it reserved, how many of a thing it made); see `state_of`
     state: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False,

@@ -69,6 +69,41 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
                  f"has at most a {p['alpha']:.0%} chance{tail}")  # fmt: skip
     if p.get("waits_from"):
         say(console, f"{p['waits_from']}.")
+    if p.get("io_latency"):
+        console.print()
+        print_table(console, latency_table(p["io_latency"]))
+        say(console, IO_NOTE)
+
+
+IO_NOTE = ("block-I/O latency: every request on the server's devices in one profile window "
+           "per configuration ([experiment] io_latency), quantiles to within 10% (its "
+           "quarter-octave buckets); one window each: no interval, not judged")
+
+
+def latency_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    """device and kind, then requests, p50 and p99 each as "before → after"."""
+    def side(s: dict[str, Any] | None, key: str) -> str:
+        if s is None:
+            return "-"
+        return f"{s[key]:,}" if key == "requests" else _us(s[key])
+
+    pairs = [f"{side(r['before'], k)} → {side(r['after'], k)}"
+             for k in ("requests", "p50_us", "p99_us")]  # fmt: skip
+    return (f"{r['device']} {r['kind']}", *pairs)
+
+
+def _us(v: float) -> str:
+    return f"{v / 1000:,.2f} ms" if v >= 1000 else f"{v:,.0f} µs"
+
+
+def latency_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    table.add_column("device, kind", ratio=1)
+    for head in ("requests", "p50", "p99"):
+        table.add_column(head, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(*(Text(printable(c)) for c in latency_cells(r)))
+    return table
 
 
 def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
@@ -87,6 +122,11 @@ def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
             cells = (r["name"], r["before"], r["after"], r["change"], r["verdict"])
             out.append("| " + " | ".join(md(str(c)) for c in cells) + " |")  # "[-7, +36]"
         out.append("")
+        if p.get("io_latency"):
+            out += ["| block requests | count | p50 | p99 |", "| --- | --- | --- | --- |"]
+            out += ["| " + " | ".join(md(c) for c in latency_cells(r)) + " |"
+                    for r in p["io_latency"]]  # fmt: skip
+            out += ["", md(IO_NOTE[0].upper() + IO_NOTE[1:]) + ".", ""]
     return out
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..collect import perf
+from ..collect import blockio, perf
 from ..store import Results, Second, Trial
 from .safetext import csv_cell
 
@@ -46,10 +46,20 @@ def table(results: Results, what: str) -> pa.Table:
         rows = [keys[tid] | {"stack": stack, "samples": n} for tid in keys
                 if (raw := results.artifact(tid, perf.ARTIFACT))
                 for stack, n in perf.parse(raw.decode(errors="replace")).most_common()]  # fmt: skip
+    elif what == "io_latency":  # [experiment] io_latency: one row per trial, device, kind, bucket
+        rows = [keys[tid] | _bucket_row(key, n) for tid in keys
+                if (raw := results.artifact(tid, blockio.ARTIFACT))
+                for key, n in sorted(blockio.parse(raw.decode(errors="replace")).items())]
     else:
         bins = results.latency_bins()
         rows = [keys[tid] | asdict(b) for tid in sorted(bins) for b in bins[tid]]  # by trial id
     return _to_arrow(rows)
+
+
+def _bucket_row(key: tuple[str, str, int], requests: int) -> dict[str, Any]:
+    low, high = blockio.bounds_us(key[2])
+    return {"device": key[0], "kind": key[1], "low_us": low, "high_us": high,
+            "requests": requests}  # fmt: skip
 
 
 def encode(tbl: pa.Table, fmt: str) -> bytes:

@@ -85,6 +85,7 @@ class Experiment:
     group: str = ""  # the name of that group (`run --group`; default "shardK")
     hosts_may_differ: tuple[str, ...] = ()  # host facts a fleet's groups may differ in
     cpu_profile_s: int = 0  # [experiment] cpu_profile: a perf window after round 1's trials
+    io_latency_s: int = 0  # [experiment] io_latency: block requests timed in that window
 
     def layer(self, name: str) -> Layer:
         return next(layer for layer in self.layers if layer.name == name)
@@ -372,6 +373,9 @@ def load(path: Path) -> Experiment:
         topology=topo,
         hosts_may_differ=tuple(exp.hosts_may_differ),
         cpu_profile_s=cpu_profile_seconds(source, exp.cpu_profile, str(base["workload"]["tool"])),
+        io_latency_s=cpu_profile_seconds(
+            source, exp.io_latency, str(base["workload"]["tool"]), "io_latency"
+        ),
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
         from ..engine.plans import settle_max_rounds

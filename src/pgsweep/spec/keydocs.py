@@ -76,6 +76,15 @@ KEYS: dict[str, Doc] = {
         "server's stacks are kept per trial and the HTML report draws a differential flame "
         "graph in each explain panel. Outside the window: no verdict is perturbed. Needs "
         "root and perf (apt-get install linux-perf).", "5s", "0s (none) to 10min"),
+    "experiment.io_latency": (
+        "Opt in: in the same window after each configuration's round-1 trial (the longer of "
+        "the two lengths), `perf record -a` times every request on the server's data and WAL "
+        "block devices (the kernel's block_rq_issue and block_rq_complete tracepoints, "
+        "filtered to those devices: every request on them, whoever issued it); each trial "
+        "keeps a latency histogram per device and kind (read, write, flush, discard) in "
+        "quarter-octave buckets, shown in explain and exported (`export --what io_latency`). "
+        "A server on tmpfs has no block device: nothing is timed, and the trial says so. "
+        "Needs root and perf.", "10s", "0s (none) to 10min"),
     "postgres.bin": ("The PostgreSQL binaries: \"auto\" is the newest /usr/lib/postgresql/N/bin, "
                      "else pg_config on PATH; or a directory.", "/usr/lib/postgresql/15/bin",
                      ""),

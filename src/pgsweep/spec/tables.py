@@ -29,12 +29,15 @@ class ExperimentTable(BaseModel):
     cpu_profile: str = Field("0s", description="a CPU profile window after each round-1 "
                              "trial's measured window (perf): its length, or 0s for none")
 
-    @field_validator("cpu_profile")
+    io_latency: str = Field("0s", description="block-I/O latency of the server's devices, "
+                            "timed in the same window (perf): its length, or 0s for none")
+
+    @field_validator("cpu_profile", "io_latency")
     @classmethod
     def _profile(cls, v: str) -> str:
         seconds = parse_duration(v)
         if not 0 <= seconds <= 600:
-            raise ValueError("a length of up to 10 minutes, such as \"5s\" (0s: no profile)")
+            raise ValueError("a length of up to 10 minutes, such as \"5s\" (0s: none)")
         return v
 
     @field_validator("hosts_may_differ")
@@ -196,21 +199,23 @@ ADAPTIVE_KEYS = ("min_rounds", "max_rounds", "decide", "precision", "interest", 
 PERF = ("/usr/bin/perf", "/usr/sbin/perf")  # Debian's linux-perf
 
 
-def cpu_profile_seconds(source: Source, text: str, tool: str) -> int:
-    """[experiment] cpu_profile in seconds (0: none), refused (exit 2) where it cannot run:
-    without root (perf attaches to the server user's processes), without perf, or for a
-    workload tool other than pgbench (its profile window is a pgbench run)."""
+def cpu_profile_seconds(source: Source, text: str, tool: str, key: str = "cpu_profile") -> int:
+    """[experiment] cpu_profile (or io_latency) in seconds (0: none), refused (exit 2) where
+    it cannot run: without root (perf attaches to the server user's processes, or records
+    the kernel's block tracepoints), without perf, or for a workload tool other than pgbench
+    (the profile window is a pgbench run)."""
     seconds = int(parse_duration(text))
     if seconds == 0:
         return 0
-    where = ("experiment", "cpu_profile")
+    where = ("experiment", key)
+    what = "a CPU profile" if key == "cpu_profile" else "timing block requests"
     if os.geteuid() != 0:
-        raise source.error(where, "a CPU profile attaches perf to the server's processes: it "
-                           "needs root", fix="run pgsweep as root, or remove cpu_profile")
+        raise source.error(where, f"{what} runs perf on the server's processes or devices: "
+                           "it needs root", fix=f"run pgsweep as root, or remove {key}")
     if not any(Path(p).is_file() for p in PERF):
-        raise source.error(where, "a CPU profile needs perf, which is not installed",
-                           fix="apt-get install linux-perf, or remove cpu_profile")
+        raise source.error(where, f"{what} needs perf, which is not installed",
+                           fix=f"apt-get install linux-perf, or remove {key}")
     if tool != "pgbench":
         raise source.error(where, f"the profile window runs pgbench; workload.tool = {tool!r}",
-                           fix='remove cpu_profile, or set workload.tool = "pgbench"')
+                           fix=f'remove {key}, or set workload.tool = "pgbench"')
     return seconds
