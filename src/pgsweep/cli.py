@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                     "fleet; `merge` joins the shards' folders)")  # fmt: skip
     sr.add_argument("--group", metavar="NAME", help="with --shard: the host group's name "
                     "(default shardK)")  # fmt: skip
+    sr.add_argument("--host", action="append", metavar="NAME=DEST", default=[],
+                    help="reach the host [hosts.NAME] at DEST instead (a fleet group's own "
+                    "client or standby host; repeat for each)")  # fmt: skip
     sr.add_argument("--inventory", type=Path, metavar="INV",
                     help="an Ansible inventory: each group's host runs a shard, all at once; "
                     "the shards come back merged into --results (the [fleet] extra)")  # fmt: skip

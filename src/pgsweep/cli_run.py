@@ -98,6 +98,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     exp.grant = grant
     if args.inventory is not None:
         return _run_fleet(args, exp, console)
+    if args.host:
+        exp.topology = spec.hosts.redirect(exp.topology, args.host)
     shard = _shard(args)
     if shard is not None or args.group:
         from .engine import plans

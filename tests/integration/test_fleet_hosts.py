@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -193,6 +194,61 @@ def _others(h: SimHost) -> list[bytes]:
         if not argv.startswith(b"sshd"):
             out.append(argv)
     return out
+
+
+def test_each_group_is_a_copy_of_the_topology_with_a_client_host_of_its_own(
+    hosts: list[SimHost], tmp_path: Path
+) -> None:
+    """[roles] client = "loadgen" over two groups, each with its own copy of loadgen (the
+    other group's server host: h1 and h2 each serve one group and load the other's): each
+    shard's pgbench ran on its group's loadgen over TCP to its own server, none reached the
+    destination the file gives (no host answers there), and nothing is left on either."""
+    h1, h2 = hosts[0], hosts[1]
+    body = BODY.replace("rounds = 3", "rounds = 2") + f"""
+[hosts.loadgen]
+ssh = "root@192.0.2.1"  # TEST-NET-1: nothing answers; each group's shard is told its own
+identity_file = "{h1.identity}"
+known_hosts = "{h1.known_hosts}"
+pgsweep = "{PGSWEEP}"
+[roles]
+client = "loadgen"
+"""
+    path = write_experiment(tmp_path, body)
+    inv = _inventory(tmp_path, hosts)
+    text = inv.read_text().split("[gamma]")[0]  # alpha on h1, beta on h2
+    for group, other in (("alpha", h2), ("beta", h1)):
+        text = text.replace(f"[{group}]\n", f"[{group}]\n{group}-loadgen ansible_host="
+                            f"{other.address} pgsweep_host=loadgen\n")  # fmt: skip
+    inv.write_text(text)
+    out = tmp_path / "fleet"
+    res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "alpha: ok" in res.stdout and "beta: ok" in res.stdout, res.stdout
+    rows = trials(out)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    server = {"alpha": h1.address, "beta": h2.address}
+    for r in rows:  # pgbench reached its group's server at that host's own address
+        argv = json.loads(r["pgbench_argv"])
+        assert argv[argv.index("-h") + 1] == server[r["host_group"]], (r["host_group"], argv)
+    db = sqlite3.connect(out / "results.db")
+    rtt = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'client.rtt_ms'")]
+    (cpu,) = db.execute("SELECT count(*) FROM counter WHERE name LIKE 'client.host.cpu.%'")
+    db.close()
+    assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)  # measured from the client host
+    assert cpu[0] >= 4 * 8  # each trial's client host's CPU
+    env = pgsweep("show", str(out), "--env").stdout
+    roles = {part.split("roles@")[1].split("]")[0]: part for part in env.split("\n[")
+             if "roles@" in part.split("\n")[0]}  # fmt: skip
+    assert f"client = loadgen (h2, root@{h2.address};" in roles["alpha"], env
+    assert "server = local (h1)" in roles["alpha"]
+    assert f"client = loadgen (h1, root@{h1.address};" in roles["beta"], env
+    assert "server = local (h2)" in roles["beta"]
+    for h in (h1, h2):
+        settle = time.monotonic() + 30
+        while _others(h) and time.monotonic() < settle:  # agents exit after their shard
+            time.sleep(0.2)
+        assert not _others(h)
+    assert not list(Path("/tmp").glob("pgsweep-fleet-*"))
 
 
 def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(

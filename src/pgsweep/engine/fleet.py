@@ -1,9 +1,10 @@
 """`run FILE --inventory INV`: one experiment over a fleet, dispatched through Ansible.
 
 The inventory is read by Ansible itself (`ansible-inventory --list`, INI or YAML, its
-connection variables honoured); each selected group is one host group, whose one host
-runs the server (a file that places other roles is refused: a group is not yet a copy of
-a topology). ansible-runner (the [fleet] extra) runs one playbook against every group at
+connection variables honoured); each selected group is one host group, a copy of the
+topology (engine/fleet_topology.py): its one host without `pgsweep_host` runs the server and
+the shard, which reaches the group's copies of the other roles' hosts itself (`--host`).
+ansible-runner (the [fleet] extra) runs one playbook against every group at
 once: it checks that the host's pgsweep (`pgsweep_bin`, default `pgsweep` on PATH) is
 this version, copies the frozen file, starts the group's shard (`run --shard K/N --group
 NAME`) as an async job, waits for it and fetches the shard's folder back. The shards are
@@ -32,7 +33,7 @@ from ..host.local import LOCAL
 from ..plan import round_spans, shard_rounds
 from ..spec import Experiment
 from ..store import merge
-from . import fleet_folder, fleet_progress
+from . import fleet_folder, fleet_progress, fleet_topology
 from .fleet_ansible import (
     BIN,
     SHARD_TIMEOUT,
@@ -54,6 +55,10 @@ STOP_WAIT_S = 600  # a shard stopping puts its host back: a server stopped, kern
 # lost; a shard's results coming back and a shard stopping get longer
 HOST_TIMEOUT = "{{ pgsweep_host_timeout | default(120) | int }}"
 FETCH_TIMEOUT_S = 3600
+_SHARD = "pgsweep_shards[inventory_hostname]"
+SHARD_ARGV = ("{{ [pgsweep_bin | default('pgsweep'), 'run', work.path ~ '/experiment.toml', "
+              f"'--shard', {_SHARD}.k | string, '--group', {_SHARD}.group, '--results', "
+              f"work.path ~ '/results'] + {_SHARD}.hosts }}}}")
 
 
 @dataclass
@@ -65,12 +70,10 @@ class FleetOutcome:
     kept: list[str] = field(default_factory=list)  # groups done before this --resume
 
 
-def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -> dict[str, str]:
-    """Group -> its one host, from the inventory as Ansible reads it."""
-    if exp.topology.remote_names():
-        raise PgsweepError("a fleet group runs the whole experiment on its one host: this file "
-                           "places roles on other hosts", where=str(exp.source.path),
-                           fix="remove [roles] to run it over an inventory")  # fmt: skip
+def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
+           ) -> tuple[dict[str, str], dict[str, list[str]]]:  # fmt: skip
+    """Group -> its server's host, from the inventory as Ansible reads it; and group -> the
+    `--host NAME=DEST` its shard reaches that group's copy of each other role's host by."""
     res = LOCAL.run([ansible_tool("ansible-inventory"), "-i", str(inventory), "--list"],
                     out=scratch / "inventory.json", timeout=120, env=ansible_env())  # fmt: skip
     if res.returncode != 0:
@@ -80,8 +83,10 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
     data: dict[str, Any] = json.loads(LOCAL.output(scratch / "inventory.json"))
     found = {g: list(v["hosts"]) for g, v in data.items() if g not in ("_meta", *RESERVED)
              and isinstance(v, dict) and v.get("hosts")}  # fmt: skip
+    hostvars: dict[str, dict[str, Any]] = data.get("_meta", {}).get("hostvars", {})
     names = wanted or sorted(found)
-    out: dict[str, str] = {}
+    servers: dict[str, str] = {}
+    roles: dict[str, list[str]] = {}
     for g in names:
         try:
             fleet_folder.check_group(g)
@@ -95,20 +100,17 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path) -
             raise PgsweepError(f"the inventory has no group {g!r} with hosts", where=str(inventory),
                                expected=f"one of {', '.join(sorted(found)) or '(none)'}",
                                fix="name groups of the inventory with --groups a,b")  # fmt: skip
-        if len(found[g]) != 1:
-            raise PgsweepError(f"group {g!r} has {len(found[g])} hosts: a host group is one "
-                               "machine here (the server)", where=str(inventory),
-                               fix="give each group one host")  # fmt: skip
-        out[g] = found[g][0]
-    if len(out) < 2:
+        servers[g], roles[g] = fleet_topology.copy_of(exp.topology, g, found[g], hostvars,
+                                                      inventory)  # fmt: skip
+    if len(servers) < 2:
         raise PgsweepError("a fleet needs two host groups at least", where=str(inventory),
                            fix="add groups, or run on one machine without --inventory")  # fmt: skip
-    return out
+    return servers, roles
 
 
 def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, `pgsweep facts` (read only)."""
-    return [{"hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
+    return [{"hosts": names, "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
         *prologue(),
         {"name": "host facts", "register": "facts", "changed_when": False,
          "command": {"argv": [BIN, "facts", "{{ work.path }}/experiment.toml"]}},
@@ -123,16 +125,15 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     left = "{{ pgsweep_left[inventory_hostname] }}"
     earlier = "inventory_hostname in pgsweep_left"  # a host an earlier dispatch lost
     return [{
-        "hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
+        "hosts": names, "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
             {"name": "stop the shard an earlier dispatch left", "when": earlier,
              "changed_when": False, "timeout": STOP_WAIT_S + 60, "command": {"argv": [
                  bin_, "stop", f"{left}/results", "--wait", str(STOP_WAIT_S)]}},
             {"name": "remove its work folder", "when": earlier,
              "file": {"path": left, "state": "absent"}},
             *prologue(),
-            {"name": "shard", "command": {"argv": [
-                bin_, "run", "{{ work.path }}/experiment.toml", "--shard", shard["k"],
-                "--group", shard["group"], "--results", "{{ work.path }}/results"]},
+            # one expression: the group's --host options are a list of their own
+            {"name": "shard", "command": {"argv": SHARD_ARGV},
              "async": int(SHARD_TIMEOUT), "poll": 0, "register": "job"},
             # asked until the shard's process is gone (twice at least: it may not show at
             # once); each answer is a job event engine.fleet_progress reads
@@ -182,7 +183,7 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         results = target.path
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
-        hosts = groups(exp, inventory, wanted, scratch)
+        hosts, roles = groups(exp, inventory, wanted, scratch)
         n = len(hosts)
         if exp.rounds < n:
             raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
@@ -199,7 +200,7 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         reachable = [g for g in todo if g not in status]
         if reachable:
             try:
-                status |= _run_shards(exp, {g: hosts[g] for g in reachable}, ledger,
+                status |= _run_shards(exp, {g: hosts[g] for g in reachable}, roles, ledger,
                                       inventory, results, scratch, report)  # fmt: skip
             except FleetStopped as stopped:
                 ledger.status |= status | stopped.status  # --resume dispatches the rest
@@ -220,17 +221,21 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         LOCAL.remove_tree(scratch)
 
 
-def _run_shards(exp: Experiment, hosts: dict[str, str], ledger: fleet_folder.Ledger,
-                inventory: Path, results: Path, scratch: Path,
+def _run_shards(exp: Experiment, hosts: dict[str, str], roles: dict[str, list[str]],
+                ledger: fleet_folder.Ledger, inventory: Path, results: Path, scratch: Path,
                 report: fleet_progress.Report | None) -> dict[str, str]:  # fmt: skip
-    """Each group's shard (its K/N from the ledger) on its host, all at once; the shard
-    folders come back into the fleet folder's shards/. Group -> "ok" or why not."""
+    """Each group's shard (its K/N from the ledger) on its server's host, all at once,
+    reaching its group's copies of the other roles' hosts (`roles`: its --host options);
+    the shard folders come back into the fleet folder's shards/. Group -> "ok" or why not."""
     fetched = results / fleet_folder.SHARDS
     for g in hosts:  # what a shard that failed last time left
         LOCAL.remove_tree(fleet_folder.shard_folder(results, g))
-    shards = {h: {"k": ledger.shard(g), "group": g} for g, h in hosts.items()}
+    shards = {h: {"k": ledger.shard(g), "group": g,
+                  "hosts": [w for pair in roles.get(g, []) for w in ("--host", pair)]}
+              for g, h in hosts.items()}  # fmt: skip
     left = {h: ledger.left[g] for g, h in hosts.items() if g in ledger.left}
-    project = new_project(scratch / "run", exp, "fleet.json", _playbook(list(hosts), fetched))
+    plays = _playbook(list(hosts.values()), fetched)
+    project = new_project(scratch / "run", exp, "fleet.json", plays)
     LOCAL.private_dir(project / "env")
     LOCAL.write_file(project / "env" / "extravars",
                      json.dumps({"pgsweep_shards": shards, "pgsweep_left": left}))
@@ -293,7 +298,7 @@ def _stop_playbook(names: list[str]) -> list[dict[str, Any]]:
     """Ctrl-C to each host's shard, by PID (`pgsweep stop`: it puts its host back), then
     its work folder removed once the shard has ended (not while it still runs)."""
     work = "{{ pgsweep_work[inventory_hostname] }}"
-    return [{"hosts": ":".join(names), "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
+    return [{"hosts": names, "gather_facts": False, "timeout": HOST_TIMEOUT, "tasks": [
         {"name": "stop the shard", "register": "stopped", "changed_when": False,
          "timeout": STOP_WAIT_S + 60,
          "command": {"argv": [BIN, "stop", f"{work}/results", "--wait", str(STOP_WAIT_S)]}},
@@ -330,7 +335,8 @@ def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch
                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:  # fmt: skip
     """Group -> its host's facts; and group -> why it gave none (unreachable, another
     pgsweep): those groups are not dispatched, their rounds are missing."""
-    project = new_project(scratch / "facts", exp, "facts.json", _facts_playbook(list(hosts)))
+    plays = _facts_playbook(list(hosts.values()))
+    project = new_project(scratch / "facts", exp, "facts.json", plays)
     try:
         rc = run_playbook(project, "facts.json", inventory, scratch, len(hosts))
     except KeyboardInterrupt:  # the work folders the play made go too

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..errors import PgsweepError
 from ..host import safefs
 from ..host.remote import Target
 from ..layers.base import Source
@@ -131,6 +132,28 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
     notes = tuple(f"{source.where('hosts', n)}: host {n} has no role; it is not contacted"
                   for n in targets if n not in used)  # fmt: skip
     return Topology(targets, r.client, notes, tuple(r.standbys))
+
+
+def redirect(topo: Topology, pairs: list[str]) -> Topology:
+    """`run --host NAME=DEST`: reach the host [hosts.NAME] names at DEST instead of its `ssh`
+    (a fleet group's own copy of the topology: each group's shard reaches that group's
+    client and standby hosts); its identity and known_hosts files stay the file's. Exit 2
+    for a name [roles] does not place a role on, or a destination ssh could read as an
+    option."""
+    hosts = dict(topo.hosts)
+    for pair in pairs:
+        name, sep, dest = pair.partition("=")
+        if not sep or name not in topo.remote_names():
+            placed = ", ".join(topo.remote_names()) or "(none: [roles] places every role here)"
+            raise PgsweepError(f"--host {pair!r} names no host a role is placed on",
+                               where="--host", expected=f"NAME=DESTINATION, NAME one of {placed}",
+                               fix="e.g. --host loadgen=root@10.0.0.2")  # fmt: skip
+        if not DESTINATION.fullmatch(dest) or dest.startswith("-"):
+            raise PgsweepError(f"--host {name}={dest!r} is not a destination ssh takes",
+                               where="--host", expected="[user@]host or ssh://user@host:port "
+                               "(letters, digits and . _ @ : / [ ] % -; not starting with -)")
+        hosts[name] = replace(hosts[name], ssh=dest)
+    return replace(topo, hosts=hosts)
 
 
 def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]) -> None:
