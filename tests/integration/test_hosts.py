@@ -180,12 +180,14 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
     h1, h2, h3 = hosts
-    path = write_experiment(tmp_path, _body(h1, standby=h2))
+    # a read load on the standby: pgbench beside it on h2, over its socket there
+    load = 'standby_script = "select-only"\nstandby_clients = 1'
+    path = write_experiment(tmp_path, _body(h1, standby=h2, extra=load))
     plan = pgsweep("plan", str(path))
     assert plan.returncode == 0, plan.stderr
     assert "client: host loadgen (h1) reached and checked" in plan.stdout
     assert "standby: host replica (h2) reached and checked" in plan.stdout
-    assert "pg_basebackup, pg_ctl, postgres" in plan.stdout
+    assert "pg_basebackup, pg_ctl, postgres, pgbench" in plan.stdout
     run = _start(path, tmp_path / "res")
     try:
         here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
@@ -213,6 +215,9 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
             time.sleep(0.1)
         plain = _answered(lambda: _psql(h2, here, port, password), deadline)
         assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr, plain.stderr
+        while not _pgbench_on(h2):  # the standby's read load, in h2's own namespace
+            assert time.monotonic() < deadline and run.poll() is None, "no read load on h2"
+            time.sleep(0.05)
         out, err = run.communicate(timeout=300)
     finally:
         _stop(run)
@@ -230,8 +235,11 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
     seconds = dict(db.execute("SELECT trial_id, count(*) FROM standby_second "
                               "WHERE state = 'streaming' AND standby = 's1' GROUP BY 1"))
     roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    standby_tps = [v for (v,) in db.execute("SELECT value FROM metric "
+                                            "WHERE name = 'standby.tps'")]  # fmt: skip
     db.close()
     assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)
+    assert len(standby_tps) == 4 and all(v > 0 for v in standby_tps)  # reads on the standby
     assert cpu[0] >= 4 * 8 and net[0] == 4 * 4  # each trial's client CPU and network
     assert standby_cpu[0] >= 4 * 8  # and the standby host's
     for t in rows:  # the standby streamed from h2, in sync, lag sampled each second

@@ -9,6 +9,7 @@ sleep-bound, so two clients do about twice the work) and protocol (none)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -79,8 +80,15 @@ def test_the_warnings_say_each_cause_once(results: Path) -> None:
     res = pgsweep("report", str(results))
     assert res.returncode == 0, res.stderr
     text = " ".join(res.stdout.split())  # the terminal wraps long warnings
-    # twelve failed trials, one cause: one warning naming the four configurations
-    assert text.count("trial(s) failed (") == 1, res.stdout
-    at = text.index("12 trial(s) failed (c01, c02, c03, c04): pgbench failed")
-    assert "canceling statement due to statement timeout" in text[at:at + 300]
+    # twelve failed trials, one cause: one warning naming the four configurations. Under
+    # load PostgreSQL once reported a 1 ms statement timeout as "canceling statement due to
+    # user request" (its timeout indicator raced the cancel, ci45): a second cause, said once
+    failed = re.findall(r"(\d+) trial\(s\) failed \(([c0-9, ]+)\): pgbench failed: .*? "
+                        r"ERROR: canceling statement due to (statement timeout|user request)",
+                        text)  # fmt: skip
+    assert sum(int(n) for n, _, _ in failed) == 12, res.stdout
+    causes = [why for _, _, why in failed]
+    assert len(causes) == len(set(causes)) and "statement timeout" in causes, res.stdout
+    if len(failed) == 1:
+        assert failed[0][1] == "c01, c02, c03, c04", res.stdout
     assert "not estimable" not in text

@@ -107,9 +107,11 @@ def test_figures_under_pgbench_names_with_qps_beside(results: Path) -> None:
         assert m["tx.ok"] == r["transactions"] > 0 and r["tps"] > 0
         # the test reached sysbench: 18 statements and BEGIN/COMMIT a read-write
         # transaction (the window's ends cut each thread's transactions short: up to 2 x 20
-        # queries a thread counted without their transaction)
+        # queries a thread counted without their transaction; and a transaction sysbench
+        # rolled back and ran again, its "ignored error" (a deadlock: ci45), up to 20 more)
         per_tx = m["sysbench.queries"] / m["tx.ok"]
-        assert per_tx == pytest.approx(20, abs=max(0.2, 80 / m["tx.ok"]))
+        slack = 80 + 20 * m["sysbench.errors"]
+        assert per_tx == pytest.approx(20, abs=max(0.2, slack / m["tx.ok"]))
         assert r["failed_transactions"] == 0
         assert m["sysbench.qps"] == pytest.approx(per_tx * r["tps"], rel=0.02)
         assert m["latency.p50_ms"] <= m["latency.p95_ms"] <= m["latency.p99_ms"]

@@ -39,3 +39,4 @@ def test_a_reply_that_cannot_cross_is_an_error_the_controller_gets() -> None:
     assert frame.request == 4
     assert frame.payload["error"]["type"] == "WireError"
     assert "could not be sent" in frame.payload["error"]["message"]
+

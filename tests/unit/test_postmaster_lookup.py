@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsweep.host import workarea
+from pgsweep.host import areaprocs
 from pgsweep.postgres.cluster import _shmem_line, is_postmaster_of
 
 SLEEP = "import time; time.sleep(60)"
@@ -44,7 +44,7 @@ def lookalikes(tmp_path: Path) -> Iterator[dict[str, int]]:
 def test_pg_ctls_data_directory_helper_is_no_postmaster(
     tmp_path: Path, lookalikes: dict[str, int]
 ) -> None:
-    assert workarea.postmasters_under(tmp_path / "area", os.getuid()) == [lookalikes["server"]]
+    assert areaprocs.postmasters_under(tmp_path / "area", os.getuid()) == [lookalikes["server"]]
     assert not is_postmaster_of(lookalikes["helper"], tmp_path / "area/c1/conf", os.getuid())
     assert is_postmaster_of(lookalikes["server"], tmp_path / "area/c2/conf", os.getuid())
     assert not is_postmaster_of(lookalikes["server"], tmp_path / "area/c2/conf", os.getuid() + 1)

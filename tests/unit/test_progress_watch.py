@@ -64,7 +64,8 @@ def test_groups_whose_names_are_no_ansible_names_are_refused(tmp_path: Path, nam
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     if name == "_ok_":  # a valid name: both groups come back
-        assert fleet.groups(exp, inv, [], scratch) == {"_ok_": "h1", "beta": "h2"}
+        assert fleet.groups(exp, inv, [], scratch) == ({"_ok_": "h1", "beta": "h2"},
+                                                       {"_ok_": [], "beta": []})
         return
     with pytest.raises(PgsweepError, match=f"group {name!r} cannot be a fleet's group"):
         fleet.groups(exp, inv, [], scratch)

@@ -147,3 +147,49 @@ def test_a_journal_entry_naming_another_namespace_or_link_is_refused() -> None:
         with pytest.raises(OSError, match="not a namespace pgsweep makes"):
             netns.undo_entry({"netns": name}, Path("/w/private"), host)
     assert host.effects == []
+
+
+def test_the_standby_read_load_runs_on_each_standbys_own_host_and_is_stopped_there() -> None:
+    """workload.standby_script: each standby's pgbench starts on its host (here for s1, the
+    replica's host for s2), as the server user, over that standby's socket; its output is
+    read back from that host, the two summaries add up, and each is stopped and its files
+    removed there. One that printed no summary fails the trial naming its host."""
+    from conftest import DATA
+    from pgsweep.layers.standby_load import StandbyLoad
+    from pgsweep.postgres.pgbench import Workload
+    from pgsweep.store import TrialRecord
+
+    outs = [(DATA / "pgbench" / f"pg15-{n}.out").read_text()
+            for n in ("select-sampled0.1", "tpcb-summary")]  # fmt: skip
+    local, replica = _host("here"), _host("replica")
+    local.commands.append((argv_starts("pgbench"), Reply(0, outs[0])))
+    replica.commands.append((argv_starts("pgbench"),
+                             Reply(0, outs[1])))  # fmt: skip
+    trial = _trial(local, ())
+    s1 = Cluster(BIN, USER, Path("/w/standbys/s1"), Path("/s/c1s1"), host=local)
+    s2 = Cluster(BIN, USER, Path("/var/tmp/pgsweep-work-x/standbys/s2"), Path("/tmp/r/c1s2"),
+                 host=replica)  # fmt: skip
+    load = StandbyLoad({"s1": s1, "s2": s2}, Workload("select-only", 1, 1, 2))
+    load.begin(trial)
+    record = TrialRecord("r1-c01", 1, 1, "c01", "ok", "", "")
+    load.end(trial, record)
+    for host, standby in ((local, s1), (replica, s2)):
+        (started,) = host.kinds("start")
+        argv = list(started.detail["argv"])
+        assert started.detail["user"] == "pgsweep"
+        assert argv[argv.index("-h") + 1] == str(standby.socket_dir)  # its socket there
+        assert argv[argv.index("-b") + 1] == "select-only" and argv[argv.index("-T") + 1] == "2"
+        assert [e.kind for e in host.effects[-4:]] == ["stop", "remove_tree", "remove_tree",
+                                                        "remove_tree"]  # fmt: skip
+        assert all(e.what.startswith(str(standby.root)) for e in host.effects[-3:])
+    tps = [float(line.split()[2]) for out in outs for line in out.splitlines()
+           if line.startswith("tps = ")]  # fmt: skip
+    assert record.metrics["standby.tps"] == pytest.approx(sum(tps))
+    assert record.artifacts["standby-s2.out"].decode() == outs[1]
+
+    replica.commands.insert(0, (argv_starts("pgbench"),
+                                Reply(2, "", "connection to server failed")))  # fmt: skip
+    load = StandbyLoad({"s2": s2}, Workload("select-only", 1, 1, 2))
+    load.begin(trial)
+    with pytest.raises(Exception, match=r"s2 \(exit 2\) on replica: connection to server failed"):
+        load.end(trial, TrialRecord("r1-c01", 1, 1, "c01", "ok", "", ""))

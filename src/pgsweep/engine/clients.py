@@ -90,6 +90,9 @@ def programs(exp: Experiment, roles: list[str]) -> dict[str, Path]:
     programs, and the client's workload tools other than pgbench (plan has named any
     missing here)."""
     out = {name: exp.binaries.bindir / name for r in roles for name in PROGRAMS[r]}
+    if "standby" in roles and any(getattr(c.get("workload"), "standby_script", None)
+                                  for c in exp.configurations.values()):  # fmt: skip
+        out["pgbench"] = exp.binaries.bindir / "pgbench"  # the read load runs beside it
     if "client" in roles:
         tools = {getattr(c.get("workload"), "tool", "pgbench")
                  for c in exp.configurations.values()}  # fmt: skip

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..collect import environment
-from ..host import journal, proc, safefs, workarea
+from ..host import areaprocs, journal, proc, safefs, workarea
 from ..host.api import HostLost
 from ..host.local import LOCAL
 from ..host.remote import RemoteHost
@@ -269,7 +269,7 @@ def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
         step(partial(_close_hosts, ctx))
     # anything of the server user's still using the work area (its own processes, or an
     # intruder's) would keep filesystems and cgroups busy: they go before the layers undo
-    step(partial(workarea.kill, workarea.users_of(area.workdir, area.server_uid),
+    step(partial(areaprocs.kill, areaprocs.users_of(area.workdir, area.server_uid),
                  "the server user's, in the work area"))  # fmt: skip
     for layer in reversed(exp.layers):
         step(partial(layer.finish_run, ctx))

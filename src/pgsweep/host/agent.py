@@ -129,6 +129,17 @@ class Agent:
                 "stderr_path": res.stderr_path, "seconds": res.seconds,
                 "timed_out": res.timed_out}  # fmt: skip
 
+    def do_start(self, argv: list[str], out: str, err: str, user: str | None,
+                 env: dict[str, str] | None) -> int:  # fmt: skip
+        return self.host.start(argv, out=Path(out), err=Path(err),
+                               user=RunAs(user) if user else None, env=env)  # fmt: skip
+
+    def do_poll(self, pid: int) -> int | None:
+        return self.host.poll(pid)
+
+    def do_stop(self, pid: int, grace: float) -> int | None:
+        return self.host.stop(pid, grace)
+
     def do_output(self, path: str, limit: int) -> bytes:
         return self.host.output(Path(path), limit)
 

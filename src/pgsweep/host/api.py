@@ -92,6 +92,22 @@ class Host(ABC):
         to files on the host (`err` defaults to OUT.err)."""
 
     @abstractmethod
+    def start(self, argv: list[str], *, out: Path, err: Path, user: RunAs | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        """Start a process in a group of its own beside what runs (a standby's read load),
+        stdout and stderr to files on the host; its pid is the handle `poll` and `stop`
+        take. An agent stops it when its controller is gone."""
+
+    @abstractmethod
+    def poll(self, pid: int) -> int | None:
+        """A started process's exit status once it has ended; None while it runs."""
+
+    @abstractmethod
+    def stop(self, pid: int, grace: float = 5.0) -> int | None:
+        """Stop a started process's group (SIGTERM, SIGKILL after `grace`) if it still runs,
+        and forget it: its exit status (None for a pid this host did not start)."""
+
+    @abstractmethod
     def output(self, path: Path, limit: int = 64 << 20) -> bytes:
         """A command's output file in a folder root owns, bounded (bounded.read_output)."""
 

@@ -8,12 +8,14 @@ import os
 import socket
 import stat
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from ..errors import internal
 from . import bounded, proc, safefs
 from .api import Connection, FileStat, Host
 from .proc import Result, RunAs
@@ -24,11 +26,32 @@ class LocalHost(Host):
 
     def __init__(self, name: str = "local") -> None:
         self.name = name
+        self._started: dict[int, subprocess.Popen[bytes]] = {}
 
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,
             user: RunAs | None = None, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> Result:  # fmt: skip
         return proc.run(argv, out=out, err=err, timeout=timeout, user=user, cwd=cwd, env=env)
+
+    def start(self, argv: list[str], *, out: Path, err: Path, user: RunAs | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        popen = proc.start_tracked(argv, out=out, err=err, user=user, env=env)
+        self._started[popen.pid] = popen
+        return popen.pid
+
+    def poll(self, pid: int) -> int | None:
+        popen = self._started.get(pid)
+        if popen is None:
+            raise internal(f"process {pid} was not started by this host")
+        return popen.poll()
+
+    def stop(self, pid: int, grace: float = 5.0) -> int | None:
+        popen = self._started.pop(pid, None)
+        if popen is None:
+            return None
+        proc.kill_group(popen, grace)
+        proc.forget(popen)
+        return popen.returncode
 
     def output(self, path: Path, limit: int = bounded.OUTPUT_LIMIT) -> bytes:
         return bounded.read_output(path, limit)

@@ -148,6 +148,21 @@ _started: set[subprocess.Popen[bytes]] = set()  # groups under way, for stop_all
 _started_lock = threading.Lock()
 
 
+def start_tracked(argv: list[str], *, out: Path, err: Path | None = None,
+                  user: RunAs | None = None, env: dict[str, str] | None = None
+                  ) -> subprocess.Popen[bytes]:  # fmt: skip
+    """`start`, and the group counted among those `stop_all_started` stops until `forget`."""
+    popen = start(argv, out=out, err=err, user=user, env=env)
+    with _started_lock:
+        _started.add(popen)
+    return popen
+
+
+def forget(popen: subprocess.Popen[bytes]) -> None:
+    with _started_lock:
+        _started.discard(popen)
+
+
 def stop_all_started(grace: float = 2.0) -> None:
     """Stop every process group `run` has under way (another thread calls this: the agent's
     reader, when the controller is gone)."""

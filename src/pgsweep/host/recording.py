@@ -106,6 +106,7 @@ class RecordingHost(Host):
         self.kernel = kernel  # what a kernel file reads after a write (None: the value)
         self.effects: list[Effect] = []
         self.journals: dict[str, list[str]] = {}
+        self.started: dict[int, int] = {}  # start's pids -> their scripted exit status
 
     # ---- what the tests look at ------------------------------------------------------
     def kinds(self, *kinds: str) -> list[Effect]:
@@ -175,6 +176,28 @@ class RecordingHost(Host):
         self.files[str(out)], self.files[str(err)] = reply.stdout, reply.stderr
         return Result(argv, reply.returncode, out, err, 0.0, False,
                       reader=lambda p: self.files.get(str(p), "").encode())  # fmt: skip
+
+    def start(self, argv: list[str], *, out: Path, err: Path, user: RunAs | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        """Recorded as `start`; the scripted reply's output is there at once, and its exit
+        status is what `poll` and `stop` give."""
+        self.effects.append(Effect("start", " ".join(argv), {"argv": tuple(argv),
+                                   "user": user.name if user else "root",
+                                   "env": dict(env or {})}))  # fmt: skip
+        reply = next((r for match, r in self.commands if match(argv)), None)
+        if reply is None:
+            raise Unscripted(f"start {' '.join(argv)}")
+        self.files[str(out)], self.files[str(err)] = reply.stdout, reply.stderr
+        pid = 90000 + len(self.started)
+        self.started[pid] = reply.returncode
+        return pid
+
+    def poll(self, pid: int) -> int | None:
+        return self.started[pid]
+
+    def stop(self, pid: int, grace: float = 5.0) -> int | None:
+        self.effects.append(Effect("stop", str(pid), {"grace": grace}))
+        return self.started.pop(pid, None)
 
     def reap(self, pid: int) -> None:
         return None

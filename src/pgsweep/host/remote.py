@@ -204,6 +204,19 @@ class RemoteHost(Host):
                       Path(got["stderr_path"]), got["seconds"], got["timed_out"],
                       reader=self.output)  # fmt: skip
 
+    def start(self, argv: list[str], *, out: Path, err: Path, user: RunAs | None = None,
+              env: dict[str, str] | None = None) -> int:  # fmt: skip
+        return int(self.call("start", argv=argv, out=str(out), err=str(err),
+                             user=user.name if user else None, env=env))  # fmt: skip
+
+    def poll(self, pid: int) -> int | None:
+        got = self.call("poll", pid=pid)
+        return None if got is None else int(got)
+
+    def stop(self, pid: int, grace: float = 5.0) -> int | None:
+        got = self.call("stop", pid=pid, grace=grace)
+        return None if got is None else int(got)
+
     def output(self, path: Path, limit: int = 64 << 20) -> bytes:
         return bytes(self.call("output", path=str(path), limit=limit))
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
-from ..host import journal, workarea
+from ..host import areaprocs, journal
 from ..host.blockdev import Grant
 from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
@@ -333,7 +333,7 @@ class OsLayer(Layer):
             uid = run.host.ids(run.user)[0]
             pids = [int(p) for p in run.host.read_text(group / "cgroup.procs").split()]
             mine = [p for p in pids if (seen := run.host.process(p)) and seen[1] == uid]
-            workarea.kill(mine, "left in pgsweep's cgroup")
+            areaprocs.kill(mine, "left in pgsweep's cgroup")
         failed = [line for line in state.journal.restore() if line.startswith("could not")]
         if failed:
             raise internal("could not put back: " + "; ".join(failed),

@@ -1,16 +1,23 @@
 """A read load on every standby during the measured window (workload.standby_script):
 one pgbench per standby, started with the measured run and as long as it, its figures
 kept apart from the primary's. Standby queries are what recovery conflicts cancel: pgbench
-retries a cancelled query (SQLSTATE 40001) until the window ends and counts it."""
+retries a cancelled query (SQLSTATE 40001) until the window ends and counts it.
+
+Each pgbench runs on its standby's host (`Host.start`), beside it, over its private socket
+there: here for a standby beside the primary, on the standby's own host when [roles] puts
+it there (a custom script copied into the standby's folder on that host first, read here by
+descriptor). Its output is read back through that host, bounded."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..host import bounded, proc, safefs
+from ..host import bounded, safefs
+from ..host.api import Host
 from ..postgres import pgbench
 from ..postgres.cluster import Cluster
 from ..store import TrialRecord
@@ -19,6 +26,16 @@ from .context import TrialContext, TrialFailure
 _RETRIED = re.compile(r"number of transactions retried: (\d+)")
 _ABORTED = re.compile(r"client \d+ aborted")
 _NONE = re.compile(r"number of transactions actually processed: 0\b")
+POLL_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Running:
+    host: Host
+    pid: int
+    out: Path
+    err: Path
+    script: Path  # a custom script's copy there (none is made for a built-in or here)
 
 
 class StandbyLoad:
@@ -27,17 +44,29 @@ class StandbyLoad:
     def __init__(self, standbys: Mapping[str, Cluster], workload: pgbench.Workload) -> None:
         self.standbys = standbys
         self.workload = workload
-        self.running: dict[str, tuple[subprocess.Popen[bytes], Path, Path]] = {}
+        self.running: dict[str, _Running] = {}
 
     def begin(self, trial: TrialContext) -> None:
-        folder = safefs.private_dir(trial.run.private / f"standby-load-{trial.id}", 0o700)
         pgb = trial.client.path("pgbench")
         for name, standby in self.standbys.items():
-            argv = self.workload.argv(pgb, standby.pgbench_conn_args(),
-                                      seconds=self.workload.seconds, vacuum=False)  # fmt: skip
-            out, err = folder / f"{name}.out", folder / f"{name}.err"
-            self.running[name] = (proc.start(argv, out=out, err=err, user=trial.run.user),
-                                  out, err)  # fmt: skip
+            host, stem = standby.host, f"load-{trial.id}"
+            w = self._script_there(trial, standby, standby.root / f"{stem}.sql")
+            argv = w.argv(pgb, standby.pgbench_conn_args(), seconds=w.seconds, vacuum=False)
+            out, err = standby.scratch / f"{stem}.out", standby.scratch / f"{stem}.err"
+            pid = host.start(argv, out=out, err=err, user=trial.run.user)
+            self.running[name] = _Running(host, pid, out, err, standby.root / f"{stem}.sql")
+
+    def _script_there(self, trial: TrialContext, standby: Cluster, copy: Path) -> pgbench.Workload:
+        """The workload as it runs on the standby's host: a custom script copied there (the
+        server user's, read only, in the standby's root-owned 0711 folder) when that host
+        is not this one."""
+        w = self.workload
+        if w.builtin or standby.host is trial.run.host:
+            return w
+        text = safefs.read_owned(Path(w.script), trial.run.host.ids(trial.run.user)[0],
+                                 limit=1 << 20)  # fmt: skip
+        standby.host.write_file(copy, text, 0o400, standby.host.ids(trial.run.user))
+        return dataclasses.replace(w, script=str(copy))
 
     def end(self, trial: TrialContext, record: TrialRecord, abort: bool = False) -> None:
         """Wait for each standby's pgbench (it runs as long as the window), or with `abort`
@@ -46,25 +75,37 @@ class StandbyLoad:
         try:
             broken = self._collect(record, abort)
         finally:
-            for popen, _, _ in self.running.values():  # none outlives the trial, Ctrl-C too
-                proc.kill_group(popen, grace=1.0)
+            for r in self.running.values():  # none outlives the trial, Ctrl-C too
+                r.host.stop(r.pid, grace=1.0)
+                for path in (r.out, r.err, r.script):
+                    r.host.remove_tree(path)
             self.running.clear()
-            safefs.remove_tree(trial.run.private / f"standby-load-{trial.id}")
         if broken and not abort:
             raise TrialFailure("the standby read load failed: " + "; ".join(broken))
+
+    def _wait(self, abort: bool) -> dict[str, int | None]:
+        """Each pgbench's exit status once it ended (None: stopped at the deadline)."""
+        deadline = time.monotonic() + (0 if abort else self.workload.seconds + 60)
+        status: dict[str, int | None] = {}
+        while True:
+            for name, r in self.running.items():
+                if name not in status and (code := r.host.poll(r.pid)) is not None:
+                    status[name] = code
+            if len(status) == len(self.running) or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        for name, r in self.running.items():
+            if name not in status:
+                status[name] = r.host.stop(r.pid, grace=1.0 if abort else 5.0)
+        return status
 
     def _collect(self, record: TrialRecord, abort: bool) -> list[str]:
         tps = retried = aborted = failed = 0.0
         broken = []
-        for name, (popen, out, err) in self.running.items():
-            try:
-                if not abort:
-                    popen.wait(timeout=self.workload.seconds + 60)
-            except subprocess.TimeoutExpired:
-                pass
-            proc.kill_group(popen, grace=1.0 if abort else 5.0)
+        for name, code in self._wait(abort).items():
+            r = self.running[name]
             try:  # pgbench runs as the server user, and a script's \shell can print
-                stdout, stderr = bounded.read_output(out), bounded.read_output(err)
+                stdout, stderr = r.host.output(r.out), r.host.output(r.err)
             except bounded.TooLarge as exc:
                 broken.append(f"{name}: {exc}")
                 continue
@@ -77,10 +118,10 @@ class StandbyLoad:
             try:
                 summary = pgbench.parse_summary(text)
             except pgbench.ParseError:
-                if popen.returncode == 0 and _NONE.search(text):
+                if code == 0 and _NONE.search(text):
                     continue  # ran, and no read completed (conflicts cancelled them all): 0
                 last = (errors.strip().splitlines() or ["no output"])[-1]
-                broken.append(f"{name} (exit {popen.returncode}): {last}")
+                broken.append(f"{name} (exit {code}) on {r.host.name}: {last}")
                 continue
             tps, failed = tps + summary.tps, failed + summary.failed
         record.metrics.update({"standby.tps": tps, "standby.retried": retried,

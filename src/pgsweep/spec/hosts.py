@@ -158,12 +158,12 @@ def redirect(topo: Topology, pairs: list[str]) -> Topology:
 
 def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]) -> None:
     """A standby on another host streams over the real network: no namespace link stands
-    in for it there, and no read load runs on it (yet)."""
+    in for it there."""
     placed = [n for n in range(1, len(topo.standbys) + 1) if topo.standby_host(n) != LOCAL]
     if not placed:
         return
     for config in configs:
-        r, w = config.get("replication"), config.get("workload")
+        r = config.get("replication")
         if r is None or r.standbys < placed[0]:
             continue
         if r.network:
@@ -172,11 +172,6 @@ def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]
                                f"s{placed[0]} on host {topo.standby_host(placed[0])}",
                                fix="remove replication.network (the real network is there), "
                                "or roles.standbys")  # fmt: skip
-        if w is not None and w.standby_script:
-            raise source.error(("workload", "standby_script"), "a read load on the standbys "
-                               "runs beside standbys on this machine only; [roles] puts "
-                               f"s{placed[0]} on host {topo.standby_host(placed[0])}",
-                               fix="remove standby_script, or roles.standbys")  # fmt: skip
 
 
 def check_files(source: Source, topo: Topology) -> None:
