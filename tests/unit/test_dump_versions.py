@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pgsweep.layers.cluster import _dump_fits
+from pgsweep.postgres.access import ServerError
 from pgsweep.postgres.binaries import Binaries
-from pgsweep.postgres.cluster import ServerError
 from pgsweep.postgres.dump import Dump
 
 

@@ -23,8 +23,9 @@ from pgsweep.layers.base import Source
 from pgsweep.layers.context import TrialFailure
 from pgsweep.layers.workload import WorkloadSettings
 from pgsweep.layers.workload_tools import MAX_REMOTE_LOG, check_remote_client
+from pgsweep.postgres.access import ClientAccess, ServerError
 from pgsweep.postgres.binaries import Binaries
-from pgsweep.postgres.cluster import ClientAccess, Cluster, ServerError
+from pgsweep.postgres.cluster import Cluster
 from pgsweep.postgres.pgreplay import Replay
 
 USER = RunAs("pgsweep")

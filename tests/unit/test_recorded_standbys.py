@@ -19,8 +19,9 @@ from pgsweep.host.proc import RunAs
 from pgsweep.host.recording import RecordingHost, Reply, argv_starts
 from pgsweep.layers.context import HostSide, RunContext, Server, TrialContext
 from pgsweep.layers.replication import ReplicationLayer, ReplicationRun, ReplicationSettings
+from pgsweep.postgres.access import ClientAccess
 from pgsweep.postgres.binaries import Binaries
-from pgsweep.postgres.cluster import ClientAccess, Cluster
+from pgsweep.postgres.cluster import Cluster
 from pgsweep.postgres.standby import ReplicaSet
 
 USER = RunAs("pgsweep")

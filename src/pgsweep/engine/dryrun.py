@@ -23,7 +23,7 @@ from ..host.recording import Effect
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext, Server, Storage, TrialContext, TrialFailure
 from ..plan import Plan
-from ..postgres.cluster import ServerError
+from ..postgres.access import ServerError
 from ..spec import Experiment
 from .dryhost import DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate

@@ -18,7 +18,7 @@ from ..layers.base import Layer
 from ..layers.context import Demand, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Configuration, Trial
 from ..postgres import pgbench, sysbench
-from ..postgres.cluster import ServerError
+from ..postgres.access import ServerError
 from ..store import TrialRecord
 from . import measure, measure_pgreplay, measure_sysbench
 from .folder import now

@@ -16,8 +16,9 @@ from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import userfile
 from ..postgres import dump as pgdump
+from ..postgres.access import ClientAccess, ServerError
 from ..postgres.binaries import Binaries
-from ..postgres.cluster import PORT, ClientAccess, Cluster, ServerError
+from ..postgres.cluster import PORT, Cluster
 from ..units import memory_total, parse_size, ram_share
 from . import room
 from .base import ResourceLayer, ValidationContext, check_table

@@ -11,8 +11,9 @@ from typing import Any
 from ..collect import counters, devices, metrics
 from ..postgres import dump as pgdump
 from ..postgres import sysbench
+from ..postgres.access import ServerError
 from ..postgres.binaries import Binaries
-from ..postgres.cluster import Cluster, ServerError
+from ..postgres.cluster import Cluster
 from .workload_tools import program as sysbench_program
 
 

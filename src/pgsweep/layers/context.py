@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from ..host.blockdev import Grant
     from ..host.proc import RunAs
     from ..postgres import pgreplay, sysbench
+    from ..postgres.access import Listen
     from ..postgres.binaries import Binaries
-    from ..postgres.cluster import Cluster, Listen
+    from ..postgres.cluster import Cluster
     from ..postgres.pgbench import Workload
     from ..store import TrialRecord
 

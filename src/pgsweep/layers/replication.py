@@ -21,7 +21,7 @@ from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import netns
 from ..host.journal import UndoJournal
-from ..postgres.cluster import Listen, ServerError
+from ..postgres.access import Listen, ServerError
 from ..postgres.standby import (
     AT_LEAST_PRIMARY,
     ReplicaSet,

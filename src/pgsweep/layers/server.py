@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import Cost, Value, printable
 from ..errors import PgsweepError
-from ..postgres.cluster import Cluster, ServerError
+from ..postgres.access import ServerError
+from ..postgres.cluster import Cluster
 from ..postgres.startcheck import DERIVED, StartChecker, StartFailure
 from . import server_include
 from .base import Layer, ValidationContext

@@ -16,7 +16,7 @@ from ..core import Cost, Value
 from ..host import safefs, userfile
 from ..host.userfile import UserFileError
 from ..postgres import pgbench, pgreplay, sysbench
-from ..postgres.cluster import ROLE
+from ..postgres.access import ROLE
 from ..postgres.pgbench import Workload
 from ..units import parse_duration
 from . import workload_tools as tools

@@ -13,7 +13,7 @@ from typing import Any
 from ..host import proc, safefs
 from ..host.wire import MAX_PAYLOAD
 from ..postgres import pgreplay, sysbench
-from ..postgres.cluster import hba_name_ok
+from ..postgres.access import hba_name_ok
 from ..tomlpos import key_line
 from .base import Source, ValidationContext
 

@@ -27,7 +27,6 @@ import shlex
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,9 @@ from ..host import proc, safefs
 from ..host.api import Connection, Host
 from ..host.local import LOCAL
 from ..host.proc import RunAs
+from .access import ROLE, ClientAccess, Listen, ServerError
 from .binaries import Binaries
 
-ROLE = "pgsweep"  # the superuser role initdb creates; trust auth on the private socket only
 PORT = 5432  # the socket directory is private to the cluster, so the port never collides
 HBA = "local all all trust\nlocal replication all trust\n"  # host lines: see Cluster.listen
 SCRAM = re.compile(r"SCRAM-SHA-256\$\d+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+")
@@ -47,49 +46,6 @@ SCRAM = re.compile(r"SCRAM-SHA-256\$\d+:[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+:[A-Za-z
 OWN_SESSION = ("-c statement_timeout=0 -c lock_timeout=0 -c idle_in_transaction_session_timeout=0"
                " -c idle_session_timeout=0 -c default_transaction_read_only=off"
                " -c pg_stat_statements.track=none")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ClientAccess:
-    """TCP for a role on another host (the client, a standby): the server listens on
-    `address` (this host's, as that host reaches it) and its hba admits `peer` alone, to
-    `database` ("all", or "replication" for a standby), as the role pgsweep (and `roles`, a
-    replay's sessions' own) with scram-sha-256 (a password made for the run; never trust
-    over TCP)."""
-
-    address: str
-    peer: str
-    database: str = "all"
-    roles: tuple[str, ...] = ()
-
-    def hba_line(self) -> str:
-        """Each role quoted: a name of the log's is taken literally ("all", "+group" and
-        "@file" lose their meaning); a name with a quote or control character cannot be
-        written and is refused (workload_tools.check_remote_client refuses it first)."""
-        for role in self.roles:
-            if not hba_name_ok(role):
-                raise ServerError(f"the role name {role!r} cannot be written in pg_hba.conf")
-        users = ",".join([ROLE, *(f'"{r}"' for r in self.roles)])
-        return f"host {self.database} {users} {self.peer}/32 scram-sha-256\n"
-
-
-def hba_name_ok(name: str) -> bool:
-    """A name pg_hba.conf can hold quoted: no double quote, no control character."""
-    return bool(name) and '"' not in name and all(ch.isprintable() for ch in name)
-
-
-@dataclass(frozen=True)
-class Listen:
-    """TCP for one peer (replication.network): the server listens on `address` inside the
-    network namespace `netns`, and its hba trusts `peer`'s address alone."""
-
-    address: str
-    peer: str
-    netns: str
-
-
-class ServerError(Exception):
-    """The server would not start, stop or answer; the message carries its log tail."""
 
 
 def conf_line(name: str, value: str) -> str:

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..host.api import Host
 from ..host.proc import RunAs
+from .access import ROLE, ServerError
 from .binaries import Binaries
-from .cluster import PORT, ROLE, Cluster, ServerError
+from .cluster import PORT, Cluster
 
 # a standby reconnects this soon after its primary restarts (PostgreSQL's default: 5 s)
 RETRY_INTERVAL = "200ms"

@@ -22,8 +22,9 @@ from pathlib import Path
 from ..errors import PgsweepError
 from ..host.api import Host, scratch_path
 from ..host.proc import RunAs
+from .access import ServerError
 from .binaries import Binaries
-from .cluster import Cluster, ServerError
+from .cluster import Cluster
 
 # The value pg_settings shows when the server replaced the level it was given by one it
 # derived (source 'override' or 'default' for a name the configuration file sets): any
