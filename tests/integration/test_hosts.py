@@ -306,6 +306,44 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
     _nothing_left(h1)
 
 
+def test_a_standby_host_lost_mid_trial_fails_that_trial_and_the_next_makes_new_standbys(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    """The connection to the standby's host (h2) cut while its standby runs: that trial
+    fails naming the host, the run goes on (the client's host h1 untouched), the next
+    trials reach h2 again and stream from new standbys there, and nothing is left on h2."""
+    h1, h2 = hosts[0], hosts[1]
+    path = write_experiment(tmp_path, _body(h1, duration="3s", rounds=2, standby=h2))
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while not _postgres_on(h2):  # the first trial's standby runs there
+            assert time.monotonic() < deadline and run.poll() is None, "no standby on h2"
+            time.sleep(0.05)
+        to_h2 = []
+        for pid in subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"],
+                                  capture_output=True, text=True).stdout.split():  # fmt: skip
+            if f"root@{h2.address}".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                to_h2.append(int(pid))
+        assert len(to_h2) == 1
+        os.kill(to_h2[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=300)
+    finally:
+        _stop(run)
+    rows = trials(tmp_path / "res")
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(rows) == 4 and len(failed) == 1, out + err
+    assert "host replica" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
+    assert run.returncode == 3
+    later = [r for r in rows if r["ord"] > failed[0]["ord"]]
+    assert later and all(r["status"] == "ok" for r in later), [r["reason"] for r in later]
+    for r in later:  # streaming again, from a standby made afresh on h2
+        assert json.loads(r["effective_json"])["replication.state"] == "s1: streaming sync"
+    assert "new-standbys" in json.loads(later[0]["events_json"])
+    _nothing_left(h1)
+    _nothing_left(h2)
+
+
 REPLAYED = Path(__file__).resolve().parents[1] / "data" / "pgreplay" / "capture.csv"
 SESSION = "6b080f94.495b"  # one of its two pgbench sessions: 231 statements over 3 s
 
