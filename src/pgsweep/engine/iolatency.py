@@ -4,8 +4,12 @@ server's data and WAL devices (the ones its device counters count first), for as
 window's pgbench runs. Every request on those devices is counted, whoever issued it: a
 device's latency is the device's, not the server's alone.
 
-The data file is root's, in root's private scratch folder; `perf script` prints only the
-tracepoints' own fields (no symbol is resolved, so no binary is read by path)."""
+Root never reads the server user's files by path: `perf record -a` notes every process's
+mappings (a library a backend was made to LOAD from the server user's folder included), and
+`perf script` opens the files they name even when it prints only the tracepoints' fields
+(strace showed it). So, as for the CPU profile, the data file (root's, in root's private
+scratch folder) is handed to the server user as a new file in the trial's root-owned
+folder, and `perf script` runs as the server user."""
 
 from __future__ import annotations
 
@@ -75,21 +79,26 @@ def started(rec: Recorder | None) -> bool:
     return st is not None and st.size > 0
 
 
-def finish(rec: Recorder | None, seconds: int, record: TrialRecord, scratch: Path) -> None:
+def finish(rec: Recorder | None, trial: TrialContext, seconds: int,
+           record: TrialRecord) -> None:  # fmt: skip
     """Wait for perf, pair its requests into the artifact io_latency.tsv; what goes wrong is
     kept as io_latency.err, never a failed trial (the trial was measured already)."""
     if rec is None or rec.thread is None:
         return
     problems = []
-    out = scratch / f"{rec.data.name}.script"
+    user = trial.run.user
+    out = trial.run.private / f"{rec.data.name}.script"
+    theirs = trial.run.workdir / "trials" / trial.id / "blockio.data"  # root's folder, 0711
     try:
         rec.thread.join(timeout=seconds + 90)
         if not rec.ended or not rec.ended[0].ok:
             why = rec.ended[0].describe_failure() if rec.ended else "did not end"
             problems.append(f"perf record (block requests): {why}")
             return
-        res = rec.host.run(["perf", "script", "-i", str(rec.data), "--ns",
-                            "-F", "time,event,trace"], out=out, timeout=600)  # fmt: skip
+        rec.host.write_file(theirs, rec.host.output(rec.data, MAX_DATA), 0o600,
+                            rec.host.ids(user))  # fmt: skip
+        res = rec.host.run(["perf", "script", "-i", str(theirs), "--ns", "-F", "time,event,trace"],
+                           out=out, timeout=600, user=user)  # fmt: skip
         if not res.ok:
             problems.append(f"perf script (block requests): {res.describe_failure()}")
             return
@@ -101,6 +110,7 @@ def finish(rec: Recorder | None, seconds: int, record: TrialRecord, scratch: Pat
         record.artifacts[blockio.ARTIFACT] = blockio.to_text(hist).encode()
     finally:
         rec.host.remove_tree(out)
+        rec.host.remove_tree(theirs)
         rec.host.remove_tree(rec.data)
         if problems:
             record.artifacts[ERRORS] = "\n".join(problems).encode()

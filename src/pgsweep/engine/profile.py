@@ -68,7 +68,7 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
             else:
                 record.artifacts[perf.ARTIFACT] = _folded(trial, data, problems)
     finally:
-        iolatency.finish(blocks, seconds, record, scratch)
+        iolatency.finish(blocks, trial, seconds, record)
         host.remove_tree(data)
     if problems:
         record.artifacts["profile.err"] = "\n".join(problems).encode()
