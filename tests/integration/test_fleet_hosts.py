@@ -216,9 +216,11 @@ client = "loadgen"
     path = write_experiment(tmp_path, body)
     inv = _inventory(tmp_path, hosts)
     text = inv.read_text().split("[gamma]")[0]  # alpha on h1, beta on h2
-    for group, other in (("alpha", h2), ("beta", h1)):
+    for group, other in (("alpha", h2), ("beta", h1)):  # Ansible asks each copy its facts
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"{group}-"))
+        connect = line.split(" ", 2)[2]  # ansible_user=root ... (the same key and files)
         text = text.replace(f"[{group}]\n", f"[{group}]\n{group}-loadgen ansible_host="
-                            f"{other.address} pgsweep_host=loadgen\n")  # fmt: skip
+                            f"{other.address} {connect} pgsweep_host=loadgen\n")  # fmt: skip
     inv.write_text(text)
     out = tmp_path / "fleet"
     res = pgsweep("run", str(path), "--inventory", str(inv), "--results", str(out))
@@ -243,6 +245,10 @@ client = "loadgen"
     assert "server = local (h1)" in roles["alpha"]
     assert f"client = loadgen (h1, root@{h1.address};" in roles["beta"], env
     assert "server = local (h2)" in roles["beta"]
+    # each group's copy of loadgen gave its facts before dispatch, compared and kept
+    for group in ("alpha", "beta"):
+        for fact in ("kernel", "usable_cpus", "postgres"):
+            assert f"loadgen:{fact}@{group}" in env, env
     for h in (h1, h2):
         settle = time.monotonic() + 30
         while _others(h) and time.monotonic() < settle:  # agents exit after their shard

@@ -29,13 +29,15 @@ def test_the_host_without_a_role_is_the_server_and_each_copy_is_reached_by_its_v
           "lg1": {"pgsweep_host": "loadgen", "ansible_host": "10.0.0.11", "ansible_user": "ops",
                   "ansible_port": 2222},
           "r1": {"pgsweep_host": "replica", "pgsweep_ssh": "root@r1.internal"}}  # fmt: skip
-    server, hosts = copy_of(TOPO, "alpha", ["lg1", "db1", "r1"], hv, INV)
-    assert server == "db1"
-    assert hosts == ["loadgen=ssh://ops@10.0.0.11:2222", "replica=root@r1.internal"]
+    group = copy_of(TOPO, "alpha", ["lg1", "db1", "r1"], hv, INV)
+    assert group.server == "db1"
+    assert group.host_options() == ["--host", "loadgen=ssh://ops@10.0.0.11:2222",
+                                    "--host", "replica=root@r1.internal"]  # fmt: skip
+    assert group.members() == {"db1": "", "lg1": "loadgen", "r1": "replica"}
     lg = {"pgsweep_host": "loadgen", "ansible_host": "10.0.0.12", "ansible_port": 22}
-    _, hosts = copy_of(Topology({"loadgen": TOPO.hosts["loadgen"]}, client="loadgen"), "b",
-                       ["db2", "lg2"], {"lg2": lg}, INV)  # fmt: skip
-    assert hosts == ["loadgen=root@10.0.0.12"]  # root by default, port 22 left out
+    group = copy_of(Topology({"loadgen": TOPO.hosts["loadgen"]}, client="loadgen"), "b",
+                    ["db2", "lg2"], {"lg2": lg}, INV)  # fmt: skip
+    assert group.copies == {"loadgen": ("lg2", "root@10.0.0.12")}  # root, port 22 left out
 
 
 @pytest.mark.parametrize("members,hv,words", [
@@ -61,7 +63,8 @@ def test_a_group_that_is_not_one_copy_of_the_topology_is_refused(
 
 
 def test_without_other_roles_a_group_is_its_one_server_host() -> None:
-    assert copy_of(Topology(), "g", ["db1"], {}, INV) == ("db1", [])
+    alone = copy_of(Topology(), "g", ["db1"], {}, INV)
+    assert alone.server == "db1" and alone.copies == {} and alone.host_options() == []
     with pytest.raises(PgsweepError, match="names no host the file places a role on"):
         copy_of(Topology(), "g", ["db1", "lg"], {"lg": {"pgsweep_host": "loadgen"}}, INV)
 

@@ -65,6 +65,19 @@ def test_allowed_facts_are_not_compared_and_a_missing_fact_differs() -> None:
     assert diff == {"numa_nodes": {"a": "1", "b": "(not reported)"}}
 
 
+def test_each_groups_copy_of_another_roles_host_is_compared_with_the_others_copies() -> None:
+    """A fleet group's client host (its facts as loadgen:FACT) against the other groups'
+    client hosts, never against a server; allowed by the same fact name."""
+    alpha = SAME | {f"loadgen:{k}": v for k, v in SAME.items()}
+    beta = SAME | {f"loadgen:{k}": v for k, v in (SAME | {"usable_cpus": "1"}).items()}
+    diff = hostfacts.differences({"alpha": alpha, "beta": beta}, ())
+    assert diff == {"loadgen:usable_cpus": {"alpha": "2", "beta": "1"}}
+    assert hostfacts.describe(diff) == ["loadgen:usable_cpus: alpha 2; beta 1"]
+    assert hostfacts.differences({"alpha": alpha, "beta": beta}, ("usable_cpus",)) == {}
+    # a group whose copy gave no facts differs from those whose did
+    assert "loadgen:kernel" in hostfacts.differences({"alpha": alpha, "beta": SAME}, ())
+
+
 def test_kernel_lists_are_counted_as_the_kernel_writes_them() -> None:
     assert hostfacts.count_list("0-3,8,10-11\n") == 7
     assert hostfacts.count_list("0") == 1 and hostfacts.count_list("") == 0

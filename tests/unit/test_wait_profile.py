@@ -64,7 +64,7 @@ def test_a_preloaded_wait_sampling_that_is_not_installed_names_its_package() -> 
     such file or directory`) becomes exit 2 at `plan` with the package to install."""
     from types import SimpleNamespace
 
-    from pgsweep.layers.server import _start_error
+    from pgsweep.layers.server_start import _start_error
     from pgsweep.postgres.startcheck import StartFailure
 
     ctx = SimpleNamespace(where={"server.shared_preload_libraries": "exp.toml:5"}, origins={},

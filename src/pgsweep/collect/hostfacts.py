@@ -60,14 +60,20 @@ def _server_version(host: Host, bindir: Path) -> str:
 def differences(by_group: Mapping[str, Mapping[str, str]],
                 allowed: Collection[str]) -> dict[str, dict[str, str]]:  # fmt: skip
     """Fact -> {group: value} for every fact (not allowed to differ) on which the groups
-    do not all agree; a fact a group did not report counts as differing."""
+    do not all agree; a fact a group did not report counts as differing. The facts of a
+    group's copy of another role's host are NAME:FACT (engine/fleet_topology.py), each
+    compared with the other groups' copies and allowed by its FACT."""
+    roles = sorted({k.split(":", 1)[0] for facts in by_group.values() for k in facts
+                    if ":" in k and k.split(":", 1)[1] in FACTS})  # fmt: skip
     out: dict[str, dict[str, str]] = {}
-    for fact in FACTS:
-        if fact in allowed:
-            continue
-        seen = {g: facts.get(fact, "(not reported)") for g, facts in by_group.items()}
-        if len(set(seen.values())) > 1:
-            out[fact] = seen
+    for prefix in ("", *(f"{r}:" for r in roles)):
+        for fact in FACTS:
+            if fact in allowed:
+                continue
+            key = prefix + fact
+            seen = {g: facts.get(key, "(not reported)") for g, facts in by_group.items()}
+            if len(set(seen.values())) > 1:
+                out[key] = seen
     return out
 
 

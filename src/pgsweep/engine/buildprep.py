@@ -19,7 +19,7 @@ from ..host.builds import BuildSpec
 from ..host.local import LOCAL
 from ..layers.base import ValidationContext
 from ..layers.build import PreparedBuild
-from ..layers.server import start_each
+from ..layers.server_start import start_each
 from ..postgres import binaries as pgbin
 from ..spec import Experiment
 from .signals import stopped_by_signals  # SIGTERM too stops a compile cleanly

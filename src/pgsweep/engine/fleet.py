@@ -46,6 +46,7 @@ from .fleet_ansible import (
     run_playbook,
 )
 from .fleet_folder import work_folder
+from .fleet_topology import GroupHosts
 from .signals import signals_ignored, stopped_by_signals
 
 RESERVED = ("all", "ungrouped")
@@ -71,9 +72,9 @@ class FleetOutcome:
 
 
 def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
-           ) -> tuple[dict[str, str], dict[str, list[str]]]:  # fmt: skip
-    """Group -> its server's host, from the inventory as Ansible reads it; and group -> the
-    `--host NAME=DEST` its shard reaches that group's copy of each other role's host by."""
+           ) -> tuple[dict[str, str], dict[str, GroupHosts]]:  # fmt: skip
+    """Group -> its server's host, from the inventory as Ansible reads it; and group -> its
+    whole copy of the topology (the other roles' hosts, and how its shard reaches them)."""
     res = LOCAL.run([ansible_tool("ansible-inventory"), "-i", str(inventory), "--list"],
                     out=scratch / "inventory.json", timeout=120, env=ansible_env())  # fmt: skip
     if res.returncode != 0:
@@ -85,8 +86,7 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
              and isinstance(v, dict) and v.get("hosts")}  # fmt: skip
     hostvars: dict[str, dict[str, Any]] = data.get("_meta", {}).get("hostvars", {})
     names = wanted or sorted(found)
-    servers: dict[str, str] = {}
-    roles: dict[str, list[str]] = {}
+    tops: dict[str, GroupHosts] = {}
     for g in names:
         try:
             fleet_folder.check_group(g)
@@ -100,12 +100,11 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
             raise PgsweepError(f"the inventory has no group {g!r} with hosts", where=str(inventory),
                                expected=f"one of {', '.join(sorted(found)) or '(none)'}",
                                fix="name groups of the inventory with --groups a,b")  # fmt: skip
-        servers[g], roles[g] = fleet_topology.copy_of(exp.topology, g, found[g], hostvars,
-                                                      inventory)  # fmt: skip
-    if len(servers) < 2:
+        tops[g] = fleet_topology.copy_of(exp.topology, g, found[g], hostvars, inventory)
+    if len(tops) < 2:
         raise PgsweepError("a fleet needs two host groups at least", where=str(inventory),
                            fix="add groups, or run on one machine without --inventory")  # fmt: skip
-    return servers, roles
+    return {g: t.server for g, t in tops.items()}, tops
 
 
 def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
@@ -183,14 +182,14 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         results = target.path
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
-        hosts, roles = groups(exp, inventory, wanted, scratch)
+        hosts, tops = groups(exp, inventory, wanted, scratch)
         n = len(hosts)
         if exp.rounds < n:
             raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
                                where=exp.source.where("repeat", "rounds"),
                                fix=f"rounds = {2 * n} (two per group)")  # fmt: skip
         todo = ledger.missing() if resume else list(hosts)
-        facts, status = (_host_facts(exp, {g: hosts[g] for g in todo}, inventory, scratch)
+        facts, status = (_host_facts(exp, {g: tops[g] for g in todo}, inventory, scratch)
                          if todo else ({}, {}))  # fmt: skip
         _refuse_differences(exp, (ledger.facts if resume else {}) | facts, inventory)
         if not resume:
@@ -200,7 +199,7 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         reachable = [g for g in todo if g not in status]
         if reachable:
             try:
-                status |= _run_shards(exp, {g: hosts[g] for g in reachable}, roles, ledger,
+                status |= _run_shards(exp, {g: hosts[g] for g in reachable}, tops, ledger,
                                       inventory, results, scratch, report)  # fmt: skip
             except FleetStopped as stopped:
                 ledger.status |= status | stopped.status  # --resume dispatches the rest
@@ -221,17 +220,17 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         LOCAL.remove_tree(scratch)
 
 
-def _run_shards(exp: Experiment, hosts: dict[str, str], roles: dict[str, list[str]],
+def _run_shards(exp: Experiment, hosts: dict[str, str], tops: dict[str, GroupHosts],
                 ledger: fleet_folder.Ledger, inventory: Path, results: Path, scratch: Path,
                 report: fleet_progress.Report | None) -> dict[str, str]:  # fmt: skip
     """Each group's shard (its K/N from the ledger) on its server's host, all at once,
-    reaching its group's copies of the other roles' hosts (`roles`: its --host options);
+    reaching its group's copies of the other roles' hosts (`tops`: its --host options);
     the shard folders come back into the fleet folder's shards/. Group -> "ok" or why not."""
     fetched = results / fleet_folder.SHARDS
     for g in hosts:  # what a shard that failed last time left
         LOCAL.remove_tree(fleet_folder.shard_folder(results, g))
     shards = {h: {"k": ledger.shard(g), "group": g,
-                  "hosts": [w for pair in roles.get(g, []) for w in ("--host", pair)]}
+                  "hosts": tops[g].host_options()}
               for g, h in hosts.items()}  # fmt: skip
     left = {h: ledger.left[g] for g, h in hosts.items() if g in ledger.left}
     plays = _playbook(list(hosts.values()), fetched)
@@ -331,25 +330,39 @@ def _stop_shards(exp: Experiment, project: Path, hosts: dict[str, str],
                          "stopped and its host put back") for g, h in made.items()}  # fmt: skip
 
 
-def _host_facts(exp: Experiment, hosts: dict[str, str], inventory: Path, scratch: Path
+def _host_facts(exp: Experiment, tops: dict[str, GroupHosts], inventory: Path, scratch: Path
                 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:  # fmt: skip
-    """Group -> its host's facts; and group -> why it gave none (unreachable, another
-    pgsweep): those groups are not dispatched, their rounds are missing."""
-    plays = _facts_playbook(list(hosts.values()))
+    """Group -> the facts of its server's host (FACT) and of its copy of each other role's
+    host (NAME:FACT); and group -> why it gave none (a member unreachable, another pgsweep):
+    those groups are not dispatched, their rounds are missing."""
+    servers = {g: t.server for g, t in tops.items()}
+    everyone = [h for t in tops.values() for h in t.members()]
+    plays = _facts_playbook(everyone)
     project = new_project(scratch / "facts", exp, "facts.json", plays)
     try:
-        rc = run_playbook(project, "facts.json", inventory, scratch, len(hosts))
+        rc = run_playbook(project, "facts.json", inventory, scratch, len(everyone))
     except KeyboardInterrupt:  # the work folders the play made go too
         with signals_ignored():
-            _stop_shards(exp, project, hosts, None, inventory, scratch, ident="facts")
+            mine = {f"{g}/{h}": h for g, t in tops.items() for h in t.members()}
+            _stop_shards(exp, project, mine, None, inventory, scratch, ident="facts")
         raise
     by_host = {str(data.get("host")): json.loads(data.get("res", {}).get("stdout", "{}"))
                for event, data in job_events(project, "facts")
                if event == "runner_on_ok" and data.get("task") == "host facts"}  # fmt: skip
     failed = failures(project, "facts")
-    facts = {g: by_host[h] for g, h in hosts.items() if h in by_host}
-    status = {g: failed.get(h, f"no facts (ansible-runner exit {rc})")
-              for g, h in hosts.items() if g not in facts}  # fmt: skip
+    facts: dict[str, dict[str, str]] = {}
+    status: dict[str, str] = {}
+    for g, t in tops.items():
+        lost = [h for h in t.members() if h not in by_host]
+        if lost:
+            why = {h: failed.get(h, f"no facts (ansible-runner exit {rc})") for h in lost}
+            part = t.members()
+            status[g] = "; ".join(f"{part[h]} ({h}): {why[h]}" if part[h] else why[h]
+                                  for h in lost)  # fmt: skip
+            continue
+        facts[g] = dict(by_host[servers[g]])
+        for name, (h, _) in t.copies.items():
+            facts[g] |= {f"{name}:{k}": v for k, v in by_host[h].items()}
     return facts, status
 
 

@@ -10,11 +10,13 @@ The shard reaches that copy over SSH from the group's server host (`run --host
 NAME=DEST`), at `pgsweep_ssh` when the host sets it, else at ansible_user@ansible_host
 (ssh://...:PORT with an ansible_port other than 22), with the identity and known_hosts
 files [hosts.NAME] names (paths on the server host). Host facts are compared between the
-groups' server hosts."""
+groups' server hosts, and between their copies of each other host (`NAME:FACT`): Ansible
+reaches every member of a group for its facts."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,26 @@ SSH_VAR = "pgsweep_ssh"
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 
 
+@dataclass(frozen=True)
+class GroupHosts:
+    """One group's copy of the topology: its server's inventory host, and each [hosts.NAME]
+    a role is placed on -> (its copy's inventory host, how the server host reaches it)."""
+
+    server: str
+    copies: dict[str, tuple[str, str]]
+
+    def host_options(self) -> list[str]:
+        """The shard's `--host NAME=DEST` options."""
+        return [w for n, (_, dest) in self.copies.items() for w in ("--host", f"{n}={dest}")]
+
+    def members(self) -> dict[str, str]:
+        """Inventory host -> the role it plays in the group ("" for the server's)."""
+        return {self.server: ""} | {h: n for n, (h, _) in self.copies.items()}
+
+
 def copy_of(topo: Topology, group: str, members: list[str], hostvars: dict[str, dict[str, Any]],
-            inventory: Path) -> tuple[str, list[str]]:  # fmt: skip
-    """The group's server host, and `--host NAME=DEST` for each of its other roles' hosts."""
+            inventory: Path) -> GroupHosts:  # fmt: skip
+    """The group's server host, and its copy of each other role's host."""
     where = str(inventory)
     placed = topo.remote_names()
     by_role: dict[str, list[str]] = {}
@@ -42,7 +61,6 @@ def copy_of(topo: Topology, group: str, members: list[str], hostvars: dict[str, 
                            "of them runs the server (and the shard)", where=where,
                            fix=f"give the group one host without {ROLE_VAR}, and set "
                            f"{ROLE_VAR} = NAME on each of its copies of [hosts.NAME]")  # fmt: skip
-    _check_name(servers[0], where)
     for role, hosts in by_role.items():
         if role not in placed:
             raise PgsweepError(f"{hosts[0]} in group {group!r}: {ROLE_VAR} = {role!r} names no "
@@ -59,8 +77,10 @@ def copy_of(topo: Topology, group: str, members: list[str], hostvars: dict[str, 
                            "file places a role: each group is a copy of the topology",
                            where=where, fix=f"add a host with {ROLE_VAR}={missing[0]} to "
                            "the group")  # fmt: skip
-    return servers[0], [f"{n}={_destination(by_role[n][0], hostvars.get(by_role[n][0], {}), where)}"
-                        for n in placed]  # fmt: skip
+    for h in (servers[0], *(hosts[0] for hosts in by_role.values())):
+        _check_name(h, where)
+    return GroupHosts(servers[0], {n: (by_role[n][0], _destination(
+        by_role[n][0], hostvars.get(by_role[n][0], {}), where)) for n in placed})
 
 
 def _destination(host: str, hv: dict[str, Any], where: str) -> str:

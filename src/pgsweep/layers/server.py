@@ -14,10 +14,11 @@ from ..core import Cost, Value, printable
 from ..errors import PgsweepError
 from ..postgres.access import ServerError
 from ..postgres.cluster import Cluster
-from ..postgres.startcheck import DERIVED, StartChecker, StartFailure
+from ..postgres.startcheck import DERIVED
 from . import server_include
 from .base import Layer, ValidationContext
 from .context import TrialContext, TrialFailure
+from .server_start import RESTART_CONTEXTS, config_error, start_each
 
 if TYPE_CHECKING:
     from ..postgres.binaries import Binaries
@@ -55,7 +56,6 @@ LOADS_CODE = {"dynamic_library_path"}
 PRELOADS = {"shared_preload_libraries", "session_preload_libraries", "local_preload_libraries"}
 # An extension's setting (pg_prewarm.autoprewarm): identifiers joined by dots, nothing else.
 _CUSTOM = re.compile(r"^[a-z_][a-z0-9_$]*(\.[a-z_][a-z0-9_$]*)+$")
-RESTART_CONTEXTS = {"postmaster", "internal"}
 _FIXES = {
     "ENUM": "use one of the values the server lists",
     "BOOLEAN": 'use true or false (or "on"/"off")',
@@ -95,7 +95,7 @@ class ServerLayer(Layer):
         for path, raw, values in checks:
             name = raw.lower()
             if name in seen and seen[name] != path:
-                raise _error(
+                raise config_error(
                     ctx, path, f"{raw} names the setting {name} again (setting names ignore case)",
                     fix=f"set {name} once: in [server], or as a factor",
                 )  # fmt: skip
@@ -112,7 +112,7 @@ class ServerLayer(Layer):
             for value in values:
                 meaning = self.check_value(path, name, value, ctx)
                 if meaning in meanings:
-                    raise _error(
+                    raise config_error(
                         ctx, path, f"the levels {meanings[meaning]!r} and {value!r} mean the same "
                         f"{name} ({meaning!r})", fix="keep one of them",
                     )  # fmt: skip
@@ -126,12 +126,12 @@ class ServerLayer(Layer):
                     ctx: ValidationContext) -> None:  # fmt: skip
         catalog = ctx.binaries.settings
         if name in LOADS_CODE:
-            raise _error(
+            raise config_error(
                 ctx, path, f"{name} would load code from a path the file names",
                 fix=f"remove {name}; install extensions where PostgreSQL looks for them",
             )  # fmt: skip
         if name in MANAGED | SSL | DIRECTIVES:
-            raise _error(
+            raise config_error(
                 ctx, path, f"{_overridden_why(name)}: it cannot be a factor",
                 fix=f"remove {name} from [factors]",
             )  # fmt: skip
@@ -140,7 +140,7 @@ class ServerLayer(Layer):
         if "." in name:  # an extension's setting
             if _CUSTOM.match(name):
                 return
-            raise _error(
+            raise config_error(
                 ctx, path, f"{name!r} is not a setting name",
                 expected="letters, digits and underscores, joined by dots for an extension's "
                 "setting (e.g. pg_prewarm.autoprewarm)",
@@ -151,7 +151,7 @@ class ServerLayer(Layer):
         if hidden == "settable":  # context unknown: changes restart the server, the safe way
             return
         if hidden == "read-only":
-            raise _error(
+            raise config_error(
                 ctx,                 path,
                 f"{name} cannot be changed: it is fixed when PostgreSQL is built or "
                 "when initdb runs",
@@ -161,7 +161,7 @@ class ServerLayer(Layer):
         hint = (
             f"did you mean {' or '.join(close)}?" if close else "see `postgres --describe-config`"
         )
-        raise _error(
+        raise config_error(
                 ctx,             path,
             f"PostgreSQL {ctx.binaries.version} has no setting named {name!r}",
             expected="a setting from the server's own catalog",
@@ -173,13 +173,13 @@ class ServerLayer(Layer):
                     ctx: ValidationContext) -> str:  # fmt: skip
         """The value as the server reads it (base units), or an error naming the key."""
         if name in PRELOADS and any(c in str(value) for c in "/$\\"):
-            raise _error(
+            raise config_error(
                 ctx, path, f"{name} names a library by path or variable ({value!r})",
                 expected="installed libraries by name, e.g. 'pg_stat_statements'",
                 fix="install the library and name it without a path",
             )  # fmt: skip
         if not isinstance(value, str | int | float | bool):
-            raise _error(ctx, path, f"{name} must be a string, number or boolean, not "
+            raise config_error(ctx, path, f"{name} must be a string, number or boolean, not "
                          f"{type(value).__name__}")  # fmt: skip
         text = as_pg_value(value)
         try:
@@ -190,7 +190,7 @@ class ServerLayer(Layer):
             if setting and setting.vartype in ("INTEGER", "REAL"):
                 kind = setting.vartype.lower()
                 expected = f"{kind} between {setting.min} and {setting.max} (base units)"
-            raise _error(
+            raise config_error(
                 ctx,                 path,
                 f"PostgreSQL rejects {name} = {text!r}: {exc.what}",
                 expected=expected,
@@ -305,64 +305,6 @@ def _check_level(conn: Any, name: str, text: str, expected: str | None,
     if expected is not None and setting != expected:
         return f"the level {text!r} means {expected!r} but the server runs with {setting!r}"
     return None
-
-
-def start_each(configs: Sequence[Mapping[str, Any]], ctx: ValidationContext) -> None:
-    """Start a scratch server with each distinct set of server settings (with its initdb
-    options): a level, or a combination of levels, that would fail every trial it is in is
-    exit 2 now, with the server's own words; what every level shows when it runs (or that
-    the server derives it) goes into `ctx.shown` for the trials' read-back."""
-    catalog = ctx.binaries.settings
-    restart = {n for n, s in catalog.items() if s.context in RESTART_CONTEXTS}
-
-    def order(config: Mapping[str, Any]) -> tuple[object, ...]:  # one start per such group
-        fixed = sorted((k, v) for k, v in config["server"].items() if k in restart)
-        return (config["cluster"].initdb_options(), fixed)
-
-    with StartChecker(ctx.binaries, ctx.user, ctx.host) as starter:
-        for config in sorted(configs, key=order):
-            settings: dict[str, str] = config["server"]
-            if not settings:
-                continue  # nothing of the file's to see: a server with defaults starts
-            restart_here = {n for n in settings if n in restart or n not in catalog}
-            got = starter.shown(settings, tuple(config["cluster"].initdb_options()),
-                                restart_here)  # fmt: skip
-            if isinstance(got, StartFailure):
-                raise _start_error(got, ctx)
-            for name, value in got.items():
-                if ctx.shown.get((name, settings[name])) != DERIVED:
-                    ctx.shown[(name, settings[name])] = value
-
-
-def _start_error(failure: StartFailure, ctx: ValidationContext) -> PgsweepError:
-    named = failure.names() or list(failure.settings)
-    paths: list[tuple[str, ...] | str] = [ctx.where[f"server.{n}"] for n in named
-                                          if f"server.{n}" in ctx.where]  # fmt: skip
-    paths += [ctx.origins[f"server.{n}"] for n in named if f"server.{n}" in ctx.origins]
-    levels = ", ".join(f"{n} = {v!r}" for n, v in sorted(failure.settings.items()))
-    fix = ("change the level(s) the server's message names: every configuration of the "
-           "full factorial must start")  # fmt: skip
-    for library, package in PACKAGED.items():  # a preloaded library Debian packages apart
-        if f'could not access file "{library}"' in " ".join(failure.messages):
-            fix = (f"install it (apt-get install postgresql-{ctx.binaries.major}-{package}, "
-                   f"or scripts/setup.sh --dev), or {fix[0].lower()}{fix[1:]}")  # fmt: skip
-    return _error(
-        ctx, paths[0] if paths else ("server",),
-        f"a server with these settings does not start ({levels or 'no settings'}): "
-        + "; ".join(failure.messages),
-        fix=fix,
-    )
-
-
-# libraries the explain panel uses when the file preloads them, and Debian's package
-PACKAGED = {"pg_wait_sampling": "pg-wait-sampling"}
-
-
-def _error(ctx: ValidationContext, path: tuple[str, ...] | str, what: str,
-           **kw: Any) -> PgsweepError:  # fmt: skip
-    """An error at a key of the experiment file, or at a line of server.include's files."""
-    return PgsweepError(what, where=path, **kw) if isinstance(path, str) else ctx.source.error(
-        path, what, **kw)
 
 
 def _unused_why(name: str) -> str | None:
