@@ -55,7 +55,7 @@ def ext4_on_loop() -> Iterator[tuple[Path, str]]:
 
 
 def test_devices_for_a_plain_path_is_the_root_disk() -> None:
-    found = devices.devices_for(Path("/var/tmp"))
+    found = devices.devices_for(LOCAL, Path("/var/tmp"))
     assert found and (Path("/sys/class/block") / found[0]).exists()
     assert f" {found[0]} " in Path("/proc/diskstats").read_text()
 
@@ -83,8 +83,9 @@ def test_trial_on_loop_ext4_records_device_writes_above_wal(
     ext4_on_loop: tuple[Path, str], state_dir: Path
 ) -> None:
     mnt, loop = ext4_on_loop
-    assert devices.devices_for(mnt)[0] == loop
-    assert "vda" in devices.devices_for(mnt) or len(devices.devices_for(mnt)) > 1  # backing disk
+    assert devices.devices_for(LOCAL, mnt)[0] == loop
+    under = devices.devices_for(LOCAL, mnt)
+    assert "vda" in under or len(under) > 1  # the backing file's disk
     path = write_experiment(
         mnt,
         """

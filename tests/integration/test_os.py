@@ -27,6 +27,7 @@ from conftest import (
 )
 from pgsweep.collect import devices
 from pgsweep.host.journal import read_setting
+from pgsweep.host.local import LOCAL
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
@@ -36,7 +37,7 @@ CGROUPS = Path("/sys/fs/cgroup/memory")
 
 
 def _disk() -> str:
-    return next(d for d in devices.devices_for(Path("/var/tmp")) if
+    return next(d for d in devices.devices_for(LOCAL, Path("/var/tmp")) if
                 (devices.SYS_BLOCK / d / "queue" / "scheduler").exists())  # fmt: skip
 
 

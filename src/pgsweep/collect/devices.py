@@ -1,65 +1,89 @@
-"""Which block devices hold a path: mount -> device; partition -> also its disk; loop ->
-also the devices under its backing file; device-mapper -> also the devices it maps."""
+"""Which block devices hold a path on a host: mount -> device; partition -> also its disk;
+loop -> also the devices under its backing file; device-mapper -> also the devices it maps.
+Read through the host (its mountinfo and sysfs), so another machine's are read the same
+way, and a recording host serves them from a script.
+
+Paths are those pgsweep made (its work area, a cluster's folders, a mount point): they are
+looked up as given, never resolved through links inside them."""
 
 from __future__ import annotations
 
-import os
+import re
 from pathlib import Path
 from typing import Any
 
-from ..host.mounts import Mount, mount_of
+from ..host.api import Host
+from ..host.mounts import MOUNTINFO, Mount, parse
 
 SYS_BLOCK = Path("/sys/class/block")
-__all__ = ["SYS_BLOCK", "Mount", "devices_for", "for_cluster", "mount_of"]
+SYS_DEV = Path("/sys/dev/block")
+_NAME = re.compile(r"^DEVNAME=(\S+)$", re.M)
+__all__ = ["SYS_BLOCK", "Mount", "devices_for", "for_cluster", "mount_on"]
 
 
-def _device_of(path: Path) -> str | None:
-    st = os.stat(path)
-    link = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if link.exists():
-        return link.resolve().name
-    return _from_mountinfo(path)  # btrfs and FUSE report anonymous device numbers
+def mount_on(host: Host, path: Path) -> Mount:
+    """The mount holding `path` on `host`: the longest mount point that contains it."""
+    target = str(path)
+    best = Mount("", "", "", "", "")
+    for m in parse(host.read_text(MOUNTINFO)):
+        if m.contains(target) and len(m.point) >= len(best.point):
+            best = m
+    return best
 
 
-def _from_mountinfo(path: Path) -> str | None:
-    source = mount_of(path).source
-    if source.startswith("/dev/"):
-        real = Path(source).resolve()
-        if (SYS_BLOCK / real.name).exists():
-            return real.name
+def _read(host: Host, path: Path) -> str | None:
+    """A sysfs file's text, None where there is none (asked first: a scripted host answers
+    only what its machine has)."""
+    if host.lstat(path) is None:
+        return None
+    try:
+        return host.read_text(path)
+    except OSError:
+        return None
+
+
+def _device_of(host: Host, path: Path) -> str | None:
+    """The block device of the mount holding `path`: by the device number mountinfo gives
+    it, or (btrfs and FUSE report anonymous numbers) by the mount's source."""
+    mount = mount_on(host, path)
+    uevent = _read(host, SYS_DEV / mount.device / "uevent") if mount.device else None
+    m = _NAME.search(uevent or "")
+    if m and host.lstat(SYS_BLOCK / m.group(1)) is not None:
+        return m.group(1)
+    if mount.source.startswith("/dev/"):
+        name = Path(mount.source).name
+        if "/" not in name and host.lstat(SYS_BLOCK / name) is not None:
+            return name
     return None
 
 
-def _expand(name: str, seen: list[str]) -> None:
+def _expand(host: Host, name: str, seen: list[str]) -> None:
     if name in seen:
         return
     seen.append(name)
     entry = SYS_BLOCK / name
-    if (entry / "partition").exists():
-        _expand(entry.resolve().parent.name, seen)
-    backing = entry / "loop" / "backing_file"
-    if backing.exists():
-        backing_path = Path(backing.read_text().strip())
-        if backing_path.exists():
-            for dev in devices_for(backing_path):
-                _expand(dev, seen)
-    slaves = entry / "slaves"
-    if slaves.is_dir():
-        for slave in sorted(slaves.iterdir()):
-            _expand(slave.name, seen)
+    if host.lstat(entry / "partition") is not None:  # the disk it is part of
+        m = _NAME.search(_read(host, entry / ".." / "uevent") or "")
+        if m:
+            _expand(host, m.group(1), seen)
+    backing = _read(host, entry / "loop" / "backing_file")
+    if backing and backing.strip().startswith("/"):
+        path = Path(backing.strip())
+        if host.lstat(path) is not None:
+            for dev in devices_for(host, path):
+                _expand(host, dev, seen)
+    if host.lstat(entry / "slaves") is not None:
+        for slave in sorted(host.list_owned(entry / "slaves")):
+            _expand(host, slave, seen)
 
 
-def devices_for(path: Path) -> list[str]:
-    """Block device names for `path`, the one it lives on first. Symlinks are followed
-    (pg_wal may point to another device). A path not made yet (a dry run's cluster) is
-    on the device of its nearest ancestor that exists."""
-    where = path.resolve()
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    first = _device_of(where)
+def devices_for(host: Host, path: Path) -> list[str]:
+    """Block device names for `path` on `host`, the one it lives on first. A path not made
+    yet (a dry run's cluster) is on the mount that would hold it."""
+    first = _device_of(host, path)
     found: list[str] = []
     if first:
-        _expand(first, found)
+        _expand(host, first, found)
     return found
 
 
@@ -67,15 +91,17 @@ def for_cluster(cluster: Any, pool: list[str] | None = None) -> tuple[list[str],
     """All block devices under a cluster's data and WAL, and the ones their filesystems sit
     on (whose counters do not repeat the writes that the disks below them also count).
     Resolved from the directories pgsweep made for it (root's), never through paths inside
-    PGDATA. `pool`: the devices of a FUSE filesystem (zfs-fuse), which stat cannot see."""
-    found, primary = devices_for(cluster.root), []
+    PGDATA, on the cluster's host. `pool`: the devices of a FUSE filesystem (zfs-fuse),
+    which mountinfo does not name."""
+    host: Host = cluster.host
+    found, primary = devices_for(host, cluster.root), []
     if not found and pool:
         for dev in pool:
-            _expand(dev, found)
+            _expand(host, dev, found)
         primary += pool
     elif found:
         primary.append(found[0])
-    wal = devices_for(cluster.waldir.parent) if cluster.waldir is not None else []
+    wal = devices_for(host, cluster.waldir.parent) if cluster.waldir is not None else []
     if wal and wal[0] not in primary:
         primary.append(wal[0])
     found += [d for d in wal if d not in found]

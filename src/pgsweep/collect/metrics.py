@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..host.api import Host
 from ..postgres.pgbench import Summary
 
 if TYPE_CHECKING:
@@ -124,35 +125,38 @@ def host_shares(counters: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def memory(meminfo_text: str | None = None, arcstats_text: str | None = None) -> dict[str, float]:
+def host_memory(host: Host) -> dict[str, float]:
+    """`memory` of a host's /proc/meminfo and, where ZFS runs there, its ARC statistics."""
+    arc = host.read_text(ARCSTATS) if host.lstat(ARCSTATS) is not None else ""
+    return memory(host.read_text(Path("/proc/meminfo")), arc)
+
+
+def memory(meminfo_text: str, arcstats_text: str = "") -> dict[str, float]:
     """Page cache, dirty pages and huge pages at the end of the window (levels, not
     deltas); the ZFS ARC size where ZFS runs."""
-    text = meminfo_text if meminfo_text is not None else Path("/proc/meminfo").read_text()
     out: dict[str, float] = {}
-    for line in text.splitlines():
+    for line in meminfo_text.splitlines():
         key, _, rest = line.partition(":")
         if key in MEMINFO:
             out[MEMINFO[key]] = float(rest.split()[0])
-    arc = arcstats_text
-    if arc is None and ARCSTATS.exists():
-        arc = ARCSTATS.read_text()
-    for fields in (line.split() for line in (arc or "").splitlines()):
+    for fields in (line.split() for line in arcstats_text.splitlines()):
         if len(fields) == 3 and fields[0] in ("size", "c_max"):
             out[f"zfs.arc_{fields[0]}_bytes"] = float(fields[2])
     return out
 
 
-def cgroup_memory(group: Path) -> dict[str, float]:
+def cgroup_memory(host: Host, group: Path) -> dict[str, float]:
     """A cgroup v1 memory group's limit, peak usage, page-cache and anonymous bytes, and how
-    often the limit was hit (failcnt), over the trial (peak and failcnt reset at its start)."""
+    often the limit was hit (failcnt), over the trial (peak and failcnt reset at its start),
+    read on its host."""
     stat = {}
-    for line in (group / "memory.stat").read_text().splitlines():
+    for line in host.read_text(group / "memory.stat").splitlines():
         key, _, value = line.partition(" ")
         stat[key] = float(value)
     return {
-        "cgroup.limit_bytes": float((group / "memory.limit_in_bytes").read_text()),
-        "cgroup.peak_bytes": float((group / "memory.max_usage_in_bytes").read_text()),
+        "cgroup.limit_bytes": float(host.read_text(group / "memory.limit_in_bytes")),
+        "cgroup.peak_bytes": float(host.read_text(group / "memory.max_usage_in_bytes")),
         "cgroup.cache_bytes": stat.get("cache", 0.0),
         "cgroup.rss_bytes": stat.get("rss", 0.0),
-        "cgroup.failcnt": float((group / "memory.failcnt").read_text()),
+        "cgroup.failcnt": float(host.read_text(group / "memory.failcnt")),
     }

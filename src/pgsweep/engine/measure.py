@@ -75,10 +75,10 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     before = snapshot(trial)
     res = _watched(argv, folder / "pgbench", trial, record, w.seconds, where)
     close_window(trial, before, record)
-    mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    mem = metrics.host_memory(trial.run.host)
     mem.update(sides.client_figures(trial, where))
     if cgroup is not None:
-        mem.update(metrics.cgroup_memory(cgroup))
+        mem.update(metrics.cgroup_memory(trial.run.host, cgroup))
     out, err = _outputs(res, "pgbench", budget, record, where)
     if not res.ok:
         raise TrialFailure(f"pgbench failed: {res.describe_failure()}", cluster.log_tail())

@@ -46,7 +46,7 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     res = common._watched(argv, where.folder / "pgreplay", trial, record,
                           replay.seconds * 3 + 30, where)  # fmt: skip
     common.close_window(trial, before, record)
-    mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    mem = metrics.host_memory(trial.run.host)
     mem.update(sides.client_figures(trial, where))
     budget = bounded.Budget(common.OUTPUT_BUDGET, "a trial's pgreplay output")
     out, err = common._outputs(res, "pgreplay", budget, record, where)

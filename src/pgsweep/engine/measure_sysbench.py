@@ -51,9 +51,9 @@ def _measure(trial: TrialContext, where: sides.Side, record: TrialRecord,
     before = common.snapshot(trial)
     res = common._watched(argv, folder / "sysbench", trial, record, w.seconds, where)
     common.close_window(trial, before, record)
-    mem = metrics.memory(trial.run.host.read_text(Path("/proc/meminfo")))
+    mem = metrics.host_memory(trial.run.host)
     if trial.demand.cgroup is not None:
-        mem.update(metrics.cgroup_memory(trial.demand.cgroup))
+        mem.update(metrics.cgroup_memory(trial.run.host, trial.demand.cgroup))
     mem.update(sides.client_figures(trial, where))
     out, _ = common._outputs(res, "sysbench", budget, record, where)
     if not res.ok:

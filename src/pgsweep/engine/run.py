@@ -116,7 +116,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     outcome = Outcome(area.results, len(mine), 0)
     try:
         if not store.has_environment("host"):
-            host = environment.host(exp.binaries, area.private, exp.user)
+            host = environment.host(ctx.host, exp.binaries, area.private, exp.user)
             store.save_environment("host", host)
             store.save_environment("roles", roles(exp, remotes))
         if exp.shard is not None and not store.has_environment("fleet"):

@@ -16,9 +16,11 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
 from ..host import areaprocs, journal
+from ..host.api import Host
 from ..host.blockdev import Grant
 from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
+from ..host.local import LOCAL
 from ..postgres.binaries import Binaries
 from ..units import parse_size
 from . import hugepages, sysctls
@@ -171,7 +173,7 @@ class OsLayer(Layer):
                    grant: Grant | None = None) -> None:  # fmt: skip
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on."""
-        queues = _queues(where)
+        queues = _queues(LOCAL, where)  # the machine pgsweep runs on: the server's
         for s in settings:
             for dev, queue in queues.items():
                 if s.io_scheduler is not None and s.io_scheduler not in menu(queue / "scheduler"):
@@ -236,7 +238,7 @@ class OsLayer(Layer):
         wanted = settings.io_scheduler is not None or settings.read_ahead_kb is not None
         on_device = [k for k, _ in state.originals.values()
                      if k.startswith(("io_scheduler.", "read_ahead_kb."))]  # fmt: skip
-        queues = _queues(trial.cluster) if wanted or on_device else {}
+        queues = _queues(trial.run.host, trial.cluster) if wanted or on_device else {}
         for dev, queue in queues.items():
             for key, file, value in (
                 ("io_scheduler", "scheduler", settings.io_scheduler),
@@ -366,14 +368,15 @@ def _pages_key(level: str, server: dict[str, str], initdb: tuple[str, ...], bind
     return repr((level, sorted(server.items()), initdb, str(bindir)))
 
 
-def _queues(where: Any) -> dict[str, Path]:
+def _queues(host: Host, where: Any) -> dict[str, Path]:
     """Block devices under a cluster (or, before any exists, a path on the filesystem the
     work area will be on) that have a request queue (disks, loop, dm; not partitions), with
-    their queue directory."""
-    found = devices.devices_for(where) if isinstance(where, Path) else devices.for_cluster(where)[0]
+    their queue directory, on `host`."""
+    found = (devices.devices_for(host, where) if isinstance(where, Path)
+             else devices.for_cluster(where)[0])  # fmt: skip
     out = {}
     for dev in found:
         queue = devices.SYS_BLOCK / dev / "queue"
-        if (queue / "scheduler").exists():
+        if host.lstat(queue / "scheduler") is not None:
             out[dev] = queue
     return out

@@ -21,6 +21,7 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import blockdev
+from ..host.api import Host
 from ..units import parse_size
 from . import storage_build
 from .base import ResourceLayer, ValidationContext, check_subtable, check_table
@@ -262,29 +263,29 @@ class StorageLayer(ResourceLayer):
         """Record what the data directory really sits on."""
         if not settings.used:
             return
-        cluster = trial.cluster
+        cluster, host = trial.cluster, trial.run.host
         storage: Storage = trial.resources[self.name]
-        mount = devices.mount_of(cluster.root)
+        mount = devices.mount_on(host, cluster.root)
         trial.effective["storage.filesystem"] = mount.fstype
         trial.effective["storage.mount_options"] = mount.options
         trial.effective["storage.device"] = mount.source
         if cluster.waldir is not None:
-            wal = devices.mount_of(cluster.waldir.parent)
+            wal = devices.mount_on(host, cluster.waldir.parent)
             trial.effective["storage.wal.filesystem"] = wal.fstype
             trial.effective["storage.wal.mount_options"] = wal.options
             trial.effective["storage.wal.device"] = wal.source
         _, primary = devices.for_cluster(cluster, storage.pool_devices)
         for dev in primary:
-            size = devices.SYS_BLOCK / dev / "queue" / "logical_block_size"
-            if size.exists():
-                trial.effective[f"storage.sector_size.{dev}"] = size.read_text().strip()
-            sectors = devices.SYS_BLOCK / dev / "size"  # in 512-byte units, whatever the sector
-            if sectors.exists():
-                trial.effective[f"storage.size_bytes.{dev}"] = str(
-                    int(sectors.read_text()) * 512)  # fmt: skip
-            dio = devices.SYS_BLOCK / dev / "loop" / "dio"
-            if dio.exists():
-                trial.effective[f"storage.loop_direct_io.{dev}"] = dio.read_text().strip()
+            sysfs = devices.SYS_BLOCK / dev
+            size = _sysfs(host, sysfs / "queue" / "logical_block_size")
+            if size is not None:
+                trial.effective[f"storage.sector_size.{dev}"] = size
+            sectors = _sysfs(host, sysfs / "size")  # in 512-byte units, whatever the sector
+            if sectors is not None:
+                trial.effective[f"storage.size_bytes.{dev}"] = str(int(sectors) * 512)
+            dio = _sysfs(host, sysfs / "loop" / "dio")
+            if dio is not None:
+                trial.effective[f"storage.loop_direct_io.{dev}"] = dio
         if settings.data and settings.data.filesystem == "btrfs":
             trial.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(cluster.datadir))
         if storage.pool_devices:
@@ -293,6 +294,16 @@ class StorageLayer(ResourceLayer):
         if pool is not None:
             trial.effective["storage.zfs.implementation"] = "zfs-fuse (FUSE page cache off)"
             trial.effective.update({f"storage.zfs.{k}": v for k, v in pool.properties().items()})
+
+
+def _sysfs(host: Host, path: Path) -> str | None:
+    """A sysfs value on the host, or None where the device has no such file."""
+    if host.lstat(path) is None:
+        return None
+    try:
+        return host.read_text(path).strip()
+    except OSError:
+        return None
 
 
 def _same_disk(a: str, b: str) -> bool:
