@@ -50,6 +50,7 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
     if not rows:
         say(console, "no explain figures in this folder (a run from before pgsweep collected "
                      "them, or trials without them)")  # fmt: skip
+        _latency(p, console)  # one window each: shown whatever the rounds
         return
     table = Table(box=None, pad_edge=False, show_edge=False)
     table.add_column("metric", ratio=1)
@@ -69,6 +70,10 @@ def render(p: dict[str, Any], names: dict[str, str], console: Console, every: bo
                  f"has at most a {p['alpha']:.0%} chance{tail}")  # fmt: skip
     if p.get("waits_from"):
         say(console, f"{p['waits_from']}.")
+    _latency(p, console)
+
+
+def _latency(p: dict[str, Any], console: Console) -> None:
     if p.get("io_latency"):
         console.print()
         print_table(console, latency_table(p["io_latency"]))
