@@ -137,12 +137,19 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     assert sentence.startswith("TPS ") and "WAL syncs / tx -" in sentence, sentence
     table = lines[lines.index("") + 1:]
     # ranked: the changes called different first, largest first; the WAL syncs (a sync
-    # per commit, or next to none) lead, and the walwriter that took them over is called
-    # higher (its rank moves: on a loaded machine CPU figures were called different too)
+    # per commit, or next to none) lead, and the walwriter that took them over wakes once a
+    # commit or so (its rank moves: on a loaded machine CPU figures were called different
+    # too; and once, in ci49, one round's outlier left its rise of +3,514% not called at 4
+    # rounds: its size is checked here, not its call)
     called = [r for r in table[1:] if r.endswith(("lower", "higher"))]
     assert table[1:len(called) + 1] == called, table
     assert any(r.startswith("WAL syncs / tx") and r.endswith("lower") for r in table[1:4]), table
-    assert any(r.startswith("walwriter: ") and r.endswith("higher") for r in called), table
+    rows = {r["key"]: r for r in json.loads(pgsweep(
+        "explain", str(results), "--config", "c02", "--json").stdout)["rows"]}
+    woke = rows["cpu.walwriter.voluntary_switches"]
+    assert woke["after_value"] > 10 * woke["before_value"], woke
+    # the model's estimate is a rise too (a ratio above 1, or a difference above 0)
+    assert woke["change_value"] > (1 if woke["scale"] == "ratio" else 0), woke
     walsync = next(line for line in table if line.startswith("waits on IO:WALSync"))
     # with the commits async next to nobody waits on a WAL sync (a backend still flushes
     # when the WAL buffers fill: 0.3% of session time once, on a loaded machine)

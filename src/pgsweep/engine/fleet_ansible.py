@@ -44,13 +44,15 @@ SSH_ARGS = ("-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterv
 def ansible_env() -> dict[str, str]:
     """What Ansible needs beyond the small environment processes get (host.proc): a UTF-8
     locale (it refuses any other), this venv's commands first, the user's SSH agent and
-    ANSIBLE_* settings (ANSIBLE_SSH_ARGS defaults to SSH_ARGS). Host keys are always
+    ANSIBLE_* settings (ANSIBLE_SSH_ARGS defaults to SSH_ARGS, and ANSIBLE_PIPELINING to on:
+    a module runs in one SSH exchange instead of a temporary file's four; set it off for a
+    `become` whose sudoers requires a tty). Host keys are always
     checked: ansible-runner turns Ansible's host key checking off unless told, so an
     unknown or changed key would be accepted, and pgsweep tells it, whatever the user's
     environment says."""
     env = {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "ANSIBLE_SSH_ARGS": SSH_ARGS}  # fmt: skip
+           "ANSIBLE_SSH_ARGS": SSH_ARGS, "ANSIBLE_PIPELINING": "True"}  # fmt: skip
     env |= {k: v for k, v in os.environ.items()
             if k.startswith("ANSIBLE_") or k == "SSH_AUTH_SOCK"}  # fmt: skip
     env["ANSIBLE_HOST_KEY_CHECKING"] = "True"
