@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -288,22 +289,36 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
     run = _start(path, tmp_path / "res")
     try:
         _wait_for_pgbench(h1)
-        # cut this run's SSH connection: the ssh client the controller started
-        found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
-                               text=True)  # fmt: skip
-        mine = [int(p) for p in found.stdout.split()]
-        assert len(mine) == 1
-        os.kill(mine[0], signal.SIGKILL)
-        out, err = run.communicate(timeout=300)
+        _cut_ssh_to(run, h1)
+        out, _ = run.communicate(timeout=300)
     finally:
         _stop(run)
-    rows = trials(tmp_path / "res")
-    failed = [r for r in rows if r["status"] == "failed"]
-    assert len(rows) == 2 and len(failed) == 1, out + err
-    assert "host loadgen" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
-    assert run.returncode == 3  # the run went on: the other trials ran on a new connection
-    assert failed[0]["ord"] < max(r["ord"] for r in rows if r["status"] == "ok")
+    rows, failed = _one_trial_lost(run, tmp_path / "res", "loadgen", out)
+    assert failed["ord"] < max(r["ord"] for r in rows if r["status"] == "ok")
     _nothing_left(h1)
+
+
+def _cut_ssh_to(run: subprocess.Popen[str], h: SimHost) -> None:
+    """Cut the run's connection to `h`: SIGKILL to the ssh client the controller started
+    for it (by PID, found among the run's own children)."""
+    found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
+                           text=True).stdout.split()  # fmt: skip
+    to_h = [int(p) for p in found
+            if f"root@{h.address}".encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(to_h) == 1
+    os.kill(to_h[0], signal.SIGKILL)
+
+
+def _one_trial_lost(run: subprocess.Popen[str], results: Path, host: str,
+                    out: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """The run's two trials, one failed naming `host` as lost, and that one; the run went
+    on (exit 3: the other trial ran on a new connection)."""
+    rows = trials(results)
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(rows) == 2 and len(failed) == 1, out
+    assert f"host {host}" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
+    assert run.returncode == 3
+    return rows, failed[0]
 
 
 def test_a_standby_host_lost_mid_trial_fails_that_trial_and_the_next_makes_new_standbys(
@@ -320,22 +335,12 @@ def test_a_standby_host_lost_mid_trial_fails_that_trial_and_the_next_makes_new_s
         while not _postgres_on(h2):  # the first trial's standby runs there
             assert time.monotonic() < deadline and run.poll() is None, "no standby on h2"
             time.sleep(0.05)
-        to_h2 = []
-        for pid in subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"],
-                                  capture_output=True, text=True).stdout.split():  # fmt: skip
-            if f"root@{h2.address}".encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                to_h2.append(int(pid))
-        assert len(to_h2) == 1
-        os.kill(to_h2[0], signal.SIGKILL)
-        out, err = run.communicate(timeout=300)
+        _cut_ssh_to(run, h2)
+        out, _ = run.communicate(timeout=300)
     finally:
         _stop(run)
-    rows = trials(tmp_path / "res")
-    failed = [r for r in rows if r["status"] == "failed"]
-    assert len(rows) == 2 and len(failed) == 1, out + err
-    assert "host replica" in failed[0]["reason"] and "was lost" in failed[0]["reason"]
-    assert run.returncode == 3
-    later = [r for r in rows if r["ord"] > failed[0]["ord"]]
+    rows, failed = _one_trial_lost(run, tmp_path / "res", "replica", out)
+    later = [r for r in rows if r["ord"] > failed["ord"]]
     assert later and all(r["status"] == "ok" for r in later), [r["reason"] for r in later]
     for r in later:  # streaming again, from a standby made afresh on h2
         assert json.loads(r["effective_json"])["replication.state"] == "s1: streaming sync"

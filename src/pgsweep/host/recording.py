@@ -167,13 +167,7 @@ class RecordingHost(Host):
             user: RunAs | None = None, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> Result:  # fmt: skip
         err = err or out.with_suffix(out.suffix + ".err")
-        self.effects.append(Effect("run", " ".join(argv), {"argv": tuple(argv),
-                                   "user": user.name if user else "root",
-                                   "env": dict(env or {})}))  # fmt: skip
-        reply = next((r for match, r in self.commands if match(argv)), None)
-        if reply is None:
-            raise Unscripted(f"run {' '.join(argv)}")
-        self.files[str(out)], self.files[str(err)] = reply.stdout, reply.stderr
+        reply = self._scripted("run", argv, out, err, user, env)
         return Result(argv, reply.returncode, out, err, 0.0, False,
                       reader=lambda p: self.files.get(str(p), "").encode())  # fmt: skip
 
@@ -181,16 +175,22 @@ class RecordingHost(Host):
               env: dict[str, str] | None = None) -> int:  # fmt: skip
         """Recorded as `start`; the scripted reply's output is there at once, and its exit
         status is what `poll` and `stop` give."""
-        self.effects.append(Effect("start", " ".join(argv), {"argv": tuple(argv),
+        reply = self._scripted("start", argv, out, err, user, env)
+        pid = 90000 + len(self.started)
+        self.started[pid] = reply.returncode
+        return pid
+
+    def _scripted(self, kind: str, argv: list[str], out: Path, err: Path, user: RunAs | None,
+                  env: dict[str, str] | None) -> Reply:  # fmt: skip
+        """Record the command, and leave its scripted output in `out` and `err`."""
+        self.effects.append(Effect(kind, " ".join(argv), {"argv": tuple(argv),
                                    "user": user.name if user else "root",
                                    "env": dict(env or {})}))  # fmt: skip
         reply = next((r for match, r in self.commands if match(argv)), None)
         if reply is None:
-            raise Unscripted(f"start {' '.join(argv)}")
+            raise Unscripted(f"{kind} {' '.join(argv)}")
         self.files[str(out)], self.files[str(err)] = reply.stdout, reply.stderr
-        pid = 90000 + len(self.started)
-        self.started[pid] = reply.returncode
-        return pid
+        return reply
 
     def poll(self, pid: int) -> int | None:
         return self.started[pid]
