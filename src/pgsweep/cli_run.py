@@ -85,6 +85,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             fix="pgsweep run FILE --results DIR --resume",
         )
     grant = _grant(args)
+    spec.hosts.check_host_options(args.host, args.inventory is not None)
     from .engine import against
 
     # a folder this run cannot use is refused before the file's checks start servers

@@ -109,3 +109,31 @@ def test_run_host_with_a_hostile_destination_is_exit_2_and_runs_nothing(tmp_path
     assert res.returncode == 2, res.stderr
     assert "--host" in res.stderr and "not a destination ssh takes" in res.stderr
     assert not (tmp_path / "r").exists() and not Path("/tmp/pwned").exists()
+
+
+def test_a_host_named_like_a_group_is_refused_it_would_stand_for_the_whole_group() -> None:
+    for name in ("beta", "all", "ungrouped"):
+        with pytest.raises(PgsweepError, match="cannot be named in a play"):
+            copy_of(Topology(), "alpha", [name], {}, INV, groups=["alpha", "beta"])
+    assert copy_of(Topology(), "alpha", ["db1"], {}, INV, groups=["alpha", "beta"]).server == "db1"
+
+
+def test_a_hosts_facts_keep_only_the_facts_as_text() -> None:
+    from pgsweep.collect.hostfacts import only_facts
+
+    assert only_facts({"kernel": "6.1", "loadgen:kernel": "6.1", "usable_cpus": 2}) == {
+        "kernel": "6.1"}  # no key of its own choosing, no other shape
+    assert only_facts(["kernel", "6.1"]) == {} and only_facts(None) == {}
+
+
+def test_host_options_are_checked_before_anything_is_read() -> None:
+    from pgsweep.spec.hosts import check_host_options
+
+    check_host_options(["loadgen=root@10.0.0.2", "replica=root@10.0.0.3"], fleet=False)
+    for pairs, many, words in ((["loadgen=root@h"], True, "--inventory"),
+                               (["loadgen=root@a", "loadgen=root@b"], False, "2 times"),
+                               (["Loadgen=root@a"], False, "not NAME=DESTINATION"),
+                               (["loadgen=-oProxyCommand=x"], False, "not a destination")):
+        with pytest.raises(PgsweepError, match=words) as e:
+            check_host_options(pairs, many)
+        assert e.value.exit_code == 2

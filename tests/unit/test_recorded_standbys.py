@@ -194,3 +194,38 @@ def test_the_standby_read_load_runs_on_each_standbys_own_host_and_is_stopped_the
     load.begin(trial)
     with pytest.raises(Exception, match=r"s2 \(exit 2\) on replica: connection to server failed"):
         load.end(trial, TrialRecord("r1-c01", 1, 1, "c01", "ok", "", ""))
+
+
+def test_a_read_load_that_cannot_start_everywhere_stops_what_it_started() -> None:
+    """s2's host cannot start pgbench (its script answers nothing): s1's pgbench, already
+    started here, is stopped and its files removed before the error goes on; and when one
+    host is lost while the loads are put away, the others are still put away."""
+    from pgsweep.host.recording import Unscripted
+    from pgsweep.layers.standby_load import StandbyLoad
+    from pgsweep.postgres.pgbench import Workload
+
+    local, replica = _host("here"), _host("replica")
+    local.commands.append((argv_starts("pgbench"), Reply(0, "")))
+    trial = _trial(local, ())
+    s1 = Cluster(BIN, USER, Path("/w/standbys/s1"), Path("/s/c1s1"), host=local)
+    s2 = Cluster(BIN, USER, Path("/var/tmp/w/standbys/s2"), Path("/tmp/r/c1s2"), host=replica)
+    load = StandbyLoad({"s1": s1, "s2": s2}, Workload("select-only", 1, 1, 2))
+    with pytest.raises(Unscripted):
+        load.begin(trial)
+    assert [e.kind for e in local.effects] == ["start", "stop", "remove_tree", "remove_tree",
+                                               "remove_tree"]  # fmt: skip
+    assert load.running == {}
+
+    class _Lost(RecordingHost):
+        def stop(self, pid: int, grace: float = 5.0) -> int | None:
+            raise OSError("host replica was lost")
+
+    lost = _Lost("replica", users={None: (0, 0), "pgsweep": (999, 999)},
+                 commands=[(argv_starts("pgbench"), Reply(0, ""))])  # fmt: skip
+    s2 = Cluster(BIN, USER, Path("/var/tmp/w/standbys/s2"), Path("/tmp/r/c1s2"), host=lost)
+    load = StandbyLoad({"s2": s2, "s1": s1}, Workload("select-only", 1, 1, 2))
+    load.begin(trial)
+    with pytest.raises(OSError, match="was lost"):
+        load._put_away()
+    assert [e.kind for e in local.effects[-4:]] == ["stop", "remove_tree", "remove_tree",
+                                                    "remove_tree"]  # s1's, after s2's loss

@@ -57,6 +57,15 @@ def _server_version(host: Host, bindir: Path) -> str:
         host.remove_tree(scratch)
 
 
+def only_facts(reported: object) -> dict[str, str]:
+    """What a host reported, kept only where it is one of FACTS with a text value: a host
+    cannot add keys (a `loadgen:kernel` of a server's would hide its copy's) or crash the
+    comparison with another shape."""
+    if not isinstance(reported, dict):
+        return {}
+    return {k: v for k, v in reported.items() if k in FACTS and isinstance(v, str)}
+
+
 def differences(by_group: Mapping[str, Mapping[str, str]],
                 allowed: Collection[str]) -> dict[str, dict[str, str]]:  # fmt: skip
     """Fact -> {group: value} for every fact (not allowed to differ) on which the groups

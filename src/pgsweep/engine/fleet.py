@@ -100,7 +100,8 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
             raise PgsweepError(f"the inventory has no group {g!r} with hosts", where=str(inventory),
                                expected=f"one of {', '.join(sorted(found)) or '(none)'}",
                                fix="name groups of the inventory with --groups a,b")  # fmt: skip
-        tops[g] = fleet_topology.copy_of(exp.topology, g, found[g], hostvars, inventory)
+        tops[g] = fleet_topology.copy_of(exp.topology, g, found[g], hostvars, inventory,
+                                         [k for k in data if k != "_meta"])  # fmt: skip
     if len(tops) < 2:
         raise PgsweepError("a fleet needs two host groups at least", where=str(inventory),
                            fix="add groups, or run on one machine without --inventory")  # fmt: skip
@@ -346,7 +347,7 @@ def _host_facts(exp: Experiment, tops: dict[str, GroupHosts], inventory: Path, s
             mine = {f"{g}/{h}": h for g, t in tops.items() for h in t.members()}
             _stop_shards(exp, project, mine, None, inventory, scratch, ident="facts")
         raise
-    by_host = {str(data.get("host")): json.loads(data.get("res", {}).get("stdout", "{}"))
+    by_host = {str(data.get("host")): _json(data.get("res", {}).get("stdout", "{}"))
                for event, data in job_events(project, "facts")
                if event == "runner_on_ok" and data.get("task") == "host facts"}  # fmt: skip
     failed = failures(project, "facts")
@@ -360,10 +361,18 @@ def _host_facts(exp: Experiment, tops: dict[str, GroupHosts], inventory: Path, s
             status[g] = "; ".join(f"{part[h]} ({h}): {why[h]}" if part[h] else why[h]
                                   for h in lost)  # fmt: skip
             continue
-        facts[g] = dict(by_host[servers[g]])
+        facts[g] = hostfacts.only_facts(by_host[servers[g]])
         for name, (h, _) in t.copies.items():
-            facts[g] |= {f"{name}:{k}": v for k, v in by_host[h].items()}
+            facts[g] |= {f"{name}:{k}": v for k, v in hostfacts.only_facts(by_host[h]).items()}
     return facts, status
+
+
+def _json(text: object) -> object:
+    """A host's answer as JSON (None when it is not: its facts are then missing)."""
+    try:
+        return json.loads(str(text))
+    except ValueError:
+        return None
 
 
 def _refuse_differences(exp: Experiment, facts: dict[str, dict[str, str]],

@@ -16,6 +16,7 @@ reaches every member of a group for its facts."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,10 @@ class GroupHosts:
 
 
 def copy_of(topo: Topology, group: str, members: list[str], hostvars: dict[str, dict[str, Any]],
-            inventory: Path) -> GroupHosts:  # fmt: skip
-    """The group's server host, and its copy of each other role's host."""
+            inventory: Path, groups: Collection[str] = ()) -> GroupHosts:  # fmt: skip
+    """The group's server host, and its copy of each other role's host. `groups`: every
+    group the inventory has (a host named like one would stand for all its hosts in a
+    play)."""
     where = str(inventory)
     placed = topo.remote_names()
     by_role: dict[str, list[str]] = {}
@@ -78,7 +81,7 @@ def copy_of(topo: Topology, group: str, members: list[str], hostvars: dict[str, 
                            where=where, fix=f"add a host with {ROLE_VAR}={missing[0]} to "
                            "the group")  # fmt: skip
     for h in (servers[0], *(hosts[0] for hosts in by_role.values())):
-        _check_name(h, where)
+        _check_name(h, where, groups)
     return GroupHosts(servers[0], {n: (by_role[n][0], _destination(
         by_role[n][0], hostvars.get(by_role[n][0], {}), where)) for n in placed})
 
@@ -101,9 +104,12 @@ def _destination(host: str, hv: dict[str, Any], where: str) -> str:
     return dest
 
 
-def _check_name(host: str, where: str) -> None:
-    if not HOST_NAME.fullmatch(host):
+def _check_name(host: str, where: str, groups: Collection[str]) -> None:
+    """A name a play's host list takes as this one host: no pattern characters, and not
+    the name of a group (Ansible reads a group's name first: the play would reach all of
+    its hosts)."""
+    if not HOST_NAME.fullmatch(host) or host in {*groups, "all", "ungrouped"}:
         raise PgsweepError(f"the inventory host {host!r} cannot be named in a play",
                            where=where, expected="letters, digits, . _ - (no pattern "
-                           "characters)", fix="give it an alias such as db1 and set "
-                           "ansible_host")  # fmt: skip
+                           "characters), and not a group's name", fix="give it an alias "
+                           "such as db1 and set ansible_host")  # fmt: skip

@@ -7,25 +7,32 @@ device's latency is the device's, not the server's alone.
 Root never reads the server user's files by path: `perf record -a` notes every process's
 mappings (a library a backend was made to LOAD from the server user's folder included), and
 `perf script` opens the files they name even when it prints only the tracepoints' fields
-(strace showed it). So, as for the CPU profile, the data file (root's, in root's private
-scratch folder) is handed to the server user as a new file in the trial's root-owned
-folder, and `perf script` runs as the server user."""
+(strace showed it), and the capture names every process of the machine. So perf records
+no snapshot of the processes already running (`--synth=no`), its data file (root's, in
+root's private scratch folder) is handed to `nobody` as a new file in the trial's
+root-owned folder, and `perf script` runs as `nobody`: neither root nor the server user.
+perf is started through the host (`Host.start`) and stopped with the window: Ctrl-C or a
+failed window does not leave it running."""
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..collect import blockio
-from ..host import proc
 from ..host.api import Host
+from ..host.proc import RunAs
 from ..layers.context import TrialContext
 from ..store import TrialRecord
 
 EVENTS = ("block:block_rq_issue", "block:block_rq_complete")
-MAX_DATA = 512 << 20  # perf's data file: a busy device's 10 minutes of requests fit
+MAX_DATA = 512 << 20  # perf's data file, at most (--max-size): 10 busy minutes fit
 ERRORS = "io_latency.err"
+# who reads the capture back: perf script opens the files the recorded processes mapped,
+# and the capture names every process of the machine: not root, and not the server user
+READER = RunAs("nobody")
+POLL_S = 0.1
 
 
 @dataclass
@@ -33,8 +40,8 @@ class Recorder:
     host: Host
     data: Path
     devices: dict[tuple[int, int], str]
-    thread: threading.Thread | None = None
-    ended: list[proc.Result] = field(default_factory=list)
+    pid: int | None = None
+    status: int | None = None  # perf record's exit status once it ended
 
 
 def device_numbers(host: Host, names: list[str]) -> dict[tuple[int, int], str]:
@@ -61,56 +68,74 @@ def start(trial: TrialContext, seconds: int, record: TrialRecord) -> Recorder | 
         return None
     rec = Recorder(host, scratch / f"blockio-{trial.id}.data", devices)
     only = " || ".join(f"dev == {(major << 20) | minor}" for major, minor in devices)
-    argv = ["perf", "record", "-a", "-B", "-N", "-o", str(rec.data)]
+    # no build-ids read at its end (-B -N), no snapshot of every process's mappings
+    argv = ["perf", "record", "-a", "-B", "-N", "--synth=no", f"--max-size={MAX_DATA}",
+            "-o", str(rec.data)]  # fmt: skip
     for event in EVENTS:
         argv += ["-e", event, "--filter", only]
     argv += ["--", "sleep", str(seconds + 1)]
-    rec.thread = threading.Thread(target=lambda: rec.ended.append(host.run(
-        argv, out=scratch / f"blockio-{trial.id}.out", timeout=seconds + 60)), daemon=True)
-    rec.thread.start()
+    out = scratch / f"blockio-{trial.id}.out"
+    rec.pid = host.start(argv, out=out, err=out.with_suffix(".err"))
     return rec
 
 
 def started(rec: Recorder | None) -> bool:
     """perf has written its data file's header (it records from then on), or has ended."""
-    if rec is None or rec.ended:
+    if rec is None or rec.pid is None or _ended(rec):
         return True
     st = rec.host.lstat(rec.data)
     return st is not None and st.size > 0
 
 
-def finish(rec: Recorder | None, trial: TrialContext, seconds: int,
-           record: TrialRecord) -> None:  # fmt: skip
-    """Wait for perf, pair its requests into the artifact io_latency.tsv; what goes wrong is
-    kept as io_latency.err, never a failed trial (the trial was measured already)."""
-    if rec is None or rec.thread is None:
+def _ended(rec: Recorder) -> bool:
+    if rec.status is None and rec.pid is not None:
+        rec.status = rec.host.poll(rec.pid)
+    return rec.status is not None
+
+
+def finish(rec: Recorder | None, trial: TrialContext, seconds: int, record: TrialRecord,
+           abandon: bool = False) -> None:  # fmt: skip
+    """Wait for perf (stop it at once with `abandon`: the window failed, or Ctrl-C), pair
+    its requests into the artifact io_latency.tsv; what goes wrong is kept as
+    io_latency.err, never a failed trial (the trial was measured already)."""
+    if rec is None or rec.pid is None:
         return
-    problems = []
-    user = trial.run.user
+    problems: list[str] = []
     out = trial.run.private / f"{rec.data.name}.script"
     theirs = trial.run.workdir / "trials" / trial.id / "blockio.data"  # root's folder, 0711
     try:
-        rec.thread.join(timeout=seconds + 90)
-        if not rec.ended or not rec.ended[0].ok:
-            why = rec.ended[0].describe_failure() if rec.ended else "did not end"
-            problems.append(f"perf record (block requests): {why}")
-            return
-        rec.host.write_file(theirs, rec.host.output(rec.data, MAX_DATA), 0o600,
-                            rec.host.ids(user))  # fmt: skip
-        res = rec.host.run(["perf", "script", "-i", str(theirs), "--ns", "-F", "time,event,trace"],
-                           out=out, timeout=600, user=user)  # fmt: skip
-        if not res.ok:
-            problems.append(f"perf script (block requests): {res.describe_failure()}")
-            return
-        hist = blockio.histogram(rec.host.output(out, MAX_DATA).decode(errors="replace"),
-                                 rec.devices)  # fmt: skip
-        if not hist:
-            problems.append("no request completed on " + ", ".join(sorted(rec.devices.values()))
-                            + " in the window")  # fmt: skip
-        record.artifacts[blockio.ARTIFACT] = blockio.to_text(hist).encode()
+        deadline = time.monotonic() + (0 if abandon else seconds + 60)
+        while not _ended(rec) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if not _ended(rec):
+            rec.host.stop(rec.pid, grace=2.0)
+            problems.append("perf record (block requests) did not end: stopped")
+        elif rec.status != 0:
+            problems.append(f"perf record (block requests) exited with {rec.status}")
+        if not abandon and not problems:
+            _script(rec, trial, out, theirs, record, problems)
+    except Exception as exc:  # a host lost, a capture too large: the trial stands
+        problems.append(f"block requests: {exc}")
     finally:
-        rec.host.remove_tree(out)
-        rec.host.remove_tree(theirs)
-        rec.host.remove_tree(rec.data)
+        rec.host.stop(rec.pid, grace=2.0)  # ended already, or stopped now: forgotten
+        for path in (out, theirs, rec.data):
+            rec.host.remove_tree(path)
         if problems:
             record.artifacts[ERRORS] = "\n".join(problems).encode()
+
+
+def _script(rec: Recorder, trial: TrialContext, out: Path, theirs: Path, record: TrialRecord,
+            problems: list[str]) -> None:  # fmt: skip
+    """perf script of a copy handed to READER; its requests paired into the artifact."""
+    rec.host.write_file(theirs, rec.host.output(rec.data, MAX_DATA + (1 << 20)), 0o600,
+                        rec.host.ids(READER))  # fmt: skip
+    res = rec.host.run(["perf", "script", "-i", str(theirs), "--ns", "-F", "time,event,trace"],
+                       out=out, timeout=600, user=READER)  # fmt: skip
+    if not res.ok:
+        problems.append(f"perf script (block requests): {res.describe_failure()}")
+        return
+    hist = blockio.histogram(rec.host.output(out, 1 << 30).decode(errors="replace"), rec.devices)
+    if not hist:
+        problems.append("no request completed on " + ", ".join(sorted(rec.devices.values()))
+                        + " in the window")  # fmt: skip
+    record.artifacts[blockio.ARTIFACT] = blockio.to_text(hist).encode()

@@ -16,13 +16,11 @@ mapped binaries by path, runs as the server user."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..collect import perf, processes
-from ..host import proc
 from ..host.api import Host
 from ..layers.context import TrialContext
 from ..postgres.pgbench import Workload
@@ -41,19 +39,21 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
     """pgbench for the longer of [experiment] cpu_profile and io_latency, with perf sampling
     the server's stacks (cpu_profile) and timing its devices' requests (io_latency); what
     goes wrong is kept as profile.err or io_latency.err, never a failed trial (the trial was
-    measured already)."""
+    measured already). Both perfs are started through the host and stopped with the window,
+    Ctrl-C included."""
     cpu_s, io_s = trial.run.cpu_profile_s, trial.run.io_latency_s
     seconds = max(cpu_s, io_s)
     host, scratch = trial.run.host, trial.run.private
     data = scratch / f"perf-{trial.id}.data"
     problems: list[str] = []
-    recorded: list[proc.Result] = []
-    sampler = _sampler(trial, data, seconds, recorded, problems) if cpu_s else None
-    blocks = iolatency.start(trial, seconds, record) if io_s else None
+    sampler: int | None = None
+    blocks = None
+    completed = False
     try:
+        sampler = _sampler(trial, data, seconds, problems) if cpu_s else None
+        blocks = iolatency.start(trial, seconds, record) if io_s else None
         if sampler is not None:
-            sampler.start()
-            _started(lambda: bool(recorded) or _has_header(host, data))
+            _started(lambda: host.poll(sampler) is not None or _has_header(host, data))
         _started(lambda: iolatency.started(blocks))
         time.sleep(START_S)
         load = w.argv(pgbench, where.conn, seconds=seconds, vacuum=False)
@@ -61,22 +61,31 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
         if not res.ok:
             problems.append(f"pgbench in the profile window: {res.describe_failure()}")
         if sampler is not None:
-            sampler.join(timeout=seconds + 90)
-            if not recorded or not recorded[0].ok:
-                why = recorded[0].describe_failure() if recorded else "did not end"
-                problems.append(f"perf record: {why}")
+            status = _wait(host, sampler, seconds + 90)
+            if status != 0:
+                problems.append(f"perf record: {'did not end' if status is None else status}")
             else:
                 record.artifacts[perf.ARTIFACT] = _folded(trial, data, problems)
+        completed = True
     finally:
-        iolatency.finish(blocks, trial, seconds, record)
+        if sampler is not None:
+            host.stop(sampler, grace=2.0)  # ended, or stopped now
+        iolatency.finish(blocks, trial, seconds, record, abandon=not completed)
         host.remove_tree(data)
     if problems:
         record.artifacts["profile.err"] = "\n".join(problems).encode()
 
 
-def _sampler(trial: TrialContext, data: Path, seconds: int, recorded: list[proc.Result],
-             problems: list[str]) -> threading.Thread | None:  # fmt: skip
-    """perf record -g of the server's processes, in a thread (None: no server to sample)."""
+def _wait(host: Host, pid: int, seconds: float) -> int | None:
+    """A started process's exit status, waiting up to `seconds` (None: still running)."""
+    deadline = time.monotonic() + seconds
+    while (status := host.poll(pid)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return status
+
+
+def _sampler(trial: TrialContext, data: Path, seconds: int, problems: list[str]) -> int | None:
+    """perf record -g of the server's processes, started (None: no server to sample)."""
     host, scratch = trial.run.host, trial.run.private
     postmaster = trial.cluster.postmaster_pid()
     if postmaster is None:
@@ -89,8 +98,8 @@ def _sampler(trial: TrialContext, data: Path, seconds: int, recorded: list[proc.
     pids = [postmaster, *(p for p, u in children.items() if u.kind != "client backend")]
     argv = ["perf", "record", "-F", str(HZ), "-g", "-B", "-N", "-p", ",".join(map(str, pids)),
             "-o", str(data), "--", "sleep", str(seconds + 1)]  # fmt: skip
-    return threading.Thread(target=lambda: recorded.append(host.run(
-        argv, out=scratch / f"perf-{trial.id}.out", timeout=seconds + 60)), daemon=True)
+    out = scratch / f"perf-{trial.id}.out"
+    return host.start(argv, out=out, err=out.with_suffix(".err"))
 
 
 def _has_header(host: Host, data: Path) -> bool:

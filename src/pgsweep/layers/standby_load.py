@@ -29,10 +29,10 @@ _NONE = re.compile(r"number of transactions actually processed: 0\b")
 POLL_S = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Running:
     host: Host
-    pid: int
+    pid: int | None  # None until it started
     out: Path
     err: Path
     script: Path  # a custom script's copy there (none is made for a built-in or here)
@@ -47,14 +47,23 @@ class StandbyLoad:
         self.running: dict[str, _Running] = {}
 
     def begin(self, trial: TrialContext) -> None:
+        """One pgbench per standby; when one cannot start (or Ctrl-C comes), those started
+        are stopped and their files removed before the error goes on (the engine ends only
+        the watchers whose begin finished)."""
         pgb = trial.client.path("pgbench")
-        for name, standby in self.standbys.items():
-            host, stem = standby.host, f"load-{trial.id}"
-            w = self._script_there(trial, standby, standby.root / f"{stem}.sql")
-            argv = w.argv(pgb, standby.pgbench_conn_args(), seconds=w.seconds, vacuum=False)
-            out, err = standby.scratch / f"{stem}.out", standby.scratch / f"{stem}.err"
-            pid = host.start(argv, out=out, err=err, user=trial.run.user)
-            self.running[name] = _Running(host, pid, out, err, standby.root / f"{stem}.sql")
+        try:
+            for name, standby in self.standbys.items():
+                host, stem = standby.host, f"load-{trial.id}"
+                script = standby.root / f"{stem}.sql"
+                self.running[name] = _Running(host, None, standby.scratch / f"{stem}.out",
+                                              standby.scratch / f"{stem}.err", script)  # fmt: skip
+                w = self._script_there(trial, standby, script)
+                argv = w.argv(pgb, standby.pgbench_conn_args(), seconds=w.seconds, vacuum=False)
+                r = self.running[name]
+                r.pid = host.start(argv, out=r.out, err=r.err, user=trial.run.user)
+        except BaseException:
+            self._put_away()
+            raise
 
     def _script_there(self, trial: TrialContext, standby: Cluster, copy: Path) -> pgbench.Workload:
         """The workload as it runs on the standby's host: a custom script copied there (the
@@ -75,13 +84,25 @@ class StandbyLoad:
         try:
             broken = self._collect(record, abort)
         finally:
-            for r in self.running.values():  # none outlives the trial, Ctrl-C too
-                r.host.stop(r.pid, grace=1.0)
-                for path in (r.out, r.err, r.script):
-                    r.host.remove_tree(path)
-            self.running.clear()
+            self._put_away()
         if broken and not abort:
             raise TrialFailure("the standby read load failed: " + "; ".join(broken))
+
+    def _put_away(self) -> None:
+        """Stop every pgbench started and remove its files, each host on its own: one host
+        lost does not leave the others' running (its error is raised after)."""
+        first: BaseException | None = None
+        for r in self.running.values():  # none outlives the trial, Ctrl-C too
+            try:
+                if r.pid is not None:
+                    r.host.stop(r.pid, grace=1.0)
+                for path in (r.out, r.err, r.script):
+                    r.host.remove_tree(path)
+            except Exception as exc:
+                first = first or exc
+        self.running.clear()
+        if first is not None:
+            raise first
 
     def _wait(self, abort: bool) -> dict[str, int | None]:
         """Each pgbench's exit status once it ended (None: stopped at the deadline)."""
@@ -89,14 +110,16 @@ class StandbyLoad:
         status: dict[str, int | None] = {}
         while True:
             for name, r in self.running.items():
-                if name not in status and (code := r.host.poll(r.pid)) is not None:
+                if r.pid is None:
+                    status[name] = None  # never started: begin failed part way
+                elif name not in status and (code := r.host.poll(r.pid)) is not None:
                     status[name] = code
             if len(status) == len(self.running) or time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
         for name, r in self.running.items():
             if name not in status:
-                status[name] = r.host.stop(r.pid, grace=1.0 if abort else 5.0)
+                status[name] = r.host.stop(r.pid, grace=1.0 if abort else 5.0) if r.pid else None
         return status
 
     def _collect(self, record: TrialRecord, abort: bool) -> list[str]:

@@ -134,6 +134,28 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
     return Topology(targets, r.client, notes, tuple(r.standbys))
 
 
+def check_host_options(pairs: list[str], fleet: bool) -> None:
+    """`run --host NAME=DEST` before anything is read: each a destination ssh takes, each
+    NAME once, and not with --inventory (a fleet tells each shard its own)."""
+    if pairs and fleet:
+        raise PgsweepError("--host goes to one run or shard; --inventory gives each group's "
+                           "shard its own copies of the hosts", where="--host",
+                           fix="name the copies in the inventory (pgsweep_host = NAME)")
+    names = [p.partition("=")[0] for p in pairs]
+    for pair in pairs:
+        name, sep, dest = pair.partition("=")
+        if not sep or not NAME.fullmatch(name):
+            raise PgsweepError(f"--host {pair!r} is not NAME=DESTINATION", where="--host",
+                               fix="e.g. --host loadgen=root@10.0.0.2")
+        if not DESTINATION.fullmatch(dest) or dest.startswith("-"):
+            raise PgsweepError(f"--host {name}={dest!r} is not a destination ssh takes",
+                               where="--host", expected="[user@]host or ssh://user@host:port "
+                               "(letters, digits and . _ @ : / [ ] % -; not starting with -)")
+        if names.count(name) > 1:
+            raise PgsweepError(f"--host names {name} {names.count(name)} times", where="--host",
+                               fix="one destination for each host")
+
+
 def redirect(topo: Topology, pairs: list[str]) -> Topology:
     """`run --host NAME=DEST`: reach the host [hosts.NAME] names at DEST instead of its `ssh`
     (a fleet group's own copy of the topology: each group's shard reaches that group's
