@@ -55,7 +55,7 @@ def test_perf_records_the_servers_devices_and_its_script_runs_as_the_server_user
     only = f"dev == {7 << 20 | 2} || dev == {254 << 20 | 16}"
     assert perf_record[:3] == ["perf", "record", "-a"] and perf_record.count(only) == 2
     assert "-B" in perf_record and "-N" in perf_record  # no build-ids read at its end
-    assert "--synth=no" in perf_record and f"--max-size={512 << 20}" in perf_record
+    assert "--synth=no" in perf_record and "--max-size=512M" in perf_record  # perf takes units
     assert started.detail["user"] == "root" and ran.detail["user"] == "nobody"
     assert host.kinds("stop")  # forgotten by the host once ended
     copy = "/w/trials/r1-c01/blockio.data"  # in the trial's root-owned folder

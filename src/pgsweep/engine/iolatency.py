@@ -69,7 +69,7 @@ def start(trial: TrialContext, seconds: int, record: TrialRecord) -> Recorder | 
     rec = Recorder(host, scratch / f"blockio-{trial.id}.data", devices)
     only = " || ".join(f"dev == {(major << 20) | minor}" for major, minor in devices)
     # no build-ids read at its end (-B -N), no snapshot of every process's mappings
-    argv = ["perf", "record", "-a", "-B", "-N", "--synth=no", f"--max-size={MAX_DATA}",
+    argv = ["perf", "record", "-a", "-B", "-N", "--synth=no", f"--max-size={MAX_DATA >> 20}M",
             "-o", str(rec.data)]  # fmt: skip
     for event in EVENTS:
         argv += ["-e", event, "--filter", only]
