@@ -31,22 +31,11 @@ def mount_on(host: Host, path: Path) -> Mount:
     return best
 
 
-def _read(host: Host, path: Path) -> str | None:
-    """A sysfs file's text, None where there is none (asked first: a scripted host answers
-    only what its machine has)."""
-    if host.lstat(path) is None:
-        return None
-    try:
-        return host.read_text(path)
-    except OSError:
-        return None
-
-
 def _device_of(host: Host, path: Path) -> str | None:
     """The block device of the mount holding `path`: by the device number mountinfo gives
     it, or (btrfs and FUSE report anonymous numbers) by the mount's source."""
     mount = mount_on(host, path)
-    uevent = _read(host, SYS_DEV / mount.device / "uevent") if mount.device else None
+    uevent = host.read_optional(SYS_DEV / mount.device / "uevent") if mount.device else None
     m = _NAME.search(uevent or "")
     if m and host.lstat(SYS_BLOCK / m.group(1)) is not None:
         return m.group(1)
@@ -63,10 +52,10 @@ def _expand(host: Host, name: str, seen: list[str]) -> None:
     seen.append(name)
     entry = SYS_BLOCK / name
     if host.lstat(entry / "partition") is not None:  # the disk it is part of
-        m = _NAME.search(_read(host, entry / ".." / "uevent") or "")
+        m = _NAME.search(host.read_optional(entry / ".." / "uevent") or "")
         if m:
             _expand(host, m.group(1), seen)
-    backing = _read(host, entry / "loop" / "backing_file")
+    backing = host.read_optional(entry / "loop" / "backing_file")
     if backing and backing.strip().startswith("/"):
         path = Path(backing.strip())
         if host.lstat(path) is not None:

@@ -21,12 +21,7 @@ MM = Path("/sys/kernel/mm")
 
 def _read(host: Host, path: Path) -> str:
     """A kernel file's text, "" where there is none."""
-    if host.lstat(path) is None:
-        return ""
-    try:
-        return host.read_text(path).strip()
-    except OSError:
-        return ""
+    return (host.read_optional(path) or "").strip()
 
 
 def _selected(text: str) -> str:

@@ -127,8 +127,7 @@ def host_shares(counters: dict[str, float]) -> dict[str, float]:
 
 def host_memory(host: Host) -> dict[str, float]:
     """`memory` of a host's /proc/meminfo and, where ZFS runs there, its ARC statistics."""
-    arc = host.read_text(ARCSTATS) if host.lstat(ARCSTATS) is not None else ""
-    return memory(host.read_text(Path("/proc/meminfo")), arc)
+    return memory(host.read_text(Path("/proc/meminfo")), host.read_optional(ARCSTATS) or "")
 
 
 def memory(meminfo_text: str, arcstats_text: str = "") -> dict[str, float]:

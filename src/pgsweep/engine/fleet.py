@@ -72,9 +72,9 @@ class FleetOutcome:
 
 
 def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
-           ) -> tuple[dict[str, str], dict[str, GroupHosts]]:  # fmt: skip
-    """Group -> its server's host, from the inventory as Ansible reads it; and group -> its
-    whole copy of the topology (the other roles' hosts, and how its shard reaches them)."""
+           ) -> dict[str, GroupHosts]:  # fmt: skip
+    """Group -> its copy of the topology (its server's host, the other roles' hosts and how
+    its shard reaches them), from the inventory as Ansible reads it."""
     res = LOCAL.run([ansible_tool("ansible-inventory"), "-i", str(inventory), "--list"],
                     out=scratch / "inventory.json", timeout=120, env=ansible_env())  # fmt: skip
     if res.returncode != 0:
@@ -105,7 +105,7 @@ def groups(exp: Experiment, inventory: Path, wanted: list[str], scratch: Path
     if len(tops) < 2:
         raise PgsweepError("a fleet needs two host groups at least", where=str(inventory),
                            fix="add groups, or run on one machine without --inventory")  # fmt: skip
-    return {g: t.server for g, t in tops.items()}, tops
+    return tops
 
 
 def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
@@ -120,7 +120,7 @@ def _facts_playbook(names: list[str]) -> list[dict[str, Any]]:
 
 def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
     """One play over every group's host: check, copy, run the shard (async), fetch."""
-    shard = {k: f"{{{{ pgsweep_shards[inventory_hostname].{k} }}}}" for k in ("k", "group")}
+    group = f"{{{{ {_SHARD}.group }}}}"
     bin_ = BIN
     left = "{{ pgsweep_left[inventory_hostname] }}"
     earlier = "inventory_hostname in pgsweep_left"  # a host an earlier dispatch lost
@@ -153,7 +153,7 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
              "failed_when": "ran.finished and ran.rc not in [0, 3]"},
             {"name": "fetch", "timeout": FETCH_TIMEOUT_S,
              "fetch": {"src": "{{ work.path }}/results/{{ item }}",
-                                        "dest": f"{fetched}/{shard['group']}/", "flat": True},
+                                        "dest": f"{fetched}/{group}/", "flat": True},
              "loop": ["experiment.toml", "plan.json", "results.db"]},
             {"name": "clean up", "file": {"path": "{{ work.path }}", "state": "absent"}},
         ],
@@ -183,7 +183,8 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         results = target.path
     scratch = LOCAL.private_dir(scratch_path("pgsweep-fleet-"))
     try:
-        hosts, tops = groups(exp, inventory, wanted, scratch)
+        tops = groups(exp, inventory, wanted, scratch)
+        hosts = {g: t.server for g, t in tops.items()}  # where each group's shard runs
         n = len(hosts)
         if exp.rounds < n:
             raise PgsweepError(f"{exp.rounds} rounds cannot give each of {n} groups a round",
@@ -336,7 +337,6 @@ def _host_facts(exp: Experiment, tops: dict[str, GroupHosts], inventory: Path, s
     """Group -> the facts of its server's host (FACT) and of its copy of each other role's
     host (NAME:FACT); and group -> why it gave none (a member unreachable, another pgsweep):
     those groups are not dispatched, their rounds are missing."""
-    servers = {g: t.server for g, t in tops.items()}
     everyone = [h for t in tops.values() for h in t.members()]
     plays = _facts_playbook(everyone)
     project = new_project(scratch / "facts", exp, "facts.json", plays)
@@ -354,14 +354,13 @@ def _host_facts(exp: Experiment, tops: dict[str, GroupHosts], inventory: Path, s
     facts: dict[str, dict[str, str]] = {}
     status: dict[str, str] = {}
     for g, t in tops.items():
-        lost = [h for h in t.members() if h not in by_host]
+        lost = {h: role for h, role in t.members().items() if h not in by_host}
         if lost:
             why = {h: failed.get(h, f"no facts (ansible-runner exit {rc})") for h in lost}
-            part = t.members()
-            status[g] = "; ".join(f"{part[h]} ({h}): {why[h]}" if part[h] else why[h]
-                                  for h in lost)  # fmt: skip
+            status[g] = "; ".join(f"{role} ({h}): {why[h]}" if role else why[h]
+                                  for h, role in lost.items())  # fmt: skip
             continue
-        facts[g] = hostfacts.only_facts(by_host[servers[g]])
+        facts[g] = hostfacts.only_facts(by_host[t.server])
         for name, (h, _) in t.copies.items():
             facts[g] |= {f"{name}:{k}": v for k, v in hostfacts.only_facts(by_host[h]).items()}
     return facts, status

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PgsweepError
-from ..spec.hosts import DESTINATION, LOCAL, Topology
+from ..spec.hosts import LOCAL, Topology, destination_ok
 
 ROLE_VAR = "pgsweep_host"
 SSH_VAR = "pgsweep_ssh"
@@ -97,7 +97,7 @@ def _destination(host: str, hv: dict[str, Any], where: str) -> str:
         port = hv.get("ansible_port")
         dest = (f"ssh://{user}@{address}:{port}" if port not in (None, 22, "22")
                 else f"{user}@{address}")  # fmt: skip
-    if not DESTINATION.fullmatch(dest) or dest.startswith("-"):
+    if not destination_ok(dest):
         raise PgsweepError(f"{host}: {dest!r} is not a destination ssh takes", where=where,
                            expected="[user@]host or ssh://user@host:port",
                            fix=f"set {SSH_VAR} on it")  # fmt: skip

@@ -16,7 +16,6 @@ failed window does not leave it running."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,6 @@ ERRORS = "io_latency.err"
 # who reads the capture back: perf script opens the files the recorded processes mapped,
 # and the capture names every process of the machine: not root, and not the server user
 READER = RunAs("nobody")
-POLL_S = 0.1
 
 
 @dataclass
@@ -41,7 +39,6 @@ class Recorder:
     data: Path
     devices: dict[tuple[int, int], str]
     pid: int | None = None
-    status: int | None = None  # perf record's exit status once it ended
 
 
 def device_numbers(host: Host, names: list[str]) -> dict[tuple[int, int], str]:
@@ -81,16 +78,10 @@ def start(trial: TrialContext, seconds: int, record: TrialRecord) -> Recorder | 
 
 def started(rec: Recorder | None) -> bool:
     """perf has written its data file's header (it records from then on), or has ended."""
-    if rec is None or rec.pid is None or _ended(rec):
+    if rec is None or rec.pid is None or rec.host.poll(rec.pid) is not None:
         return True
     st = rec.host.lstat(rec.data)
     return st is not None and st.size > 0
-
-
-def _ended(rec: Recorder) -> bool:
-    if rec.status is None and rec.pid is not None:
-        rec.status = rec.host.poll(rec.pid)
-    return rec.status is not None
 
 
 def finish(rec: Recorder | None, trial: TrialContext, seconds: int, record: TrialRecord,
@@ -104,14 +95,11 @@ def finish(rec: Recorder | None, trial: TrialContext, seconds: int, record: Tria
     out = trial.run.private / f"{rec.data.name}.script"
     theirs = trial.run.workdir / "trials" / trial.id / "blockio.data"  # root's folder, 0711
     try:
-        deadline = time.monotonic() + (0 if abandon else seconds + 60)
-        while not _ended(rec) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        if not _ended(rec):
-            rec.host.stop(rec.pid, grace=2.0)
+        status = rec.host.wait(rec.pid, 0 if abandon else seconds + 60)
+        if status is None:  # stopped in `finally`
             problems.append("perf record (block requests) did not end: stopped")
-        elif rec.status != 0:
-            problems.append(f"perf record (block requests) exited with {rec.status}")
+        elif status != 0:
+            problems.append(f"perf record (block requests) exited with {status}")
         if not abandon and not problems:
             _script(rec, trial, out, theirs, record, problems)
     except Exception as exc:  # a host lost, a capture too large: the trial stands

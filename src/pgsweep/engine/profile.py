@@ -61,7 +61,7 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
         if not res.ok:
             problems.append(f"pgbench in the profile window: {res.describe_failure()}")
         if sampler is not None:
-            status = _wait(host, sampler, seconds + 90)
+            status = host.wait(sampler, seconds + 90)
             if status != 0:
                 problems.append(f"perf record: {'did not end' if status is None else status}")
             else:
@@ -74,14 +74,6 @@ def window(trial: TrialContext, where: Side, w: Workload, pgbench: str,
         host.remove_tree(data)
     if problems:
         record.artifacts["profile.err"] = "\n".join(problems).encode()
-
-
-def _wait(host: Host, pid: int, seconds: float) -> int | None:
-    """A started process's exit status, waiting up to `seconds` (None: still running)."""
-    deadline = time.monotonic() + seconds
-    while (status := host.poll(pid)) is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return status
 
 
 def _sampler(trial: TrialContext, data: Path, seconds: int, problems: list[str]) -> int | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -107,6 +108,14 @@ class Host(ABC):
         """Stop a started process's group (SIGTERM, SIGKILL after `grace`) if it still runs,
         and forget it: its exit status (None for a pid this host did not start)."""
 
+    def wait(self, pid: int, seconds: float) -> int | None:
+        """A started process's exit status, waiting up to `seconds` for it to end (None:
+        it still runs; `stop` it)."""
+        deadline = time.monotonic() + seconds
+        while (status := self.poll(pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return status
+
     @abstractmethod
     def output(self, path: Path, limit: int = 64 << 20) -> bytes:
         """A command's output file in a folder root owns, bounded (bounded.read_output)."""
@@ -182,6 +191,16 @@ class Host(ABC):
     @abstractmethod
     def chown(self, path: Path, uid: int, gid: int) -> None:
         """Hand a kernel file (a cgroup's cgroup.procs) to a user; no link is followed."""
+
+    def read_optional(self, path: Path) -> str | None:
+        """A kernel, /proc or sysfs file's text, None where the machine has no such file
+        (asked first: a scripted host answers only what its machine has)."""
+        if self.lstat(path) is None:
+            return None
+        try:
+            return self.read_text(path)
+        except OSError:
+            return None
 
     def read_setting(self, path: Path) -> str:
         """A kernel file's value: the bracketed choice of a menu file (THP, a scheduler),

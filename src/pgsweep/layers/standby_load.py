@@ -26,7 +26,6 @@ from .context import TrialContext, TrialFailure
 _RETRIED = re.compile(r"number of transactions retried: (\d+)")
 _ABORTED = re.compile(r"client \d+ aborted")
 _NONE = re.compile(r"number of transactions actually processed: 0\b")
-POLL_S = 0.2
 
 
 @dataclasses.dataclass
@@ -105,21 +104,14 @@ class StandbyLoad:
             raise first
 
     def _wait(self, abort: bool) -> dict[str, int | None]:
-        """Each pgbench's exit status once it ended (None: stopped at the deadline)."""
+        """Each pgbench's exit status once it ended (they run side by side, so one deadline
+        serves them all); one still running at the deadline is stopped."""
         deadline = time.monotonic() + (0 if abort else self.workload.seconds + 60)
         status: dict[str, int | None] = {}
-        while True:
-            for name, r in self.running.items():
-                if r.pid is None:
-                    status[name] = None  # never started: begin failed part way
-                elif name not in status and (code := r.host.poll(r.pid)) is not None:
-                    status[name] = code
-            if len(status) == len(self.running) or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL_S)
         for name, r in self.running.items():
-            if name not in status:
-                status[name] = r.host.stop(r.pid, grace=1.0 if abort else 5.0) if r.pid else None
+            assert r.pid is not None  # begin started them all, or put them away
+            code = r.host.wait(r.pid, max(0.0, deadline - time.monotonic()))
+            status[name] = code if code is not None else r.host.stop(r.pid, 1.0 if abort else 5.0)
         return status
 
     def _collect(self, record: TrialRecord, abort: bool) -> list[str]:

@@ -21,7 +21,6 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import blockdev
-from ..host.api import Host
 from ..units import parse_size
 from . import storage_build
 from .base import ResourceLayer, ValidationContext, check_subtable, check_table
@@ -277,15 +276,15 @@ class StorageLayer(ResourceLayer):
         _, primary = devices.for_cluster(cluster, storage.pool_devices)
         for dev in primary:
             sysfs = devices.SYS_BLOCK / dev
-            size = _sysfs(host, sysfs / "queue" / "logical_block_size")
+            size = host.read_optional(sysfs / "queue" / "logical_block_size")
             if size is not None:
-                trial.effective[f"storage.sector_size.{dev}"] = size
-            sectors = _sysfs(host, sysfs / "size")  # in 512-byte units, whatever the sector
+                trial.effective[f"storage.sector_size.{dev}"] = size.strip()
+            sectors = host.read_optional(sysfs / "size")  # 512-byte units, whatever the sector
             if sectors is not None:
                 trial.effective[f"storage.size_bytes.{dev}"] = str(int(sectors) * 512)
-            dio = _sysfs(host, sysfs / "loop" / "dio")
+            dio = host.read_optional(sysfs / "loop" / "dio")
             if dio is not None:
-                trial.effective[f"storage.loop_direct_io.{dev}"] = dio
+                trial.effective[f"storage.loop_direct_io.{dev}"] = dio.strip()
         if settings.data and settings.data.filesystem == "btrfs":
             trial.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(cluster.datadir))
         if storage.pool_devices:
@@ -294,16 +293,6 @@ class StorageLayer(ResourceLayer):
         if pool is not None:
             trial.effective["storage.zfs.implementation"] = "zfs-fuse (FUSE page cache off)"
             trial.effective.update({f"storage.zfs.{k}": v for k, v in pool.properties().items()})
-
-
-def _sysfs(host: Host, path: Path) -> str | None:
-    """A sysfs value on the host, or None where the device has no such file."""
-    if host.lstat(path) is None:
-        return None
-    try:
-        return host.read_text(path).strip()
-    except OSError:
-        return None
 
 
 def _same_disk(a: str, b: str) -> bool:

@@ -83,6 +83,7 @@ def _latency(p: dict[str, Any], console: Console) -> None:
 IO_NOTE = ("block-I/O latency: every request on the server's devices in one profile window "
            "per configuration ([experiment] io_latency), quantiles to within 10% (its "
            "quarter-octave buckets); one window each: no interval, not judged")
+IO_SENTENCE = IO_NOTE[0].upper() + IO_NOTE[1:] + "."  # the reports' form of it
 
 
 def latency_cells(r: dict[str, Any]) -> tuple[str, ...]:
@@ -131,7 +132,7 @@ def markdown(panels: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
             out += ["| block requests | count | p50 | p99 |", "| --- | --- | --- | --- |"]
             out += ["| " + " | ".join(md(c) for c in latency_cells(r)) + " |"
                     for r in p["io_latency"]]  # fmt: skip
-            out += ["", md(IO_NOTE[0].upper() + IO_NOTE[1:]) + ".", ""]
+            out += ["", md(IO_SENTENCE), ""]
     return out
 
 

@@ -21,7 +21,7 @@ from ..collect import perf
 from ..store import Fact, Results
 from . import flamegraph, plots
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
-from .explain import IO_NOTE, latency_cells
+from .explain import IO_SENTENCE, latency_cells
 from .plots_time import over_time_plots
 from .report import REPLICATION_COLUMNS, adaptive_line, effect_name
 
@@ -31,7 +31,7 @@ _ENV = jinja2.Environment(
     undefined=jinja2.StrictUndefined,
 )
 _ENV.globals["latency_cells"] = latency_cells
-_ENV.globals["io_note"] = IO_NOTE[0].upper() + IO_NOTE[1:] + "."
+_ENV.globals["io_note"] = IO_SENTENCE
 TITLES = {"tps": "TPS per configuration", "latency": "latency percentiles",
           "bytes": "bytes per transaction", "tps-over-time": "TPS per second",
           "p99-over-time": "p99 per second",

@@ -33,6 +33,14 @@ from .tables import validated
 LOCAL = "local"
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 DESTINATION = re.compile(r"[A-Za-z0-9_.@:/\[\]%-]{1,255}")
+DESTINATION_WORDS = ("ssh://user@db1:2222 (letters, digits and . _ @ : / [ ] % -; not "
+                     "starting with -)")
+
+
+def destination_ok(dest: str) -> bool:
+    """A destination ssh takes as one, never as an option: the file's `ssh`, `run --host`,
+    a fleet copy's address."""
+    return bool(DESTINATION.fullmatch(dest)) and not dest.startswith("-")
 
 
 class HostTable(BaseModel):
@@ -45,9 +53,8 @@ class HostTable(BaseModel):
     @field_validator("ssh")
     @classmethod
     def _ssh(cls, v: str) -> str:
-        if not DESTINATION.fullmatch(v) or v.startswith("-"):
-            raise ValueError("a destination such as root@10.0.0.2 or ssh://user@db1:2222 (letters, "
-                             "digits and . _ @ : / [ ] % -; not starting with -)")
+        if not destination_ok(v):
+            raise ValueError(f"a destination such as root@10.0.0.2 or {DESTINATION_WORDS}")
         return v
 
     @field_validator("identity_file", "known_hosts")
@@ -147,10 +154,9 @@ def check_host_options(pairs: list[str], fleet: bool) -> None:
         if not sep or not NAME.fullmatch(name):
             raise PgsweepError(f"--host {pair!r} is not NAME=DESTINATION", where="--host",
                                fix="e.g. --host loadgen=root@10.0.0.2")
-        if not DESTINATION.fullmatch(dest) or dest.startswith("-"):
+        if not destination_ok(dest):
             raise PgsweepError(f"--host {name}={dest!r} is not a destination ssh takes",
-                               where="--host", expected="[user@]host or ssh://user@host:port "
-                               "(letters, digits and . _ @ : / [ ] % -; not starting with -)")
+                               where="--host", expected=f"[user@]host or {DESTINATION_WORDS}")
         if names.count(name) > 1:
             raise PgsweepError(f"--host names {name} {names.count(name)} times", where="--host",
                                fix="one destination for each host")
@@ -170,11 +176,8 @@ def redirect(topo: Topology, pairs: list[str]) -> Topology:
             raise PgsweepError(f"--host {pair!r} names no host a role is placed on",
                                where="--host", expected=f"NAME=DESTINATION, NAME one of {placed}",
                                fix="e.g. --host loadgen=root@10.0.0.2")  # fmt: skip
-        if not DESTINATION.fullmatch(dest) or dest.startswith("-"):
-            raise PgsweepError(f"--host {name}={dest!r} is not a destination ssh takes",
-                               where="--host", expected="[user@]host or ssh://user@host:port "
-                               "(letters, digits and . _ @ : / [ ] % -; not starting with -)")
         hosts[name] = replace(hosts[name], ssh=dest)
+    check_host_options(pairs, fleet=False)  # each a destination, each name once
     return replace(topo, hosts=hosts)
 
 
