@@ -306,25 +306,6 @@ def test_a_configuration_leaving_a_kernel_value_unset_runs_with_the_machines_own
     assert host.files[str(THP_FILES["thp"])] == "always [madvise] never"
 
 
-def test_what_is_not_through_the_host_refuses_a_recording_host() -> None:
-    """Block devices, mkfs and mounts are made on this machine directly: on any other host
-    (a dry run's) the storage layer refuses before doing anything, the trial failing with
-    the reason, instead of formatting a disk here; the work area's cluster folder without
-    [storage] goes through the host."""
-    from pgsweep.layers.storage import StorageLayer
-    from pgsweep.layers.storage_build import FsSettings, StorageSettings
-
-    host = _os_host("a")
-    run = _trial(host, {}).run
-    fs = FsSettings("loop:1GiB", 1 << 30, "ext4", "", "", None, False)
-    with pytest.raises(TrialFailure, match=r"storage .*not through the Host yet"):
-        StorageLayer().build(StorageSettings(True, fs, None), {}, {}, run)
-    assert host.effects == [] and run.state == {}
-    storage = StorageLayer().build(StorageSettings(False, None, None), {}, {}, run)
-    assert storage.home == Path("/w/clusters")
-    assert [(e.kind, e.what) for e in host.effects] == [("private_dir", "/w/clusters")]
-
-
 def test_the_dry_host_runs_a_server_through_start_reload_restart_and_touches_nothing(
     tmp_path: Path,
 ) -> None:

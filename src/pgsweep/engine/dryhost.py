@@ -17,7 +17,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from ..host import blockdev
 from ..host.api import Connection
+from ..host.blockdev import DeviceError, Grant
 from ..host.local import LOCAL
 from ..host.proc import Result, RunAs
 from ..host.recording import Effect, RecordingHost, Reply
@@ -27,6 +29,7 @@ from ..host.recording import Effect, RecordingHost, Reply
 FIRST_PID = 5_000_000
 EMPTY_DB = 7_600_000  # bytes of a fresh `postgres` database (PostgreSQL 15, here)
 PER_SCALE = 15_000_000  # bytes one pgbench scale unit adds (pgbench -i)
+DRY = "DRYRUN"  # in every path the dry run names for what a run makes with a random name
 _CONF_LINE = re.compile(r"^([a-z0-9_.]+) = '((?:[^']|'')*)'$", re.M)
 
 
@@ -44,6 +47,8 @@ class _Rows:
 
 
 class DryHost(RecordingHost):
+    loop_name = f"/dev/loop{DRY}"  # the kernel picks the device when the run attaches it
+
     def __init__(self, users: Mapping[str | None, tuple[int, int]],
                  canonical: Mapping[str, Mapping[str, str]]) -> None:  # fmt: skip
         super().__init__("local (a dry run)", users=users, reads_from=LOCAL,
@@ -52,6 +57,15 @@ class DryHost(RecordingHost):
         self.next_pid = FIRST_PID
         self.reloads = 0
         self.scale = 0  # of the last pgbench -i: the pretend database's size
+
+    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+                     scratch: Path) -> Path:  # fmt: skip
+        """The device the path names on this machine, if the command line allowed it (`plan`
+        checked it is free, read only; a run checks again right before its mkfs)."""
+        self.effects.append(Effect("claim_device", str(device), {"ours": sorted(ours)}))
+        if not grant.allows(device):
+            raise DeviceError(f"refusing to format {device}: the command line did not allow it")
+        return blockdev.real_device(device)
 
     # ---- PostgreSQL's programs ---------------------------------------------------------
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,

@@ -5,9 +5,9 @@ The plan is walked trial by trial through the same engine and layers as a run
 (dryhost.py): reads come from this machine, effects are only recorded, so nothing is
 changed. Printed are the effects of the first trial of each kind (a new cluster, a
 snapshot restored, a restart, a start, a reload, nothing to change), what comes before the
-first trial and after the last, and, named honestly, what the dry run cannot show yet: the
-parts that act on this machine directly instead of through the Host (docs/architecture.md)
-refuse the dry host (RunContext.direct), and the trials that need them say so."""
+first trial and after the last, and, named honestly, what the dry run cannot show: the
+work area and the run's lock (made before the host is), builds (compiled before the first
+trial), and what other hosts' agents do."""
 
 from __future__ import annotations
 
@@ -18,21 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from ..host import workarea
+from ..host.blockdev import MKFS, mount_options
 from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.base import ResourceLayer
-from ..layers.context import RunContext, Server, Storage, TrialContext, TrialFailure
+from ..layers.context import RunContext, Server, TrialContext, TrialFailure
 from ..plan import Plan
 from ..postgres.access import ServerError
 from ..spec import Experiment
-from .dryhost import DryHost
+from .dryhost import DRY, DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate
 from .resources import Resources
 from .trial import prepare_layers
 
 KINDS = ("new cluster", "restore", "restart", "start", "reload", "no change")
 MAX_TRIALS = 2000  # walked at most (milliseconds each): enough to meet every kind
-DRY = "DRYRUN"  # in every path the dry run names for what a run makes with a random name
 
 
 def kind(events: list[str]) -> str:
@@ -49,8 +49,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
     run = _run_context(exp, results, host)
-    layers = [_StandIn(la) if la.name == "storage" else la
-              for la in exp.layers if isinstance(la, ResourceLayer)]  # fmt: skip
+    layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
            f"from this machine, every effect is only recorded). `{DRY}` stands for the "
@@ -66,7 +65,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
     _finish(exp, resources, run)
     out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
                     host.effects[mark:])  # fmt: skip
-    out += ["", "not shown (made on this machine directly, not through the Host yet):"]
+    out += ["", "not shown:"]
     out += [f"  - {line}" for line in _not_shown(exp, run, client)]
     out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
     return out
@@ -105,7 +104,7 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
                      f"[{', '.join(events) or 'no events'}]")  # fmt: skip
             effects = host.effects[mark:]
             if getattr(exp.settings(config.levels).get("storage"), "used", False):
-                effects = _on_stand_in(effects)
+                effects = _on_new_storage(effects)
             out += _section(title, effects, window)
     if walked < len(todo):
         out += ["", f"  (the first {walked} of {len(todo)} trials walked: the others repeat "
@@ -113,67 +112,16 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
     return out, refused
 
 
-class _StandIn(ResourceLayer):
-    """The storage layer in a dry run: a filesystem pgsweep would make (a loop image or an
-    allowed device, mkfs, mount, zfs-fuse) is made on this machine directly, not through
-    the Host; here it is named in its trial's effects, and the trial goes on on its mount
-    point, so what the other layers would do on it is shown. Without [storage] the real
-    layer runs (the work area's folder, through the host)."""
-
-    def __init__(self, real: ResourceLayer) -> None:
-        self.real, self.name = real, real.name
-        self.named: set[int] = set()  # the stand-in storages (id), taken down by name
-
-    def validate(self, base: Any, factors: Any, ctx: Any) -> Any:
-        raise NotImplementedError  # a dry run's layers were validated already
-
-    def cost(self, key: str) -> Any:
-        return self.real.cost(key)
-
-    def resource_key(self, settings: Any, config: Any) -> str:
-        return self.real.resource_key(settings, config)
-
-    def built_event(self, settings: Any) -> str | None:
-        return self.real.built_event(settings)
-
-    def build(self, settings: Any, config: Any, below: Any, run: RunContext) -> Storage:
-        if not settings.used:
-            return self.real.build(settings, config, below, run)  # type: ignore[no-any-return]
-        n, folder = run.next_number("storage"), run.workdir / "storage"
-        fs, wal = settings.data, settings.wal
-        mkfs, mount = fs.mkfs_options or "defaults", fs.mount_options or "defaults"
-        what = (f"storage {n}: {fs.filesystem} made on {fs.device} (mkfs options: {mkfs}), "
-                f"mounted ({mount}) at {folder}/mnt-{n}")  # fmt: skip
-        what += f"; pg_wal: {wal.filesystem} on {wal.device}" if wal else ""
-        _note(run, what)
-        storage = Storage("", folder / f"mnt-{n}")
-        storage.wal_home = folder / f"mnt-{n}-wal" if wal else None
-        self.named.add(id(storage))
-        return storage
-
-    def destroy(self, resource: Any, run: RunContext) -> None:
-        if id(resource) in self.named:
-            _note(run, f"unmount {resource.home} and detach or release its device")
-        else:
-            self.real.destroy(resource, run)
-
-
-def _on_stand_in(effects: list[Effect]) -> list[Effect]:
-    """A stand-in storage's device is not known before it is made: the I/O scheduler and
-    read-ahead the os layer sets on it are named, not shown (on the folder's device)."""
+def _on_new_storage(effects: list[Effect]) -> list[Effect]:
+    """A new storage's device is not made in a dry run, so the mount it would make is not in
+    this machine's mount table: the I/O scheduler and read-ahead the os layer sets on its
+    device are named, not shown (they would land on the work area's own device)."""
     queue = [e for e in effects if "/queue/" in e.what or "/queue/" in str(e.detail)]
     if not queue:
         return effects
     kept = [e for e in effects if e not in queue]
     return [*kept, Effect("not_shown", "os.io_scheduler and os.read_ahead_kb on the "
                           "storage's device, once it is made")]  # fmt: skip
-
-
-def _note(run: RunContext, what: str) -> None:
-    """A step the dry run names but cannot record (not through the Host yet)."""
-    host = run.host
-    assert isinstance(host, DryHost)
-    host.effects.append(Effect("not_shown", what))
 
 
 def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
@@ -275,7 +223,9 @@ def describe(e: Effect) -> str | None:
     if e.kind == "sql":
         return None if _reads_only(e.what) else f"SQL: {e.what}"
     if e.kind == "not_shown":
-        return f"(not through the Host yet, not shown in detail) {e.what}"
+        return f"(not shown in detail) {e.what}"
+    if e.kind in STORAGE_WORDS:
+        return STORAGE_WORDS[e.kind](e.what, d)
     words = {"private_dir": "make directory (root's)", "leaf_dir": "make directory for "
              f"{d.get('user')}", "write_file": "write file", "remove_tree": "remove",
              "make_kernel_dir": "make cgroup", "remove_kernel_dir": "remove cgroup",
@@ -284,13 +234,36 @@ def describe(e: Effect) -> str | None:
     return f"{words.get(e.kind, e.kind)} {e.what}{extra}"
 
 
+STORAGE_WORDS: dict[str, Callable[[str, Any], str]] = {
+    "attach_loop": lambda what, d: (
+        f"attach {d['device']} (losetup, direct I/O {'on' if d['direct_io'] else 'off'}"
+        + (f", {d['sector_size']}-byte sectors" if d["sector_size"] else "")
+        + f") over a sparse file {what} of {d['bytes'] / 1024**3:g} GiB"),
+    "claim_device": lambda what, d: (
+        f"check {what} again: allowed by --allow-device, not mounted, swap or held, no "
+        "signature (--wipe: wiped) " + ("but the filesystem pgsweep made" if d["ours"] else "")),
+    "mkfs": lambda what, d: shlex.join([*MKFS[d["fstype"]], *d["options"].split(), what]),
+    "mount": lambda what, d: (
+        f"mount -t {d['fstype']} -o {mount_options(d['fstype'], d['options'])} "
+        f"{d['device']} {what}; its root made root's, 0711"
+        + ("; chattr +C on it" if d["nocow"] else "")),
+    "zfs_create": lambda what, d: (
+        f"start zfs-fuse (page cache off); zpool create {what} on {d['device']}, mounted at "
+        f"{d['point']}; zfs set {', '.join(f'{k[4:]}={v}' for k, v in d['values'].items())}"),
+    "zfs_change": lambda what, d: (
+        f"zfs set {', '.join(f'{k}={v}' for k, v in d['props'].items())} {what}"
+        + ("; empty its ARC (zpool export, import)" if d["drop_arc"] else "")),
+    "unmount": lambda what, d: f"umount {what}",
+    "detach_loop": lambda what, d: f"losetup -d the loop device over {what}; remove {what}",
+    "destroy_pool": lambda what, d: f"zpool destroy {what}",
+    "stop_zfs_daemon": lambda what, d: f"stop the zfs-fuse daemon ({what})",
+}
+
+
 def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
     configs = list(exp.configurations.values())
     lines = [f"the work area {run.workdir} (root, 0711), the socket folder {run.socket_root}, "
              f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
-    if any(getattr(c.get("storage"), "used", False) for c in configs):
-        lines.append("[storage]: loop images or the allowed device, mkfs, mount, zfs-fuse "
-                     "(each journaled in the registry before it is made)")  # fmt: skip
     if any(getattr(c.get("build"), "spec", None) for c in configs):
         lines.append("[build]: sources fetched and compiled into the build cache before the "
                      "first trial (`plan` above lists the builds)")  # fmt: skip

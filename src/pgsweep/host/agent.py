@@ -217,6 +217,56 @@ class Agent:
         done, owed = self.host.restore_journal(Path(path), Path(work_root) if work_root else None)
         return [done, sorted(owed)]
 
+    # ---- block devices and zfs-fuse: images, mount points and scratch folders in a work
+    # area this agent made (a journal entry outside one is refused the same way) ---------
+    def _in_my_area(self, *paths: str) -> None:
+        from .blockdev import in_work_area
+
+        for path in paths:
+            if not any(in_work_area(Path(path), a.workdir) for a in self.areas):
+                raise OSError(f"{path} is not in a work area of this run on this host")
+
+    def do_attach_loop(self, image: str, size: int, sector_size: int | None, direct_io: bool,
+                       scratch: str) -> str:  # fmt: skip
+        self._in_my_area(image, scratch)
+        return str(self.host.attach_loop(Path(image), size, sector_size, direct_io,
+                                         Path(scratch)))  # fmt: skip
+
+    def do_claim_device(self, device: str, devices: list[str], wipe: bool, ours: list[str],
+                        scratch: str) -> str:  # fmt: skip
+        from .blockdev import Grant
+
+        self._in_my_area(scratch)
+        grant = Grant(tuple(Path(d) for d in devices), wipe)
+        return str(self.host.claim_device(Path(device), grant, frozenset(ours), Path(scratch)))
+
+    def do_make_filesystem(self, fstype: str, device: str, options: str,
+                           scratch: str) -> str | None:  # fmt: skip
+        self._in_my_area(scratch)
+        return self.host.make_filesystem(fstype, Path(device), options, Path(scratch))
+
+    def do_mount(self, fstype: str, device: str, point: str, options: str, scratch: str,
+                 nocow: bool) -> None:  # fmt: skip
+        self._in_my_area(point, scratch)
+        self.host.mount(fstype, Path(device), Path(point), options, Path(scratch), nocow)
+
+    def do_has_nocow(self, path: str) -> bool:
+        return self.host.has_nocow(Path(path))
+
+    def do_zfs_create(self, pool: str, device: str, point: str, values: dict[str, Any],
+                      scratch: str) -> None:  # fmt: skip
+        self._in_my_area(point, scratch)
+        self.host.zfs_create(pool, Path(device), Path(point), values, Path(scratch))
+
+    def do_zfs_change(self, pool: str, props: dict[str, str], drop_arc: bool,
+                      scratch: str) -> None:  # fmt: skip
+        self._in_my_area(scratch)
+        self.host.zfs_change(pool, props, drop_arc, Path(scratch))
+
+    def do_zfs_properties(self, pool: str, scratch: str) -> dict[str, str]:
+        self._in_my_area(scratch)
+        return self.host.zfs_properties(pool, Path(scratch))
+
     def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
         return self.host.tcp_rtt(address, port, probes)
 

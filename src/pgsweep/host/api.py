@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .blockdev import Grant
 from .proc import Result, RunAs
 
 
@@ -75,10 +76,6 @@ class Host(ABC):
     """One machine. `name` is "local" or the name [hosts] gives it."""
 
     name: str
-    # the machine this process runs on, which the parts not yet through the Host (block
-    # devices, mounts, zfs-fuse, builds, the work area) act on
-    # directly: they refuse any other host (RunContext.direct)
-    direct: bool = False
 
     def alive(self) -> bool:
         """The host still answers (a remote host's connection may be lost)."""
@@ -218,6 +215,51 @@ class Host(ABC):
     @abstractmethod
     def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
         """Put back what a journal holds: what was done, and the files still owed."""
+
+    # ---- block devices, filesystems, zfs-fuse (host/blockdev.py, host/zfsfuse.py) --------
+    # `scratch` is a root-owned folder on the host for the tools' output. What each makes is
+    # journaled (`append_journal`) before it is called; `restore_journal` takes it down.
+    @abstractmethod
+    def attach_loop(self, image: Path, size: int, sector_size: int | None, direct_io: bool,
+                    scratch: Path) -> Path:  # fmt: skip
+        """A sparse file of `size` bytes made in one of root's folders and attached as a
+        loop device (losetup): the device."""
+
+    @abstractmethod
+    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+                     scratch: Path) -> Path:  # fmt: skip
+        """Right before a mkfs: the real device `device` names, still allowed by `grant`
+        and free (DeviceError otherwise; filesystems whose UUID is in `ours` pgsweep made)."""
+
+    @abstractmethod
+    def make_filesystem(self, fstype: str, device: Path, options: str,
+                        scratch: Path) -> str | None:  # fmt: skip
+        """mkfs: the new filesystem's UUID (DeviceError quoting mkfs when it refuses)."""
+
+    @abstractmethod
+    def mount(self, fstype: str, device: Path, point: Path, options: str, scratch: Path,
+              nocow: bool = False) -> None:  # fmt: skip
+        """Mount on `point` (a root-owned directory, checked right before), nosuid,nodev;
+        its root made root's, 0711; `nocow`: chattr +C on it (btrfs)."""
+
+    @abstractmethod
+    def has_nocow(self, path: Path) -> bool:
+        """The directory carries the C (no copy-on-write) attribute; no link followed."""
+
+    @abstractmethod
+    def zfs_create(self, pool: str, device: Path, point: Path, values: Mapping[str, Any],
+                   scratch: Path) -> None:  # fmt: skip
+        """Start pgsweep's zfs-fuse daemon (pid file scratch/zfs-fuse.pid) and create
+        `pool` on `device`, mounted at `point`, with the zfs.* `values` (ZfsError)."""
+
+    @abstractmethod
+    def zfs_change(self, pool: str, props: Mapping[str, str], drop_arc: bool,
+                   scratch: Path) -> None:  # fmt: skip
+        """Set properties of the pool's dataset; `drop_arc`: empty its ARC (ZfsError)."""
+
+    @abstractmethod
+    def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
+        """The dataset's properties in force (zfs get)."""
 
     # ---- network -------------------------------------------------------------------
     @abstractmethod

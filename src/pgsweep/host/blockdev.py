@@ -190,19 +190,21 @@ def check_real_device(device: Path, grant: Grant, scratch: Path, where: str) -> 
         )
 
 
-def check_before_format(device: Path, grant: Grant, scratch: Path, ours: frozenset[str]) -> None:
+def check_before_format(device: Path, grant: Grant, scratch: Path, ours: frozenset[str]) -> Path:
     """Right before every mkfs on a real device (a rebuild may come hours after the first
     check): still allowed by the command line, still free, carrying at most a filesystem
     pgsweep made itself, or (--wipe, first format) a signature only: wiped here, after
-    every other check passed."""
-    if not grant.allows(device):
+    every other check passed. Returns the device the path names."""
+    real = real_device(device)
+    if not grant.allows(real):
         raise DeviceError(f"refusing to format {device}: the command line did not allow it")
-    reasons = in_use(device, scratch, ours)
+    reasons = in_use(real, scratch, ours)
     if grant.wipe and not ours and reasons and all("signature" in r for r in reasons):
-        wipe(device, scratch)
-        reasons = in_use(device, scratch, ours)
+        wipe(real, scratch)
+        reasons = in_use(real, scratch, ours)
     if reasons:
         raise DeviceError(f"refusing to format {device} now: " + "; ".join(reasons))
+    return real
 
 
 # ---- making and taking down -------------------------------------------------------------
@@ -214,9 +216,11 @@ def attach_loop(
     """A sparse file of `size` bytes attached as a loop device (the journal entry for
     `image` must already be on disk). With `direct_io` the loop device bypasses the host's
     page cache, so the filesystem under test caches alone (and a memory limit holds)."""
-    image.parent.mkdir(parents=True, exist_ok=True)
-    with open(image, "wb") as f:
-        f.truncate(size)
+    fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | safefs.NOFOLLOW, 0o600)
+    try:  # in root's own folder (0700), made through the host; never through a link
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
     argv = ["losetup", "--find", "--show", f"--direct-io={'on' if direct_io else 'off'}"]
     if sector_size:
         argv += ["--sector-size", str(sector_size)]
@@ -239,12 +243,14 @@ def loops_of(image: Path) -> list[str]:
     return found
 
 
-def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> None:
+def make_filesystem(fstype: str, device: Path, options: str, scratch: Path) -> str | None:
+    """mkfs; the new filesystem's UUID (to know it again at the next check)."""
     res = proc.run_tool(
         [*MKFS[fstype], *options.split(), str(device)], scratch, f"mkfs-{fstype}", 600
     )
     if not res.ok:
         raise DeviceError(f"mkfs.{fstype} {options} refused {device}: {res.last_line()}")
+    return filesystem_uuid(device, scratch)
 
 
 def quiet_defaults(fstype: str, options: str) -> list[str]:
@@ -259,13 +265,20 @@ def quiet_defaults(fstype: str, options: str) -> list[str]:
                                                                   "noinit_itable"} else []
 
 
-def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -> None:
+def mount_options(fstype: str, options: str) -> str:
+    """What `mount -o` is given: nosuid,nodev always (the server user writes on this
+    filesystem), the quiet defaults, then the level's options."""
+    return ",".join(["nosuid", "nodev", *quiet_defaults(fstype, options), *filter(None, [options])])
+
+
+def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path,
+          nocow: bool = False) -> None:  # fmt: skip
     """Mount, or fail quoting the kernel: mount(8) only says "bad option", the kernel log
-    says which (`xfs: Unknown parameter 'nobarrier'`)."""
+    says which (`xfs: Unknown parameter 'nobarrier'`). The new filesystem's root is then
+    root's, 0711 (the server user passes through); with `nocow` (btrfs) its root carries
+    chattr +C, which every file the cluster makes inherits."""
     safefs.check_mountpoint(point)  # right before: a real directory only root can change
-    # nosuid,nodev always: the server user writes on this filesystem
-    given = ["nosuid", "nodev", *quiet_defaults(fstype, options), *filter(None, [options])]
-    argv = ["mount", "-t", fstype, "-o", ",".join(given)]
+    argv = ["mount", "-t", fstype, "-o", mount_options(fstype, options)]
     since = max((t for t, _ in _kernel_log(scratch)), default=-1.0)
     res = proc.run_tool([*argv, str(device), str(point)], scratch, "mount")
     if not res.ok:
@@ -275,6 +288,9 @@ def mount(fstype: str, device: Path, point: Path, options: str, scratch: Path) -
         raise DeviceError(
             f"mounting {fstype} with {options or 'defaults'!r} failed: {res.last_line()}{kernel}"
         )
+    safefs.own_root(point)
+    if nocow:
+        set_nocow(point, scratch)
 
 
 def _kernel_log(scratch: Path) -> list[tuple[float, str]]:

@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import internal
-from . import bounded, proc, safefs
+from . import blockdev, bounded, proc, safefs, zfsfuse
 from .api import Connection, FileStat, Host
 from .proc import Result, RunAs
 
 
 class LocalHost(Host):
-    direct = True  # this process's own machine
-
     def __init__(self, name: str = "local") -> None:
         self.name = name
         self._started: dict[int, subprocess.Popen[bytes]] = {}
@@ -129,6 +127,38 @@ class LocalHost(Host):
             os.write(fd, value.encode())
         finally:
             os.close(fd)
+
+    def attach_loop(self, image: Path, size: int, sector_size: int | None, direct_io: bool,
+                    scratch: Path) -> Path:  # fmt: skip
+        return blockdev.attach_loop(image, size, sector_size, direct_io, scratch)
+
+    def claim_device(self, device: Path, grant: blockdev.Grant, ours: frozenset[str],
+                     scratch: Path) -> Path:  # fmt: skip
+        return blockdev.check_before_format(device, grant, scratch, ours)
+
+    def make_filesystem(self, fstype: str, device: Path, options: str,
+                        scratch: Path) -> str | None:  # fmt: skip
+        return blockdev.make_filesystem(fstype, device, options, scratch)
+
+    def mount(self, fstype: str, device: Path, point: Path, options: str, scratch: Path,
+              nocow: bool = False) -> None:  # fmt: skip
+        blockdev.mount(fstype, device, point, options, scratch, nocow)
+
+    def has_nocow(self, path: Path) -> bool:
+        return blockdev.has_nocow(path)
+
+    def zfs_create(self, pool: str, device: Path, point: Path, values: Mapping[str, Any],
+                   scratch: Path) -> None:  # fmt: skip
+        zfsfuse.create_pool(pool, device, point, dict(values), scratch)
+
+    def zfs_change(self, pool: str, props: Mapping[str, str], drop_arc: bool,
+                   scratch: Path) -> None:  # fmt: skip
+        zfsfuse.set_properties(pool, dict(props), scratch)
+        if drop_arc:
+            zfsfuse.drop_arc(pool, scratch)
+
+    def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
+        return zfsfuse.properties(pool, scratch)
 
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         times = []

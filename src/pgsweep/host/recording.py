@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .api import Connection, FileStat, Host
+from .blockdev import DeviceError, Grant
 from .proc import Result, RunAs
 
 
@@ -94,6 +95,7 @@ class RecordingHost(Host):
         users: Mapping[str | None, tuple[int, int]] | None = None,
         reads_from: Host | None = None,
         kernel: Callable[[Path, str, str | None], str] | None = None,
+        busy: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.files: dict[str, str] = dict(files or {})
@@ -107,6 +109,9 @@ class RecordingHost(Host):
         self.effects: list[Effect] = []
         self.journals: dict[str, list[str]] = {}
         self.started: dict[int, int] = {}  # start's pids -> their scripted exit status
+        self.busy = dict(busy or {})  # device -> why it is in use (claim_device refuses)
+        self.mounted: dict[str, dict[str, Any]] = {}  # mount point -> what mount was given
+        self.pools: dict[str, dict[str, str]] = {}  # zfs pool -> its dataset's properties
 
     # ---- what the tests look at ------------------------------------------------------
     def kinds(self, *kinds: str) -> list[Effect]:
@@ -270,7 +275,73 @@ class RecordingHost(Host):
                 self.effects.append(Effect("remove_kernel_dir", entry["dir"]))
                 self.dirs.discard(entry["dir"])
                 done.append(f"removed {entry['dir']}")
+            else:
+                done.append(self._undo_made(entry))
         return done, set()
+
+    def _undo_made(self, entry: dict[str, str]) -> str:
+        """A storage's entry taken down as blockdev/zfsfuse.undo_entry would."""
+        kind, what = next((k, v) for k, v in entry.items())
+        undo = {"mount": "unmount", "loop_image": "detach_loop", "zpool": "destroy_pool",
+                "zfs_daemon": "stop_zfs_daemon", "netns": "remove_netns"}.get(kind, kind)
+        self.effects.append(Effect(undo, what))
+        if kind == "mount":
+            self.mounted.pop(what, None)
+        if kind == "zpool":
+            self.pools.pop(what, None)
+        return f"{undo} {what}"
+
+    # ---- block devices and zfs-fuse: recorded, and kept as scripted state ----------------
+    loop_name = "/dev/loop{n}"  # the device the n-th attach_loop (from 0) answers
+
+    def attach_loop(self, image: Path, size: int, sector_size: int | None, direct_io: bool,
+                    scratch: Path) -> Path:  # fmt: skip
+        device = self.loop_name.format(n=len(self.kinds("attach_loop")))
+        self.effects.append(Effect("attach_loop", str(image), {
+            "bytes": size, "sector_size": sector_size, "direct_io": direct_io,
+            "device": device}))  # fmt: skip
+        return Path(device)
+
+    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+                     scratch: Path) -> Path:  # fmt: skip
+        self.effects.append(Effect("claim_device", str(device), {"ours": sorted(ours)}))
+        if device not in grant.devices:
+            raise DeviceError(f"refusing to format {device}: the command line did not allow it")
+        if str(device) in self.busy:
+            raise DeviceError(f"refusing to format {device} now: {self.busy[str(device)]}")
+        return device
+
+    def make_filesystem(self, fstype: str, device: Path, options: str,
+                        scratch: Path) -> str | None:  # fmt: skip
+        self.effects.append(Effect("mkfs", str(device), {"fstype": fstype, "options": options}))
+        return f"uuid-{len(self.kinds('mkfs'))}"
+
+    def mount(self, fstype: str, device: Path, point: Path, options: str, scratch: Path,
+              nocow: bool = False) -> None:  # fmt: skip
+        detail = {"device": str(device), "fstype": fstype, "options": options, "nocow": nocow}
+        self.effects.append(Effect("mount", str(point), detail))
+        self.mounted[str(point)] = detail
+        self.dirs.add(str(point))
+
+    def has_nocow(self, path: Path) -> bool:
+        return any(d["nocow"] and (str(path) + "/").startswith(p + "/")
+                   for p, d in self.mounted.items())  # fmt: skip
+
+    def zfs_create(self, pool: str, device: Path, point: Path, values: Mapping[str, Any],
+                   scratch: Path) -> None:  # fmt: skip
+        self.effects.append(Effect("zfs_create", pool, {"device": str(device),
+                                   "point": str(point), "values": dict(values)}))  # fmt: skip
+        self.pools[pool] = {k[4:]: str(v) for k, v in values.items() if v is not None}
+        self.dirs.add(str(point))
+
+    def zfs_change(self, pool: str, props: Mapping[str, str], drop_arc: bool,
+                   scratch: Path) -> None:  # fmt: skip
+        self.effects.append(Effect("zfs_change", pool, {"props": dict(props),
+                                                        "drop_arc": drop_arc}))  # fmt: skip
+        self.pools[pool].update(props)
+
+    def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
+        return dict(self.pools[pool])
 
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return 0.1

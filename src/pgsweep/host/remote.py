@@ -29,7 +29,9 @@ from .. import __version__
 from ..errors import PgsweepError
 from . import safefs, wire
 from .api import Connection, FileStat, Host, HostLost
+from .blockdev import DeviceError, Grant
 from .proc import Result, RunAs
+from .zfsfuse import ZfsError
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,44 @@ class RemoteHost(Host):
                                work_root=str(work_root) if work_root else None)  # fmt: skip
         return list(done), set(owed)
 
+    def attach_loop(self, image: Path, size: int, sector_size: int | None, direct_io: bool,
+                    scratch: Path) -> Path:  # fmt: skip
+        return Path(self.call("attach_loop", image=str(image), size=size, direct_io=direct_io,
+                              sector_size=sector_size, scratch=str(scratch)))  # fmt: skip
+
+    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+                     scratch: Path) -> Path:  # fmt: skip
+        return Path(self.call("claim_device", device=str(device), wipe=grant.wipe,
+                              devices=[str(d) for d in grant.devices], ours=sorted(ours),
+                              scratch=str(scratch)))  # fmt: skip
+
+    def make_filesystem(self, fstype: str, device: Path, options: str,
+                        scratch: Path) -> str | None:  # fmt: skip
+        got = self.call("make_filesystem", fstype=fstype, device=str(device), options=options,
+                        scratch=str(scratch))  # fmt: skip
+        return None if got is None else str(got)
+
+    def mount(self, fstype: str, device: Path, point: Path, options: str, scratch: Path,
+              nocow: bool = False) -> None:  # fmt: skip
+        self.call("mount", fstype=fstype, device=str(device), point=str(point),
+                  options=options, scratch=str(scratch), nocow=nocow)  # fmt: skip
+
+    def has_nocow(self, path: Path) -> bool:
+        return bool(self.call("has_nocow", path=str(path)))
+
+    def zfs_create(self, pool: str, device: Path, point: Path, values: Mapping[str, Any],
+                   scratch: Path) -> None:  # fmt: skip
+        self.call("zfs_create", pool=pool, device=str(device), point=str(point),
+                  values=dict(values), scratch=str(scratch))  # fmt: skip
+
+    def zfs_change(self, pool: str, props: Mapping[str, str], drop_arc: bool,
+                   scratch: Path) -> None:  # fmt: skip
+        self.call("zfs_change", pool=pool, props=dict(props), drop_arc=drop_arc,
+                  scratch=str(scratch))  # fmt: skip
+
+    def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
+        return dict(self.call("zfs_properties", pool=pool, scratch=str(scratch)))
+
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return float(self.call("tcp_rtt", address=address, port=port, probes=probes))
 
@@ -313,6 +353,10 @@ def _error(host: str, method: str, err: dict[str, Any]) -> Exception:
         return FileNotFoundError(err.get("errno") or 2, message)
     if kind == "PgsweepError":
         return PgsweepError(message)
+    if kind == "DeviceError":
+        return DeviceError(message)
+    if kind == "ZfsError":
+        return ZfsError(message)
     if kind.startswith("psycopg") or kind in ("OperationalError", "QueryCanceled",
                                               "ProgrammingError", "UndefinedTable"):
         import psycopg

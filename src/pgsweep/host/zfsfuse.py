@@ -1,8 +1,9 @@
 """ZFS for the storage layer, through zfs-fuse (no kernel module can load here; kernel ZFS
 is not supported yet). pgsweep starts its own daemon with the FUSE page cache off, so the
-ARC alone caches and `primarycache` means what it says, creates a pool on the layer's
-device, and journals both before they exist: `undo_entry` destroys the pool and stops the
-daemon, also for runs that died."""
+ARC alone caches and `primarycache` means what it says, and creates a pool on the layer's
+device (the storage layer journals both before they exist, through its host): `undo_entry`
+destroys the pool and stops the daemon, also for runs that died. A host (host/local.py)
+calls these on its own machine."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from ..core import Value
 from ..errors import PgsweepError
 from ..units import parse_size
 from . import proc
-from .api import Recorder
 
 # Properties a live dataset takes without new data: changing them restarts the server only.
 LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}
@@ -108,69 +108,62 @@ def check_host() -> None:
         )
 
 
-class Pool:
-    def __init__(self, name: str, scratch: Path) -> None:
-        self.name, self.scratch = name, scratch
+def create_pool(name: str, device: Path, point: Path, values: dict[str, Value],
+                scratch: Path) -> None:  # fmt: skip
+    """Start pgsweep's own daemon (its pid file in `scratch`) and create pool `name` on
+    `device`, mounted at `point`. Both are journaled before this is called: the daemon as
+    {"zfs_daemon": scratch/zfs-fuse.pid}, the pool by its name."""
+    argv = ["zfs-fuse", "--pidfile", str(scratch / "zfs-fuse.pid"), "--no-kstat-mount",
+            "--disable-page-cache"]  # fmt: skip
+    if values.get("zfs.arc_max") is not None:
+        argv += ["-m", str(parse_size(values["zfs.arc_max"]) // 1024**2)]
+    res = proc.run_tool(argv, scratch, "zfs-fuse")
+    if not res.ok:
+        raise ZfsError(f"zfs-fuse did not start: {res.last_line()}")
+    for _ in range(100):  # the daemon answers once its socket is up
+        if proc.run_tool(["zpool", "list"], scratch, "zpool-list", 10).ok:
+            break
+        time.sleep(0.1)
+    # cachefile=none: no zpool.cache outside the run remembers the pool, whatever happens
+    argv = ["zpool", "create", "-f", "-o", "cachefile=none", "-m", str(point)]
+    if values.get("zfs.ashift") is not None:
+        argv += ["-o", f"ashift={values['zfs.ashift']}"]
+    res = proc.run_tool([*argv, name, str(device)], scratch, f"zpool-create-{name}")
+    if not res.ok:
+        raise ZfsError(f"zpool create failed: {res.last_line()}")
+    set_properties(name, {k[4:]: str(v) for k, v in values.items()
+                          if k[4:] in PROPERTIES and v is not None}, scratch)  # fmt: skip
 
-    @classmethod
-    def create(
-        cls, name: str, device: Path, point: Path, values: dict[str, Value],
-        journal: Recorder, scratch: Path,
-    ) -> Pool:  # fmt: skip
-        pidfile = scratch / "zfs-fuse.pid"
-        journal.record({"zfs_daemon": str(pidfile)})
-        argv = ["zfs-fuse", "--pidfile", str(pidfile), "--no-kstat-mount", "--disable-page-cache"]
-        if values.get("zfs.arc_max") is not None:
-            argv += ["-m", str(parse_size(values["zfs.arc_max"]) // 1024**2)]
-        res = proc.run_tool(argv, scratch, "zfs-fuse")
+
+def set_properties(name: str, props: dict[str, str], scratch: Path) -> None:
+    for key, value in props.items():
+        res = proc.run_tool(["zfs", "set", f"{key}={value}", name], scratch, "zfs-set")
         if not res.ok:
-            raise ZfsError(f"zfs-fuse did not start: {res.last_line()}")
-        for _ in range(100):  # the daemon answers once its socket is up
-            if proc.run_tool(["zpool", "list"], scratch, "zpool-list", 10).ok:
+            raise ZfsError(f"zfs set {key}={value} {name} failed: {res.last_line()}")
+
+
+def drop_arc(name: str, scratch: Path) -> None:
+    """Export and import the pool: exporting evicts the pool's buffers from the ARC
+    (measured here: a 150 MB re-read took 0.19 s from the ARC, 0.45 s after this)."""
+    for argv in (
+        ["zpool", "export", name],
+        ["zpool", "import", "-o", "cachefile=none", "-d", "/dev", name],
+    ):
+        # "pool is busy" right after the server stopped: for more than 10 s once, on a
+        # loaded CI machine (zfs-fuse is a process like the others there)
+        for _ in range(BUSY_TRIES):
+            res = proc.run_tool(argv, scratch, argv[1])
+            if res.ok:
                 break
-            time.sleep(0.1)
-        pool = cls(name, scratch)
-        journal.record({"zpool": pool.name})
-        # cachefile=none: no zpool.cache outside the run remembers the pool, whatever happens
-        argv = ["zpool", "create", "-f", "-o", "cachefile=none", "-m", str(point)]
-        if values.get("zfs.ashift") is not None:
-            argv += ["-o", f"ashift={values['zfs.ashift']}"]
-        res = proc.run_tool([*argv, pool.name, str(device)], scratch, f"zpool-create-{pool.name}")
-        if not res.ok:
-            raise ZfsError(f"zpool create failed: {res.last_line()}")
-        pool.set_properties({k[4:]: str(v) for k, v in values.items()
-                             if k[4:] in PROPERTIES and v is not None})  # fmt: skip
-        return pool
+            time.sleep(1)
+        else:
+            raise ZfsError(f"{' '.join(argv)} failed for {BUSY_TRIES} s: {res.last_line()}")
 
-    def set_properties(self, props: dict[str, str]) -> None:
-        for key, value in props.items():
-            res = proc.run_tool(
-                ["zfs", "set", f"{key}={value}", self.name], self.scratch, "zfs-set"
-            )
-            if not res.ok:
-                raise ZfsError(f"zfs set {key}={value} {self.name} failed: {res.last_line()}")
 
-    def drop_arc(self) -> None:
-        """Export and import the pool: exporting evicts the pool's buffers from the ARC
-        (measured here: a 150 MB re-read took 0.19 s from the ARC, 0.45 s after this)."""
-        for argv in (
-            ["zpool", "export", self.name],
-            ["zpool", "import", "-o", "cachefile=none", "-d", "/dev", self.name],
-        ):
-            # "pool is busy" right after the server stopped: for more than 10 s once, on a
-            # loaded CI machine (zfs-fuse is a process like the others there)
-            for _ in range(BUSY_TRIES):
-                res = proc.run_tool(argv, self.scratch, argv[1])
-                if res.ok:
-                    break
-                time.sleep(1)
-            else:
-                raise ZfsError(f"{' '.join(argv)} failed for {BUSY_TRIES} s: {res.last_line()}")
-
-    def properties(self) -> dict[str, str]:
-        argv = ["zfs", "get", "-H", "-o", "property,value", ",".join(PROPERTIES), self.name]
-        res = proc.run_tool(argv, self.scratch, "zfs-get")
-        return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
+def properties(name: str, scratch: Path) -> dict[str, str]:
+    argv = ["zfs", "get", "-H", "-o", "property,value", ",".join(PROPERTIES), name]
+    res = proc.run_tool(argv, scratch, "zfs-get")
+    return dict(line.split("\t", 1) for line in res.stdout.splitlines() if "\t" in line)
 
 
 OUR_POOL = re.compile(r"pgsweep\d+n\d+")  # the names pgsweep gives its pools

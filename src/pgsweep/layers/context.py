@@ -114,14 +114,6 @@ class RunContext:
         suffix = f".{part}" if part else ""
         return UndoJournal(self.registry / f"{self.run_id}{suffix}.undo", work_root, self.host)
 
-    def direct(self, what: str) -> None:
-        """`what` acts on this process's machine without going through the Host (see
-        docs/architecture.md): refused, the trial failing, on any other host (a dry run's
-        recording host), so nothing is done where the run's effects are only recorded."""
-        if not self.host.direct:
-            raise TrialFailure(f"{what}: made on this machine directly, not through the Host "
-                               f"yet, so not on the host {self.host.name}")  # fmt: skip
-
     def tcp_sides(self) -> list[tuple[HostSide, str]]:
         """Every other host the server admits over TCP, with what for: "all" (the client's
         pgbench) or "replication" (a standby's base backup and stream)."""

@@ -224,7 +224,6 @@ class StorageLayer(ResourceLayer):
             if run.host.lstat(home) is None:
                 run.host.private_dir(home, 0o711)
             return Storage("", home)
-        run.direct("storage (a loop image or a device, mkfs, mount, zfs-fuse)")
         ours: dict[str, set[str]] = run.state_of(self.name, dict)  # device -> UUIDs we made
         storage = storage_build.build(settings, run.next_number("storage"), run,
                                       run.grant or blockdev.Grant(), ours)  # fmt: skip
@@ -253,10 +252,9 @@ class StorageLayer(ResourceLayer):
         drop = cold or bool(live and {"primarycache", "secondarycache"} & changed)
         if not changed and not drop:
             return
-        trial.run.direct("storage.zfs properties of a live dataset")
         if trial.server.running():
             trial.server.stop()
-        trial.events += storage_build.set_live(storage, wanted, drop)
+        trial.events += storage_build.set_live(storage, wanted, drop, trial.run.host)
 
     def verify(self, settings: StorageSettings, trial: TrialContext) -> None:
         """Record what the data directory really sits on."""
@@ -286,13 +284,14 @@ class StorageLayer(ResourceLayer):
             if dio is not None:
                 trial.effective[f"storage.loop_direct_io.{dev}"] = dio.strip()
         if settings.data and settings.data.filesystem == "btrfs":
-            trial.effective["storage.btrfs_nocow"] = str(blockdev.has_nocow(cluster.datadir))
+            trial.effective["storage.btrfs_nocow"] = str(host.has_nocow(cluster.datadir))
         if storage.pool_devices:
             trial.effective["storage.pool_devices"] = ",".join(storage.pool_devices)
-        pool = storage.handle.pool if storage.handle is not None else None
-        if pool is not None:
+        built = storage.handle
+        if built is not None and built.pool is not None:
             trial.effective["storage.zfs.implementation"] = "zfs-fuse (FUSE page cache off)"
-            trial.effective.update({f"storage.zfs.{k}": v for k, v in pool.properties().items()})
+            props = host.zfs_properties(built.pool, built.scratch)
+            trial.effective.update({f"storage.zfs.{k}": v for k, v in props.items()})
 
 
 def _same_disk(a: str, b: str) -> bool:

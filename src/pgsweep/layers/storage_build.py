@@ -1,11 +1,12 @@
 """Building and taking down one storage resource: a filesystem (and a WAL filesystem) on a
 loop device or an allowed real device, or a zfs-fuse pool, mounted in the work area.
 
-Every storage has its own journal (`RUN.storage-N.undo`): its loop images, mounts, pool
-and daemon are recorded before they are made, so taking one storage down (the engine
-keeps several alive) undoes exactly its own, and `pgsweep restore` finds them all after a
-kill -9. Mount points are root-owned directories checked right before mounting; a real
-device is checked again right before every mkfs."""
+Everything here acts through the run's host (host/api.py: attach_loop, claim_device,
+make_filesystem, mount, zfs_*). Every storage has its own journal (`RUN.storage-N.undo`):
+its loop images, mounts, pool and daemon are recorded before they are made, so taking one
+storage down (the engine keeps several alive) undoes exactly its own, and `pgsweep
+restore` finds them all after a kill -9. Mount points are root-owned directories checked
+right before mounting; a real device is checked again right before every mkfs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from ..core import Value
 from ..errors import internal
 from ..host import blockdev, safefs, zfsfuse
+from ..host.api import Host
 from ..host.journal import UndoJournal
 from .context import RunContext, Storage, TrialFailure
 from .storage_tables import PROPERTIES
@@ -53,23 +55,23 @@ class StorageSettings:
 
 @dataclass
 class Built:
-    """What the storage layer made for one storage resource."""
+    """What the storage layer made for one storage resource, on its run's host."""
 
     number: int
     journal: UndoJournal
-    pool: zfsfuse.Pool | None = None
+    scratch: Path  # root's folder on the host for the tools' output (and zfs-fuse's pid)
+    pool: str | None = None  # the zfs-fuse pool's name
     live: dict[str, str] = field(default_factory=dict)  # ZFS properties set on the dataset
 
 
 def build(s: StorageSettings, number: int, run: RunContext, grant: blockdev.Grant,
           ours: dict[str, set[str]]) -> Storage:  # fmt: skip
-    """The storage for settings `s` (number `number` in this run), or TrialFailure with
-    everything made so far taken down again."""
+    """The storage for settings `s` (number `number` in this run), made on the run's host,
+    or TrialFailure with everything made so far taken down again."""
     journal = run.journal(f"storage-{number}", run.workdir)
-    built = Built(number, journal)
-    scratch = run.private / "storage-cmd"
+    built = Built(number, journal, run.private / "storage-cmd")
     try:
-        storage = _make(s, built, run, grant, ours, scratch)
+        storage = _make(s, built, run, grant, ours)
     except (blockdev.DeviceError, zfsfuse.ZfsError, safefs.UnsafePath) as exc:
         journal.restore()
         raise TrialFailure(str(exc)) from exc
@@ -89,75 +91,72 @@ def destroy(storage: Storage) -> list[str]:
     return done
 
 
+def _folder(host: Host, path: Path, mode: int) -> Path:
+    """One of root's folders in the work area, made once."""
+    if host.lstat(path) is None:
+        host.private_dir(path, mode)
+    return path
+
+
 def _make(s: StorageSettings, built: Built, run: RunContext, grant: blockdev.Grant,
-          ours: dict[str, set[str]], scratch: Path) -> Storage:  # fmt: skip
+          ours: dict[str, set[str]]) -> Storage:  # fmt: skip
     assert s.data is not None
-    n, journal = built.number, built.journal
-    (run.workdir / "storage").mkdir(mode=0o711, exist_ok=True)
-    device = _device(s.data, f"disk-{n}.img", run, grant, ours, journal, scratch)
-    point = safefs.private_dir(run.workdir / "storage" / f"mnt-{n}", 0o711)
+    n, journal, host = built.number, built.journal, run.host
+    _folder(host, built.scratch, 0o700)
+    folder = _folder(host, run.workdir / "storage", 0o711)
+    device = _device(s.data, f"disk-{n}.img", run, grant, ours, built)
+    point = host.private_dir(folder / f"mnt-{n}", 0o711)
     pool_devices: list[str] = []
     if s.data.filesystem == "zfs":
-        name = f"pgsweep{os.getpid()}n{n}"
+        built.pool = f"pgsweep{os.getpid()}n{n}"
         values: dict[str, Value] = {f"zfs.{k}": v for k, v in s.zfs.items() if k in PROPERTIES}
         values |= {"zfs.ashift": s.ashift} if s.ashift else {}
         values |= {"zfs.arc_max": f"{s.arc_max_mb}MiB"} if s.arc_max_mb else {}
-        built.pool = zfsfuse.Pool.create(name, device, point, values, journal, scratch)
-        safefs.own_root(point)
+        journal.record({"zfs_daemon": str(built.scratch / "zfs-fuse.pid")})
+        journal.record({"zpool": built.pool})
+        host.zfs_create(built.pool, device, point, values, built.scratch)
         pool_devices = [device.name]  # FUSE hides the pool's device from stat
     else:
-        _filesystem(s.data, device, point, journal, ours, scratch)
+        _filesystem(s.data, device, point, host, ours, built)
     storage = Storage("", point, pool_devices=pool_devices)
     if s.wal is not None:
-        wal_dev = _device(s.wal, f"disk-{n}-wal.img", run, grant, ours, journal, scratch)
-        storage.wal_home = safefs.private_dir(run.workdir / "storage" / f"mnt-{n}-wal", 0o711)
-        _filesystem(s.wal, wal_dev, storage.wal_home, journal, ours, scratch)
+        wal_dev = _device(s.wal, f"disk-{n}-wal.img", run, grant, ours, built)
+        storage.wal_home = host.private_dir(folder / f"mnt-{n}-wal", 0o711)
+        _filesystem(s.wal, wal_dev, storage.wal_home, host, ours, built)
     return storage
 
 
 def _device(fs: FsSettings, image_name: str, run: RunContext, grant: blockdev.Grant,
-            ours: dict[str, set[str]], journal: UndoJournal, scratch: Path) -> Path:  # fmt: skip
+            ours: dict[str, set[str]], built: Built) -> Path:  # fmt: skip
+    host = run.host
     if fs.loop_bytes is None:
-        device = blockdev.real_device(Path(fs.device))
-        blockdev.check_before_format(device, grant, scratch,
-                                     frozenset(ours.get(str(device), set())))  # fmt: skip
-        return device
-    images = run.private / "images"
-    images.mkdir(mode=0o700, exist_ok=True)
-    image = images / image_name
-    journal.record({"loop_image": str(image)})
-    return blockdev.attach_loop(image, fs.loop_bytes, fs.sector_size, fs.loop_direct_io, scratch)
+        return host.claim_device(Path(fs.device), grant,
+                                 frozenset(ours.get(fs.device, set())), built.scratch)  # fmt: skip
+    image = _folder(host, run.private / "images", 0o700) / image_name
+    built.journal.record({"loop_image": str(image)})
+    return host.attach_loop(image, fs.loop_bytes, fs.sector_size, fs.loop_direct_io,
+                            built.scratch)  # fmt: skip
 
 
-def _filesystem(fs: FsSettings, device: Path, point: Path, journal: UndoJournal,
-                ours: dict[str, set[str]], scratch: Path) -> None:  # fmt: skip
-    blockdev.make_filesystem(fs.filesystem, device, fs.mkfs_options, scratch)
-    if fs.loop_bytes is None:  # know our own filesystem again at the next check
-        uuid = blockdev.filesystem_uuid(device, scratch)
-        if uuid:
-            ours.setdefault(str(device), set()).add(uuid)
-    journal.record({"mount": str(point)})
-    blockdev.mount(fs.filesystem, device, point, fs.mount_options, scratch)
-    safefs.own_root(point)  # the new filesystem's root: root's, the server passes through
-    if fs.filesystem == "btrfs" and fs.btrfs_nocow:
-        blockdev.set_nocow(point, scratch)  # inherited by every file the cluster makes
+def _filesystem(fs: FsSettings, device: Path, point: Path, host: Host,
+                ours: dict[str, set[str]], built: Built) -> None:  # fmt: skip
+    uuid = host.make_filesystem(fs.filesystem, device, fs.mkfs_options, built.scratch)
+    if fs.loop_bytes is None and uuid:  # know our own filesystem again at the next check
+        ours.setdefault(fs.device, set()).add(uuid)
+    built.journal.record({"mount": str(point)})
+    host.mount(fs.filesystem, device, point, fs.mount_options, built.scratch,
+               nocow=fs.filesystem == "btrfs" and fs.btrfs_nocow)  # fmt: skip
 
 
-def set_live(storage: Storage, wanted: dict[str, str], drop_arc: bool) -> list[str]:
+def set_live(storage: Storage, wanted: dict[str, str], drop_arc: bool, host: Host) -> list[str]:
     """Set the properties a live dataset takes; empty the ARC when asked (what the last
     level cached must not serve this one). Returns the events."""
     built: Built = storage.handle
     assert built.pool is not None
     changed = {k: v for k, v in wanted.items() if built.live.get(k) != v}
-    events = []
     try:
-        built.pool.set_properties(changed)
-        if drop_arc:
-            built.pool.drop_arc()
-            events.append("arc-drop")
+        host.zfs_change(built.pool, changed, drop_arc, built.scratch)
     except zfsfuse.ZfsError as exc:
         raise TrialFailure(str(exc)) from exc
     built.live.update(changed)
-    if changed:
-        events.append("zfs-set")
-    return events
+    return (["arc-drop"] if drop_arc else []) + (["zfs-set"] if changed else [])
