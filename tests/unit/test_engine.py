@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pgsweep.core import Cost
-from pgsweep.engine.resources import Resources
+from pgsweep.engine.resources import Resources, in_order
 from pgsweep.host.local import LOCAL
 from pgsweep.layers.base import ResourceLayer
 from pgsweep.layers.context import RunContext, Server, Storage, TrialFailure
@@ -74,18 +74,15 @@ def settings(config_levels: dict[str, Any]) -> dict[str, Any]:
 
 
 def drive(plan: Plan, fail: set[str] | None = None) -> tuple[list[str], Resources]:
-    """Walk the plan as the run loop does: acquire each trial's resources; per_round
-    releases at each new round."""
+    """Walk the plan through the run's own walk (engine/resources.in_order, which takes
+    every resource down where the plan renews its whole plots): acquire each trial's
+    resources."""
     log: list[str] = []
     layers = [Fake("storage", log), Fake("cluster", log, fail)]
     run = RunContext(None, None, Path("/nonexistent"), Path("/nonexistent"), Path("/tmp"),  # type: ignore[arg-type]
                      host=LOCAL)
     resources = Resources(layers, run, not plan.keep_alive)  # type: ignore[arg-type]
-    current = None
-    for t in plan.trials:
-        if plan.renews_at(t.round) and current not in (None, t.round):
-            resources.release_all()
-        current = t.round
+    for t in in_order(plan, plan.trials, resources):
         got: dict[str, Any] = {}
         try:
             got = resources.acquire(settings(plan.config(t.config).levels), [])

@@ -28,7 +28,7 @@ from ..postgres.access import ServerError
 from ..spec import Experiment
 from .dryhost import DRY, DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate
-from .resources import Resources
+from .resources import Resources, in_order
 from .trial import prepare_layers
 
 KINDS = ("new cluster", "restore", "restart", "start", "reload", "no change")
@@ -81,14 +81,11 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
     out: list[str] = []
     shown: set[str] = set()
     refused: dict[str, str] = {}
-    current, walked = None, 0
-    for trial in todo:
+    walked = 0
+    for trial in in_order(plan, todo, resources):
         if shown >= set(KINDS) or walked == MAX_TRIALS:
             break
         walked += 1
-        if plan.renews_at(trial.round) and current not in (None, trial.round):
-            resources.release_all()  # a new instance of every whole plot (plan.py)
-        current = trial.round
         config = plan.config(trial.config)
         mark = len(host.effects)
         events, failed, window = _trial(exp, resources, run, trial.id, config.levels)

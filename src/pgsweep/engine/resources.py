@@ -17,11 +17,24 @@ is not tried again. Everything is taken down on every path (`release_all`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..layers.base import ResourceLayer
 from ..layers.context import RunContext, Server, TrialFailure
+from ..plan import Plan, Trial
+
+
+def in_order(plan: Plan, trials: Iterable[Trial], resources: Resources) -> Iterator[Trial]:
+    """The trials as given (the run's order), every resource taken down before the first
+    trial of a round where the plan renews its whole plots (`rebuild = "per_round"` or
+    every N rounds, batches one at a time): the one walk `run` and `plan --commands` share."""
+    current = None
+    for trial in trials:
+        if plan.renews_at(trial.round) and current not in (None, trial.round):
+            resources.release_all()  # a new instance of every whole plot (plan.py)
+        current = trial.round
+        yield trial
 
 
 class Resources:

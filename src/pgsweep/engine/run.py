@@ -25,7 +25,7 @@ from ..store import Results, Store, TrialRecord
 from . import buildprep, clients
 from .folder import check_results_folder, new_store, resume_store
 from .plans import claim_host, plan_for, preflight, resumed_plan, shard_facts
-from .resources import Resources
+from .resources import Resources, in_order
 from .signals import signals_ignored, stopped_by_signals
 from .trial import run_trial
 
@@ -163,11 +163,7 @@ def _trials(
     for layer in exp.layers:
         layer.start_run(ctx)
     recorded = store.environment_scopes()  # configurations whose settings are recorded
-    current_round = None
-    for n, trial in enumerate(todo):
-        if plan.renews_at(trial.round) and current_round not in (None, trial.round):
-            resources.release_all()  # a new instance of every whole plot (plan.py)
-        current_round = trial.round
+    for n, trial in enumerate(in_order(plan, todo, resources)):
         config = plan.config(trial.config)
         reporter.trial_started(trial, config, n)
         record = run_trial(exp.layers, resources, ctx, trial, config, exp.settings(config.levels),
