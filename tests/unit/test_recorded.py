@@ -165,9 +165,7 @@ def test_a_level_the_server_does_not_run_with_fails_the_trial() -> None:
         layer.prepare({"synchronous_commit": "on"}, trial)
 
 
-def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse() -> None:
     thp = THP_FILES["thp"]
     host = RecordingHost(files={str(thp): "always [madvise] never",
                                 "/proc/sys/vm/swappiness": "60"},
@@ -176,8 +174,6 @@ def test_kernel_values_are_journaled_then_written_and_put_back_in_reverse(
     settings = OsSettings(True, None, {"thp": "never"}, None, None, False, None,
                           {"vm.swappiness": "10"})  # fmt: skip
     trial = _trial(host, {"os": settings, "workload": None})
-    # the sysctl floors are read from this machine's /proc: not what this test is about
-    monkeypatch.setattr("pgsweep.layers.sysctls.recheck", lambda values: None)
     layer.prepare(settings, trial)
     assert trial.effective["os.thp"] == "never"
     assert trial.effective["os.sysctl.vm.swappiness"] == "10"
@@ -273,16 +269,13 @@ def test_each_run_numbers_its_clusters_from_one() -> None:
     assert second.next_number("cluster") == 1 and first.next_number("storage") == 1
 
 
-def test_a_configuration_leaving_a_kernel_value_unset_runs_with_the_machines_own(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_configuration_leaving_a_kernel_value_unset_runs_with_the_machines_own() -> None:
     """`run --against` with [os] in one file only: the other file's configurations set no
     kernel value; they must run with what the machine had, not what the last "before"
     trial left (THP and a sysctl back at their originals, the server restarted for THP,
     the huge pages given back), and a configuration setting the value again sets it."""
     layer, host = OsLayer(), _os_host("a")
     host.files["/proc/sys/vm/swappiness"] = "60"
-    monkeypatch.setattr("pgsweep.layers.sysctls.recheck", lambda values: None)
     key = _pages_key("2MB", {}, (), _binaries().bindir)
     layer.pages[key] = 70
     before = OsSettings(True, "2MB", {"thp": "never"}, None, None, False, None,

@@ -163,7 +163,8 @@ def ready_server(trial: TrialContext, record: TrialRecord) -> None:
 
 def _check_in_cgroup(trial: TrialContext, cgroup: Path) -> None:
     pid = trial.cluster.postmaster_pid()
-    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid else []
+    text = trial.run.host.read_text(Path(f"/proc/{pid}/cgroup")) if pid else ""
+    lines = text.splitlines()
     if not any(line.split(":")[1:] == ["memory", f"/{cgroup.name}"] for line in lines):
         raise TrialFailure(
             f"os.memory_limit: the postmaster ({pid}) is not in {cgroup}: "

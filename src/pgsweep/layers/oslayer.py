@@ -125,7 +125,7 @@ class OsLayer(Layer):
         cgroup unless it is in huge pages) must fit under os.memory_limit."""
         for config in configs:
             mine: OsSettings = config[self.name]
-            why = sysctls.check_overcommit(mine.sysctl)
+            why = sysctls.check_overcommit(mine.sysctl, ctx.host)
             if why:
                 name = "vm.overcommit_memory"
                 raise ctx.source.error(
@@ -199,7 +199,7 @@ class OsLayer(Layer):
         if not settings.used and self.name not in trial.run.state:
             return None  # and when an earlier trial changed something: put it back
         host, state = trial.run.host, self._state(trial.run)
-        why = sysctls.recheck(settings.sysctl)  # floors move with what the machine uses
+        why = sysctls.recheck(settings.sysctl, host)  # floors move with what the machine uses
         if why:
             raise TrialFailure(why)
         targets = self._targets(settings, trial, state)

@@ -22,6 +22,7 @@ from ..host.journal import SYSCTLS
 from ..host.kernelfiles import SYSCTL
 
 if TYPE_CHECKING:
+    from ..host.api import Host
     from .base import ValidationContext
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[A-Za-z0-9_-]+)+$")
@@ -55,75 +56,63 @@ def refusal(name: str) -> str | None:
 # ---- what the machine uses now (floors) -------------------------------------------------
 
 
-def _lines(path: str) -> list[list[str]]:
-    try:
-        return [line.split() for line in Path(path).read_text().splitlines()[1:] if line.strip()]
-    except OSError:
-        return []
+def _lines(host: Host, path: str) -> list[list[str]]:
+    text = host.read_optional(Path(path)) or ""
+    return [line.split() for line in text.splitlines()[1:] if line.strip()]
 
 
-def _meminfo(key: str) -> int:
+def _meminfo(host: Host, key: str) -> int:
     """A /proc/meminfo figure in kB (0 when absent)."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
+    for line in host.read_text(Path("/proc/meminfo")).splitlines():
         if line.startswith(f"{key}:"):
             return int(line.split()[1])
     return 0
 
 
-def _open_files() -> int:
-    return int(Path("/proc/sys/fs/file-nr").read_text().split()[0])
+def _first(host: Host, path: str) -> int:
+    return int(host.read_text(Path(path)).split()[0])
 
 
-def _aio() -> int:
-    return int(Path("/proc/sys/fs/aio-nr").read_text().split()[0])
-
-
-def _largest_map_count() -> int:
+def _largest_map_count(host: Host) -> int:
     """The most memory maps any process holds now."""
     most = 0
-    for d in os.listdir("/proc"):
+    for d in host.list_owned(Path("/proc")):
         if d.isdigit():
-            try:
-                with open(f"/proc/{d}/maps", "rb") as f:
-                    most = max(most, sum(1 for _ in f))
-            except OSError:
-                continue
+            text = host.read_optional(Path(f"/proc/{d}/maps"))  # None: it ended meanwhile
+            most = max(most, len(text.splitlines()) if text else 0)
     return most
 
 
-def _tcp_pages() -> int:
-    for line in Path("/proc/net/sockstat").read_text().splitlines():
+def _tcp_pages(host: Host) -> int:
+    for line in host.read_text(Path("/proc/net/sockstat")).splitlines():
         if line.startswith("TCP:"):
             fields = line.split()
             return int(fields[fields.index("mem") + 1]) if "mem" in fields else 0
     return 0
 
 
-def _ram_pages() -> int:
-    return _meminfo("MemTotal") * 1024 // os.sysconf("SC_PAGE_SIZE")
+# per field, and how it was found, from what the host (the server's machine) uses now
+Floor = Callable[["Host"], tuple[list[int], str]]
 
 
-Floor = Callable[[], tuple[list[int], str]]  # per field, and how it was found
-
-
-def _shm_floor() -> tuple[list[int], str]:
-    segs = _lines("/proc/sysvipc/shm")
+def _shm_floor(host: Host) -> tuple[list[int], str]:
+    segs = _lines(host, "/proc/sysvipc/shm")
     return [max(64, len(segs) + 16)], f"{len(segs)} shared memory segments in use now, + 16"
 
 
-def _shmmax_floor() -> tuple[list[int], str]:
-    largest = max((int(s[3]) for s in _lines("/proc/sysvipc/shm")), default=0)
+def _shmmax_floor(host: Host) -> tuple[list[int], str]:
+    largest = max((int(s[3]) for s in _lines(host, "/proc/sysvipc/shm")), default=0)
     return [max(1 << 20, largest)], f"the largest segment in use now is {largest} bytes"
 
 
-def _shmall_floor() -> tuple[list[int], str]:
-    page = os.sysconf("SC_PAGE_SIZE")
-    used = sum(-(-int(s[3]) // page) for s in _lines("/proc/sysvipc/shm"))
+def _shmall_floor(host: Host) -> tuple[list[int], str]:
+    page = os.sysconf("SC_PAGE_SIZE")  # 4 KiB on every machine pgsweep runs on
+    used = sum(-(-int(s[3]) // page) for s in _lines(host, "/proc/sysvipc/shm"))
     return [2 * used], f"{used} pages of shared memory in use now, x2"
 
 
-def _sem_floor() -> tuple[list[int], str]:
-    sets = _lines("/proc/sysvipc/sem")
+def _sem_floor(host: Host) -> tuple[list[int], str]:
+    sets = _lines(host, "/proc/sysvipc/sem")
     sizes = [int(s[3]) for s in sets]
     total = sum(sizes)
     return ([max(32, max(sizes, default=0)), max(256, 2 * total), 32, max(128, len(sets) + 16)],
@@ -131,36 +120,37 @@ def _sem_floor() -> tuple[list[int], str]:
             f"{total} semaphores")  # fmt: skip
 
 
-def _msg_floor() -> tuple[list[int], str]:
-    queues = _lines("/proc/sysvipc/msg")
+def _msg_floor(host: Host) -> tuple[list[int], str]:
+    queues = _lines(host, "/proc/sysvipc/msg")
     return [max(32, len(queues) + 16)], f"{len(queues)} message queues in use now, + 16"
 
 
-def _files_floor() -> tuple[list[int], str]:
-    now = _open_files()
+def _files_floor(host: Host) -> tuple[list[int], str]:
+    now = _first(host, "/proc/sys/fs/file-nr")
     return [max(65536, 2 * now)], f"{now} files open now, x2"
 
 
-def _nr_open_floor() -> tuple[list[int], str]:
-    import resource
-
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    hard = hard if hard != resource.RLIM_INFINITY else 1 << 20
+def _nr_open_floor(host: Host) -> tuple[list[int], str]:
+    """The hard limit of the process that reads the host's /proc/self/limits: pgsweep's
+    own here, its agent's there."""
+    limits = host.read_text(Path("/proc/self/limits"))
+    m = re.search(r"^Max open files\s+\S+\s+(\S+)", limits, re.M)
+    hard = int(m.group(1)) if m and m.group(1).isdigit() else 1 << 20
     return [max(65536, hard)], f"pgsweep's own limit on open files is {hard}"
 
 
-def _aio_floor() -> tuple[list[int], str]:
-    now = _aio()
+def _aio_floor(host: Host) -> tuple[list[int], str]:
+    now = _first(host, "/proc/sys/fs/aio-nr")
     return [max(65536, 2 * now)], f"{now} AIO requests in flight now, x2"
 
 
-def _maps_floor() -> tuple[list[int], str]:
-    most = _largest_map_count()
+def _maps_floor(host: Host) -> tuple[list[int], str]:
+    most = _largest_map_count(host)
     return [max(65530, 2 * most)], f"a process holds {most} memory maps now, x2"
 
 
-def _tcp_floor() -> tuple[list[int], str]:
-    used = _tcp_pages()
+def _tcp_floor(host: Host) -> tuple[list[int], str]:
+    used = _tcp_pages(host)
     low = max(4096, 2 * used)
     return [low, low, low], f"TCP holds {used} pages now, x2"
 
@@ -276,25 +266,25 @@ RANGES: dict[str, Range] = {
 }
 
 
-def expected(name: str) -> str:
-    """The range of `name` in words, with the floors the machine sets now."""
+def expected(name: str, host: Host) -> str:
+    """The range of `name` in words, with the floors the host sets now."""
     rng = RANGES[name]
-    lows, why = _lows(rng)
+    lows, why = _lows(rng, host)
     parts = [f"{lo}..{hi}" for lo, hi in zip(lows, rng.high, strict=True)]
     text = " ".join(parts) + (" (or 0)" if rng.zero else "") + f": {rng.meaning}"
     text += ", each at least the one before" if rng.ordered else ""
     return text + (f"; floor: {why}" if why else "")
 
 
-def _lows(rng: Range) -> tuple[list[int], str]:
+def _lows(rng: Range, host: Host) -> tuple[list[int], str]:
     if rng.floor is None:
         return list(rng.low), ""
-    floors, why = rng.floor()
+    floors, why = rng.floor(host)
     return [max(a, b) for a, b in zip(rng.low, floors, strict=True)], why
 
 
-def check(name: str, value: object) -> str | None:
-    """Why `value` is outside the safe range of `name` (refused), or None."""
+def check(name: str, value: object, host: Host) -> str | None:
+    """Why `value` is outside the safe range of `name` on `host` (refused), or None."""
     rng = RANGES[name]
     fields = str(value).split()
     if len(fields) != len(rng.low) or not all(re.fullmatch(r"-?[0-9]+", f) for f in fields):
@@ -303,7 +293,7 @@ def check(name: str, value: object) -> str | None:
     numbers = [int(f) for f in fields]
     if rng.zero and numbers == [0]:
         return None
-    lows, _ = _lows(rng)
+    lows, _ = _lows(rng, host)
     for i, (n, lo, hi) in enumerate(zip(numbers, lows, rng.high, strict=True)):
         if not lo <= n <= hi:
             which = f"field {i + 1} of " if len(numbers) > 1 else ""
@@ -313,28 +303,27 @@ def check(name: str, value: object) -> str | None:
     return None
 
 
-def check_overcommit(sysctl: dict[str, str]) -> str | None:
+def check_overcommit(sysctl: dict[str, str], host: Host) -> str | None:
     """vm.overcommit_memory = 2 caps what all processes may commit: the cap this
     configuration's ratio (or kbytes) gives, plus swap, must leave room for twice what
     is committed now and a quarter of RAM more (the servers pgsweep starts commit their
     shared memory), or no process (pgsweep's restore included) could start."""
-    mode = sysctl.get("vm.overcommit_memory", _current("vm.overcommit_memory"))
-    if mode != "2":
+    def now(name: str) -> str:
+        return sysctl.get(name) or host.read_text(sysctl_file(name)).strip()
+
+    if not any(k.startswith("vm.overcommit_") for k in sysctl):
+        return None  # the machine's own policy, which pgsweep does not change
+    if now("vm.overcommit_memory") != "2":
         return None
-    kbytes = int(sysctl.get("vm.overcommit_kbytes", _current("vm.overcommit_kbytes")))
-    ratio = int(sysctl.get("vm.overcommit_ratio", _current("vm.overcommit_ratio")))
-    ram, committed = _meminfo("MemTotal"), _meminfo("Committed_AS")
-    limit = (kbytes or ram * ratio // 100) + _meminfo("SwapTotal")
+    kbytes, ratio = int(now("vm.overcommit_kbytes")), int(now("vm.overcommit_ratio"))
+    ram, committed = _meminfo(host, "MemTotal"), _meminfo(host, "Committed_AS")
+    limit = (kbytes or ram * ratio // 100) + _meminfo(host, "SwapTotal")
     need = 2 * committed + ram // 4
     if limit < need:
         return (f"vm.overcommit_memory = 2 would cap committed memory at {limit >> 10} MiB; "
                 f"{committed >> 10} MiB is committed now, and pgsweep needs twice that and "
                 f"a quarter of RAM more ({need >> 10} MiB)")  # fmt: skip
     return None
-
-
-def _current(name: str) -> str:
-    return sysctl_file(name).read_text().strip()
 
 
 def check_levels(key: str, levels: list[Any], ctx: ValidationContext, in_factors: bool) -> None:
@@ -347,32 +336,35 @@ def check_levels(key: str, levels: list[Any], ctx: ValidationContext, in_factors
     except ValueError as exc:
         raise ctx.source.error(where, f"{name!r} is not a sysctl name: {exc}",
                                expected="a name such as vm.swappiness") from None  # fmt: skip
-    if not path.is_file():
+    st = ctx.host.lstat(path)
+    if st is None or not st.is_file:
         raise ctx.source.error(where, f"there is no sysctl {name!r} ({path} does not exist)",
                                fix="check the name with `sysctl -a`")  # fmt: skip
     why = refusal(name)
     if why:
         raise ctx.source.error(where, f"sysctl {name} cannot be set here: {why}",
                                fix="remove it from the experiment file")  # fmt: skip
-    if not path.stat().st_mode & 0o200:
+    if not st.mode & 0o200:
         raise ctx.source.error(where, f"sysctl {name} is read-only",
                                fix="remove it from the experiment file")  # fmt: skip
     for level in levels:
-        why = check(name, level)
+        why = check(name, level, ctx.host)
         if why:
-            raise ctx.source.error(where, f"sysctl {name}: {why}", expected=expected(name),
+            raise ctx.source.error(where, f"sysctl {name}: {why}",
+                                   expected=expected(name, ctx.host),
                                    fix="choose a value inside the range (SECURITY.md lists "
                                    "every sysctl's), or remove it")  # fmt: skip
 
 
-def recheck(sysctl: dict[str, str]) -> str | None:
-    """Right before a configuration's values are written: still inside their ranges (the
-    floors follow what the machine uses, which moves)? The reason a trial fails, or None."""
+def recheck(sysctl: dict[str, str], host: Host) -> str | None:
+    """Right before a configuration's values are written on `host`: still inside their
+    ranges (the floors follow what the machine uses, which moves)? The reason a trial
+    fails, or None."""
     for name, value in sysctl.items():
-        why = check(name, value)
+        why = check(name, value, host)
         if why:
-            return f"os.sysctl.{name}: {why} (now {expected(name)})"
-    why = check_overcommit(sysctl)
+            return f"os.sysctl.{name}: {why} (now {expected(name, host)})"
+    why = check_overcommit(sysctl, host)
     return f"os.sysctl.vm.overcommit_memory: {why}" if why else None
 
 
