@@ -52,7 +52,7 @@ import numpy as np
 
 from pgsweep import verdict as sm
 from pgsweep.analysis import compare as cmp
-from pgsweep.engine.plans import LOOKS_COST
+from pgsweep.spec.rounds import LOOKS_COST
 from pgsweep.verdict import noise as nz
 from pgsweep.verdict import power as pw
 from pgsweep.verdict import sequential as sq
@@ -117,7 +117,7 @@ def fixed(design: V.Design, rounds: int, noise: str, config: int | None = 1,
 
 
 def default_max(design: V.Design, noise: str) -> int:
-    """max_rounds as engine.plans.settle_max_rounds sets it (no budget limit here)."""
+    """max_rounds as spec.rounds.settle_max_rounds sets it (no budget limit here)."""
     n = math.prod(len(lv) for _, lv, _ in design.factors)
     sigma, _ = nz.recorded(WORKLOAD[noise]).at(n)
     need = pw.rounds_needed(sigma, 0.10, n, max_rounds=50)

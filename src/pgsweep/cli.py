@@ -34,6 +34,7 @@ from .errors import (
     PgsweepError,
 )
 from .host import journal
+from .host.local import LOCAL
 from .outputs import show
 
 
@@ -194,7 +195,7 @@ def _console() -> Console:
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
-    done, failed = journal.recover_stale()
+    done, failed = journal.recover_stale(LOCAL)
     for line in done + failed:
         console.print(line, markup=False)
     if failed:

@@ -34,6 +34,7 @@ def _grant(args: argparse.Namespace) -> Grant:
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from .engine import buildprep, plans
+    from .spec import rounds
 
     if args.noise_from is not None:  # refused before the file's checks start servers
         Results(args.noise_from).close()
@@ -60,7 +61,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
     notes += exp.notes + show.build_notes(buildprep.planned(exp))
-    costs = plans.trial_costs(exp, plan)
+    costs = rounds.trial_costs(exp, plan)
     show.render_plan(plan, estimate_parts(plan, costs), console, notes)
     if shard is not None:
         show.render_fleet(plan, fleet_estimate(plan, costs), args.shard and shard.k, console)

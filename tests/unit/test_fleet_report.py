@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from pgsweep.analysis import analyse
-from pgsweep.outputs.report import fleet_lines
+from pgsweep.outputs.sentences import fleet_lines
 from pgsweep.plan import round_spans, shard_rounds
 from pgsweep.store import Results, Store, merge
 from synthetic import make_results

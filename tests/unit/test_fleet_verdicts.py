@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pgsweep.analysis.fleet import _fact_row
-from pgsweep.outputs.report import fact_lines
+from pgsweep.outputs.sentences import fact_lines
 from pgsweep.verdict import Observations, fit, report_families
 from pgsweep.verdict.facts import fact_tests
 from pgsweep.verdict.groups import interaction

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import SERVER_USER
 from pgsweep.host import journal, workarea
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root's registry")
@@ -68,7 +69,7 @@ def test_refused_entries_are_kept_and_their_folders_left_alone(
     opened = _area(base, "pgsweep-work-e-1", "123-461")
     _entry(state_dir, "123-461", opened, uid, results=str(elsewhere), opened="True")
     try:
-        done, failed = journal.recover_stale()
+        done, failed = journal.recover_stale(LOCAL)
         assert sleeper.poll() is None  # never killed
     finally:
         sleeper.kill()

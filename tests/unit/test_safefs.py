@@ -17,6 +17,7 @@ import pytest
 from conftest import SERVER_USER
 from pgsweep.errors import PgsweepError
 from pgsweep.host import journal, mounts, safefs, workarea
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.layers.oslayer import sysctl_file, sysctl_refusal
 
@@ -223,7 +224,7 @@ def test_replay_writes_only_files_pgsweep_changes(tmp_path: Path, canary: Path) 
             {"file": "/proc/sys/vm/../../../etc/passwd", "original": "x"},
         ],
     )
-    done, owed = journal.restore_journal(planted, None)
+    done, owed = journal.restore_journal(planted, None, LOCAL)
     assert untouched(canary)
     assert len(owed) == 2 and all("refused" in line for line in done)
     assert planted.exists()  # kept: what it asks for was not done
@@ -237,7 +238,7 @@ def test_replay_deletes_only_namespaces_and_links_pgsweep_makes(tmp_path: Path) 
         {"netns": "eth0"}, {"netns": "lo"}, {"netns": "../../etc"}, {"netns": "other"},
         {"netns": "pgsweep-1-2-3-p/../../x"}, {"netns": "pgsweep-1-2-3-x"},
     ])  # fmt: skip
-    done, _ = journal.restore_journal(planted, None)
+    done, _ = journal.restore_journal(planted, None, LOCAL)
     assert len(done) == 6 and all("refused" in line for line in done), done
     assert sorted(p.name for p in Path("/sys/class/net").iterdir()) == links
 
@@ -264,7 +265,7 @@ def test_a_failed_restore_keeps_only_what_is_owed_and_the_oldest_original(
 
     monkeypatch.setattr(Path, "rmdir", busy)
     try:
-        done, owed = journal.restore_journal(path, None)
+        done, owed = journal.restore_journal(path, None, LOCAL)
     finally:
         swappiness.write_text(before)
     assert f"restored {swappiness} = {before}" in done  # the oldest original won

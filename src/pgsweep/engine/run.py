@@ -62,7 +62,7 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
     proc.become_subreaper()  # a killed postmaster must not stay a zombie (see proc)
     results = safefs.trusted_target(results, "the results folder")  # resolved, once
     with stopped_by_signals():
-        stale, unrestored = journal.recover_stale()
+        stale, unrestored = journal.recover_stale(LOCAL)
         check_results_folder(results, resume)
         where = preflight(exp, results)
         claim_host(exp, results)  # e.g. one run at a time changes kernel settings
@@ -204,7 +204,7 @@ def _host_sides(remotes: dict[str, RemoteHost], area: workarea.WorkArea,
                 exp: Experiment) -> dict[str, HostSide]:  # fmt: skip
     """Each other host's part of this run, journaled first: should this run be killed and
     an agent not have put its host back, `pgsweep restore` here asks it to."""
-    undo = journal.UndoJournal.for_this_run("hosts")
+    undo = journal.UndoJournal.for_this_run(LOCAL, "hosts")
     for host in remotes.values():
         undo.record({"remote_host": host.name, **host.target.entry()})
     return clients.host_sides(remotes, area.results.name, exp.user)
@@ -223,7 +223,7 @@ def _close_hosts(ctx: RunContext) -> None:
     for side in _sides(ctx):  # each agent stops what ran there and removes its work area
         assert isinstance(side.host, RemoteHost)
         side.host.close()
-    journal.UndoJournal.for_this_run("hosts").discard()
+    journal.UndoJournal.for_this_run(LOCAL, "hosts").discard()
 
 
 def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:

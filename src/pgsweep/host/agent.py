@@ -301,7 +301,7 @@ class Agent:
 
     def do_restore(self) -> list[str]:
         """`pgsweep restore` on this host: what killed runs (a killed agent's too) left."""
-        done, failed = journal.recover_stale()
+        done, failed = journal.recover_stale(self.host)
         return [*done, *failed]
 
     def clean_up(self) -> None:

@@ -63,12 +63,6 @@ def allowed(path: str) -> bool:
     return ALLOWED.fullmatch(path) is not None
 
 
-def _local() -> Host:
-    from .local import LOCAL
-
-    return LOCAL
-
-
 def read_setting(path: Path) -> str:
     """A kernel file's current value: the bracketed choice of a menu file (THP, scheduler),
     otherwise the text without its newline."""
@@ -81,16 +75,15 @@ class UndoJournal:
     """A run's undo journal on one host: every change is written here (on disk) before it
     is made, through the host that makes it."""
 
-    def __init__(self, path: Path, work_root: Path | None = None, host: Host | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(self, path: Path, work_root: Path | None, host: Host) -> None:
         self.path = path
         self.work_root = work_root  # mounts and images may only be in this work area
-        self.host: Host = host if host is not None else _local()
+        self.host = host
         self._recorded: set[str] = set()
 
     @classmethod
-    def for_this_run(cls, part: str = "", work_root: Path | None = None,
-                     host: Host | None = None) -> UndoJournal:  # fmt: skip
+    def for_this_run(cls, host: Host, part: str = "",
+                     work_root: Path | None = None) -> UndoJournal:  # fmt: skip
         """The journal of this run; `part` keeps a resource's journal apart ("storage-3":
         its mounts go when that storage is taken down, after the kernel values)."""
         suffix = f".{part}" if part else ""
@@ -161,10 +154,12 @@ def _undo_order(lines: list[str]) -> list[dict[str, str]]:
     return out
 
 
-def restore_journal(journal: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
-    """Write back every original, newest first. Returns what was done (and what failed),
-    and the files still owed. The journal is removed once nothing is owed; otherwise it is
-    rewritten to hold only what is still owed, for another try."""
+def restore_journal(journal: Path, work_root: Path | None,
+                    host: Host) -> tuple[list[str], set[str]]:  # fmt: skip
+    """Write back every original, newest first, on this machine (`host`: this machine's
+    Host, which the standbys' network is taken down through). Returns what was done (and
+    what failed), and the files still owed. The journal is removed once nothing is owed;
+    otherwise it is rewritten to hold only what is still owed, for another try."""
     try:
         lines = journal.read_text().splitlines()
     except FileNotFoundError:
@@ -172,7 +167,7 @@ def restore_journal(journal: Path, work_root: Path | None) -> tuple[list[str], s
     done, failed, kept = [], [], []
     for entry in _undo_order(lines):
         try:
-            what = _undo(entry, work_root)
+            what = _undo(entry, work_root, host)
         except OSError as exc:
             failed.append(f"could not undo {json.dumps(entry)}: {exc}")
             kept.append(entry)
@@ -187,7 +182,7 @@ def restore_journal(journal: Path, work_root: Path | None) -> tuple[list[str], s
     return done + failed, {e["file"] for e in kept if "file" in e}
 
 
-def _undo(entry: dict[str, str], work_root: Path | None) -> str | None:
+def _undo(entry: dict[str, str], work_root: Path | None, host: Host) -> str | None:
     if "file" in entry:
         target = Path(entry["file"])
         if not allowed(entry["file"]):
@@ -204,10 +199,10 @@ def _undo(entry: dict[str, str], work_root: Path | None) -> str | None:
         except FileNotFoundError:
             return None
         return f"removed {entry['dir']}"
-    return _undo_made(entry, work_root)
+    return _undo_made(entry, work_root, host)
 
 
-def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
+def _undo_made(entry: dict[str, str], work_root: Path | None, host: Host) -> str | None:
     """Mounts, loop images, pools and daemons (storage layer) and the standbys' network
     (replication layer) are taken down by the modules that make them."""
     from . import blockdev, netns, zfsfuse
@@ -223,7 +218,7 @@ def _undo_made(entry: dict[str, str], work_root: Path | None) -> str | None:
         return f"host {entry['remote_host']}: " + ("; ".join(lines) or "nothing left to do")
     with tempfile.TemporaryDirectory(prefix="pgsweep-undo-") as scratch:
         if "netns" in entry:
-            return netns.undo_entry(entry, Path(scratch))
+            return netns.undo_entry(entry, Path(scratch), host)
         if "zpool" in entry or "zfs_daemon" in entry:
             return zfsfuse.undo_entry(entry, Path(scratch), work_root)
         return blockdev.undo_entry(entry, Path(scratch), work_root)
@@ -237,10 +232,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def recover_stale() -> tuple[list[str], list[str]]:
-    """After kill -9, for each dead run (holding its lock meanwhile): stop its servers, put
-    back its kernel values, take down its storage, then remove its work area (the mounts
-    live inside it). Returns what was done and what could not be put back."""
+def recover_stale(host: Host) -> tuple[list[str], list[str]]:
+    """After kill -9, for each dead run of this machine (`host`: its Host; holding the
+    run's lock meanwhile): stop its servers, put back its kernel values, take down its
+    storage, then remove its work area (the mounts live inside it). Returns what was done
+    and what could not be put back."""
     done: list[str] = []
     failed: list[str] = []
     directory = registry_dir()
@@ -254,7 +250,7 @@ def recover_stale() -> tuple[list[str], list[str]]:
             # kernel values, then the standbys' network ("replication"), then storage
             journals = [directory / f"{run}.undo", *sorted(directory.glob(f"{run}.*.undo"))]
             for journal in journals:
-                lines, still = restore_journal(journal, root)
+                lines, still = restore_journal(journal, root, host)
                 done += [line for line in lines if not line.startswith("could not")]
                 failed += [line for line in lines if line.startswith("could not")]
                 owed = owed or bool(still) or journal.exists()

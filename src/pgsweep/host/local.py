@@ -190,7 +190,7 @@ class LocalHost(Host):
     def restore_journal(self, path: Path, work_root: Path | None) -> tuple[list[str], set[str]]:
         from . import journal
 
-        return journal.restore_journal(path, work_root)
+        return journal.restore_journal(path, work_root, self)
 
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
         return _connect(dict(conninfo))

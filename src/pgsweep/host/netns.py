@@ -22,7 +22,6 @@ from pathlib import Path
 from ..errors import internal
 from . import proc
 from .api import Host, Recorder
-from .local import LOCAL
 
 NETNS = re.compile(r"^pgsweep-\d+-\d+-\d+-[ps]$")  # the namespaces pgsweep makes, no other
 DEVICE = "pgsweep0"  # each end of the pair, inside its own namespace
@@ -55,7 +54,7 @@ class Link:
     primary_ns: str  # the primary's TCP side lives here
     standby_ns: str  # the standbys live here
     scratch: Path  # root's folder for the commands' output
-    host: Host = LOCAL  # the machine both namespaces are on: every command goes through it
+    host: Host  # the machine both namespaces are on: every command goes through it
     made: list[str] = field(default_factory=list)  # the namespaces this link created
 
     host_ip = PRIMARY_IP  # the address the primary listens on, in its namespace
@@ -78,7 +77,7 @@ class Link:
 
 
 def create(journal: Recorder, run_id: str, number: int, rate: int | None,
-           scratch: Path, host: Host = LOCAL) -> Link:  # fmt: skip
+           scratch: Path, host: Host) -> Link:  # fmt: skip
     """Both namespaces, the veth pair between them with its addresses, and the shaping, on
     `host`; each namespace journaled before it is made (`journal` is the run's UndoJournal
     there)."""
@@ -119,11 +118,11 @@ def _step(host: Host, argv: list[str], scratch: Path, name: str) -> None:
                        f"{res.last_line()}")  # fmt: skip
 
 
-def exists(name: str, host: Host = LOCAL) -> bool:
+def exists(name: str, host: Host) -> bool:
     return host.lstat(Path("/run/netns", name)) is not None
 
 
-def undo_entry(entry: dict[str, str], scratch: Path, host: Host = LOCAL) -> str | None:
+def undo_entry(entry: dict[str, str], scratch: Path, host: Host) -> str | None:
     """Delete a namespace pgsweep made (its name checked: a journal is data); the veth end
     inside it, its peer and its qdisc go with it. The journal's replay runs on the machine
     itself (`host` the local one); a run's own link passes its host."""

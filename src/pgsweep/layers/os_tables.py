@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..units import parse_size
+
+if TYPE_CHECKING:
+    from ..host.api import Host
 
 
 class OsTable(BaseModel):
@@ -32,9 +35,9 @@ class OsTable(BaseModel):
         return v
 
 
-def menu(path: Path) -> list[str]:
-    """The choices a menu file offers: "always madvise [never]" -> all three."""
-    return path.read_text().replace("[", "").replace("]", "").split()
+def menu(host: Host, path: Path) -> list[str]:
+    """The choices a menu file of the host offers: "always madvise [never]" -> all three."""
+    return host.read_text(path).replace("[", "").replace("]", "").split()
 
 
 @dataclass(frozen=True)

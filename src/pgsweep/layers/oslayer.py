@@ -91,11 +91,11 @@ class OsLayer(Layer):
                 )  # fmt: skip
         for key, path in THP_FILES.items():
             for level in [values.get(key), *factors.get(key, [])]:
-                if level is not None and level not in menu(path):
+                if level is not None and level not in menu(ctx.host, path):
                     raise ctx.source.error(
                         ("factors", "os", key) if key in factors else ("os", key),
                         f"{path} offers no {level!r}",
-                        expected=f"one of {', '.join(menu(path))}",
+                        expected=f"one of {', '.join(menu(ctx.host, path))}",
                     )
         for key in [k for k in values if k.startswith("sysctl.")]:
             sysctls.check_levels(key, [values[key]], ctx, in_factors=False)
@@ -176,12 +176,13 @@ class OsLayer(Layer):
         queues = _queues(LOCAL, where)  # the machine pgsweep runs on: the server's
         for s in settings:
             for dev, queue in queues.items():
-                if s.io_scheduler is not None and s.io_scheduler not in menu(queue / "scheduler"):
+                offered = menu(LOCAL, queue / "scheduler")
+                if s.io_scheduler is not None and s.io_scheduler not in offered:
                     raise PgsweepError(
                         f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}, which "
                         f"holds {where}",
                         where=str(queue / "scheduler"),
-                        expected=f"one of {', '.join(menu(queue / 'scheduler'))}",
+                        expected=f"one of {', '.join(offered)}",
                         fix="pick a scheduler the device lists (`modprobe` may add bfq/kyber)",
                     )
 

@@ -16,6 +16,7 @@ from ..host import blockdev, journal, netns, workarea, zfsfuse
 from ..host.blockdev import PACKAGES
 from ..host.journal import read_setting
 from ..host.kernelfiles import HUGEPAGE_LEVELS, THP_FILES, hugepage_levels, hugepage_pool
+from ..host.local import LOCAL
 
 HUGEPAGES = Path("/sys/kernel/mm/hugepages")
 CGROUP = Path("/sys/fs/cgroup")
@@ -89,7 +90,7 @@ def _gigantic_room() -> str | None:
         journal.hold_kernel_lock(f"PID {os.getpid()}, pgsweep doctor")
     except PgsweepError:
         return "not tried: a pgsweep run is changing kernel values"
-    undo = journal.UndoJournal.for_this_run("doctor")
+    undo = journal.UndoJournal.for_this_run(LOCAL, "doctor")
     before = int(read_setting(nr))
     try:
         undo.set(nr, str(before + ask))

@@ -23,7 +23,8 @@ from . import flamegraph, plots
 from .builds import BUILDS_NOTE, PHASES_NOTE, builds_table, phases_table
 from .explain import IO_SENTENCE, latency_cells
 from .plots_time import over_time_plots
-from .report import REPLICATION_COLUMNS, adaptive_line, effect_name
+from .report import REPLICATION_COLUMNS, effect_name
+from .sentences import adaptive_line
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("pgsweep", "outputs/templates"),

@@ -20,6 +20,7 @@ from ..analysis.workload import workload_line
 from ..core import printable
 from ..plan import short_names
 from .safetext import term
+from .sentences import adaptive_line, fleet_lines
 
 _INTERVAL = re.compile(r"\[[^\]\s]*, [^\]\s]*\]")  # "[-6.1, +5.4]" stays on one line
 TONES = {"faster": "green", "lower": "green", "slower": "red", "higher": "red"}
@@ -146,8 +147,6 @@ def _headline(a: Analysis, console: Console) -> None:
 
 
 def render_terminal(a: Analysis, console: Console) -> None:
-    from .report import adaptive_line, fleet_lines
-
     exp = a.experiment
     console.print(Text(printable(f"{exp['name']} · PostgreSQL {exp['postgres_version']} · "
                                  f"{exp['rounds']} rounds"), style="bold"))  # fmt: skip

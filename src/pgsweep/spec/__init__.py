@@ -378,7 +378,7 @@ def load(path: Path) -> Experiment:
         ),
     )
     if adaptive is not None and not adaptive.max_rounds:  # settled from the noise and budget
-        from ..engine.plans import settle_max_rounds
+        from .rounds import settle_max_rounds
 
         settle_max_rounds(out)
         _check_size(source, factors, out.rounds)
