@@ -102,6 +102,7 @@ def test_each_filesystem_carries_a_cluster_and_is_recorded(tmp_path: Path, state
         # ext4 does not zero its inode tables in the background during trials
         assert ("noinit_itable" in options) == (fs == "ext4"), options
         assert len(options) == len(set(options))
+        assert seen["storage.root"] == "0711 uid 0"  # the new filesystem's root, as made
         loop = seen["storage.device"].removeprefix("/dev/")
         assert seen[f"storage.sector_size.{loop}"] == "512"
         assert seen[f"storage.loop_direct_io.{loop}"] == "1"  # no host page cache under it
@@ -390,6 +391,7 @@ def test_zfs_live_property_changes_keep_the_cluster(
             seen["storage.zfs.primarycache"] == levels[t["config_id"]]["storage.zfs.primarycache"]
         )
         assert seen["storage.zfs.recordsize"] == "8K"
+        assert seen["storage.root"] == "0711 uid 0"  # the pool's root, made root's as ext4's
         assert seen["storage.pool_devices"].startswith("loop")
         assert t["id"] in written  # the pool's loop device is counted
         identities.add(seen["cluster.system_identifier"])

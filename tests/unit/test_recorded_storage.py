@@ -128,6 +128,42 @@ def test_a_real_device_is_claimed_before_every_mkfs_and_known_again_by_its_uuid(
         layer.build(StorageSettings(True, _fs("/dev/sdd"), None), {}, {}, run)
 
 
+class _Aliases(RecordingHost):
+    """A machine where /dev/disk/by-id/wal names the device /dev/sdc (a link there)."""
+
+    def claim_device(self, device: Path, grant: Grant, ours: Any, scratch: Path) -> Path:
+        real = Path("/dev/sdc") if device == Path("/dev/disk/by-id/wal") else device
+        return super().claim_device(real, Grant((real,)), ours, scratch)
+
+
+def test_a_device_named_two_ways_is_known_again_by_its_filesystem() -> None:
+    """The filesystems pgsweep made are kept by the device the host resolved, so a rebuild
+    reaching the device by another name still knows its own filesystem there (and --wipe
+    never takes it for a stranger's first format)."""
+    host = _Aliases()
+    run = _run(host, Grant((Path("/dev/sdc"), Path("/dev/disk/by-id/wal"))))
+    layer = StorageLayer()
+    layer.destroy(layer.build(StorageSettings(True, _fs("/dev/sdc"), None), {}, {}, run), run)
+    layer.build(StorageSettings(True, _fs("/dev/disk/by-id/wal"), None), {}, {}, run)
+    assert [c.detail["ours"] for c in host.kinds("claim_device")] == [[], ["uuid-1"]]
+
+
+class _Interrupted(RecordingHost):
+    def make_filesystem(self, fstype: str, device: Path, options: str,
+                        scratch: Path) -> str | None:  # fmt: skip
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_mid_build_takes_down_what_was_made() -> None:
+    """Not only a refused step: any interruption between attach and mount (Ctrl-C, a lost
+    host) detaches the loop device it attached before it goes on up."""
+    host = _Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        StorageLayer().build(StorageSettings(True, _fs(), None), {}, {}, _run(host))
+    assert _steps(host)[-1] == ("detach_loop", "/w/private/images/disk-1.img")
+    assert host.journals == {}
+
+
 def test_btrfs_without_copy_on_write_is_asked_of_the_mount() -> None:
     host = RecordingHost()
     run = _run(host)
@@ -208,6 +244,46 @@ def test_two_runs_of_one_layer_keep_their_own_storages_and_devices() -> None:
     assert [c.detail["ours"] for c in hosts[0].kinds("claim_device")] == [[], ["uuid-1"]]
     assert [c.detail["ours"] for c in hosts[1].kinds("claim_device")] == [[]]
     assert hosts[1].kinds("mount")[0].what == "/w/storage/mnt-1"
+
+
+def _agent_with_area(tmp_path: Path) -> tuple[Agent, Path]:
+    """An agent holding one work area (marked as pgsweep marks its own)."""
+    from types import SimpleNamespace
+
+    from pgsweep.host.workarea import MARKER
+
+    area = tmp_path / ".pgsweep-work-test"
+    area.mkdir()
+    (area / MARKER).write_text("")
+    agent = Agent(io.BytesIO(), io.BytesIO())
+    agent.areas.append(SimpleNamespace(workdir=area))  # type: ignore[arg-type]
+    return agent, area
+
+
+@pytest.mark.parametrize("method,args,refusal", [
+    ("make_filesystem", {"fstype": "ext4", "device": "/dev/sda", "options": ""},
+     "/dev/sda was not attached or claimed for this run"),
+    ("mount", {"fstype": "ext4", "device": "/dev/sda", "point": "AREA/storage/mnt-1",
+               "options": "", "nocow": False}, "/dev/sda was not attached or claimed"),
+    ("zfs_create", {"pool": "rpool", "device": "/dev/sda", "point": "AREA/storage/mnt-1",
+                    "values": {}}, "/dev/sda was not attached or claimed"),
+    ("zfs_change", {"pool": "pgsweep1n1", "props": {}, "drop_arc": True},
+     "pgsweep1n1 was not created for this run"),
+    ("mount", {"fstype": "ext4", "device": "/dev/sda", "point": "AREA/..", "options": "",
+               "nocow": False}, "AREA/.. is not in a work area"),
+])  # fmt: skip
+def test_the_agent_formats_and_mounts_only_what_it_attached_or_claimed(
+    tmp_path: Path, method: str, args: dict[str, Any], refusal: str
+) -> None:
+    """Inside its own work area too, an agent runs mkfs, mount and zfs only on a device it
+    attached or claimed for the run, and on pools it created; `..` never leads out."""
+    agent, area = _agent_with_area(tmp_path)
+    scratch = str(area / "private" / "storage-cmd")
+    args = {k: v.replace("AREA", str(area)) if isinstance(v, str) else v
+            for k, v in args.items()} | {"scratch": scratch}  # fmt: skip
+    reply = agent._call({"method": method, "args": args})
+    assert reply["error"]["type"] == "OSError"
+    assert refusal.replace("AREA", str(area)) in reply["error"]["message"]
 
 
 @pytest.mark.parametrize("method,args", [

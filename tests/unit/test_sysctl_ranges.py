@@ -100,6 +100,24 @@ def test_strict_overcommit_needs_room_for_what_is_committed() -> None:
     assert strict("0", "1") is None and strict("2", "100") is None
 
 
+def test_a_map_of_a_file_named_in_any_bytes_is_counted(tmp_path: Path) -> None:
+    """/proc/PID/maps names each mapped file as its bytes: a name that is not UTF-8 (any
+    user can make one) is counted like the others, never an error that stops `plan`."""
+    import mmap
+    import os
+
+    path = os.path.join(os.fsencode(tmp_path), b"map-\xff\xfe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(fd, 4096)
+        with mmap.mmap(fd, 4096):
+            maps = LOCAL.read_text(Path(f"/proc/{os.getpid()}/maps"))
+            assert "map-\ufffd\ufffd" in maps
+            assert sysctls.check("vm.max_map_count", "262144", LOCAL) is None
+    finally:
+        os.close(fd)
+
+
 def test_the_floors_are_those_of_the_host_the_values_go_to() -> None:
     """A trial's values are checked on its host (the server's machine): its segments,
     files, maps and limits set the floors, never those of the machine pgsweep runs on."""

@@ -58,14 +58,16 @@ class DryHost(RecordingHost):
         self.reloads = 0
         self.scale = 0  # of the last pgbench -i: the pretend database's size
 
-    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+    def claim_device(self, device: Path, grant: Grant, ours: Mapping[str, frozenset[str]],
                      scratch: Path) -> Path:  # fmt: skip
         """The device the path names on this machine, if the command line allowed it (`plan`
         checked it is free, read only; a run checks again right before its mkfs)."""
-        self.effects.append(Effect("claim_device", str(device), {"ours": sorted(ours)}))
-        if not grant.allows(device):
+        real = blockdev.real_device(device)  # DeviceError: not a device here (read only)
+        mine = sorted(ours.get(str(real), ()))
+        self.effects.append(Effect("claim_device", str(device), {"ours": mine}))
+        if not grant.allows(real):
             raise DeviceError(f"refusing to format {device}: the command line did not allow it")
-        return blockdev.real_device(device)
+        return real
 
     # ---- PostgreSQL's programs ---------------------------------------------------------
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,

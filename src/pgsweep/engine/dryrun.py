@@ -22,10 +22,12 @@ from ..host.blockdev import MKFS, mount_options
 from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.base import ResourceLayer
+from ..layers.build import PreparedBuild
 from ..layers.context import RunContext, Server, TrialContext, TrialFailure
 from ..plan import Plan
 from ..postgres.access import ServerError
 from ..spec import Experiment
+from . import buildprep
 from .dryhost import DRY, DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate
 from .resources import Resources, in_order
@@ -48,7 +50,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> 
     """The lines `plan --commands` prints (nothing on the machine changes)."""
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
-    run = _run_context(exp, results, host)
+    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY))
     layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
@@ -82,27 +84,28 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
     shown: set[str] = set()
     refused: dict[str, str] = {}
     walked = 0
+    # stopped at the end of a trial, never after in_order took resources down for the next
+    # (what it takes down then belongs to the run's end, shown last)
     for trial in in_order(plan, todo, resources):
-        if shown >= set(KINDS) or walked == MAX_TRIALS:
-            break
         walked += 1
         config = plan.config(trial.config)
         mark = len(host.effects)
         events, failed, window = _trial(exp, resources, run, trial.id, config.levels)
+        what = kind(events)
         if failed is not None:
             refused.setdefault(failed, trial.id)
-            continue
-        if client:
-            window = [f"pgbench runs on the client host {client}, over TCP (not shown)"]
-        what = kind(events)
-        if what not in shown:
+        elif what not in shown:
             shown.add(what)
             title = (f"trial {trial.id} ({config.label()}), the first with {what} "
                      f"[{', '.join(events) or 'no events'}]")  # fmt: skip
             effects = host.effects[mark:]
             if getattr(exp.settings(config.levels).get("storage"), "used", False):
                 effects = _on_new_storage(effects)
+            if client:
+                window = [f"pgbench runs on the client host {client}, over TCP (not shown)"]
             out += _section(title, effects, window)
+        if shown >= set(KINDS) or walked == MAX_TRIALS:
+            break
     if walked < len(todo):
         out += ["", f"  (the first {walked} of {len(todo)} trials walked: the others repeat "
                 "these kinds)"]  # fmt: skip
@@ -121,7 +124,8 @@ def _on_new_storage(effects: list[Effect]) -> list[Effect]:
                           "storage's device, once it is made")]  # fmt: skip
 
 
-def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
+def _run_context(exp: Experiment, results: Path, host: DryHost,
+                 builds: dict[Any, Any]) -> RunContext:  # fmt: skip
     """The run's context as `run` would make it, with the names a run draws at random
     shown as DRYRUN; nothing is made (the work area and the run's lock are not)."""
     base = workarea.work_base(results, exp.user)
@@ -129,7 +133,7 @@ def _run_context(exp: Experiment, results: Path, host: DryHost) -> RunContext:
     prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-{tag}-"
     workdir = base.resolve() / f"{prefix}{DRY}"
     return RunContext(exp.binaries, exp.user, workdir, workdir / "private",
-                      Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, exp.builds or {},
+                      Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, builds,
                       host=host, run_id=f"PID-{DRY}", registry=workarea.registry_dir(),
                       grant=exp.grant)  # fmt: skip
 
@@ -140,8 +144,6 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
     None), and the commands of its measured window."""
     settings = exp.settings(levels)
     events: list[str] = []
-    if getattr(settings.get("build"), "spec", None) is not None:
-        return events, "it runs a [build] compiled before the first trial", []
     try:
         got = resources.acquire(settings, events)
         server = next(r for r in reversed(got.values()) if isinstance(r, Server))
@@ -244,9 +246,7 @@ STORAGE_WORDS: dict[str, Callable[[str, Any], str]] = {
         f"mount -t {d['fstype']} -o {mount_options(d['fstype'], d['options'])} "
         f"{d['device']} {what}; its root made root's, 0711"
         + ("; chattr +C on it" if d["nocow"] else "")),
-    "zfs_create": lambda what, d: (
-        f"start zfs-fuse (page cache off); zpool create {what} on {d['device']}, mounted at "
-        f"{d['point']}; zfs set {', '.join(f'{k[4:]}={v}' for k, v in d['values'].items())}"),
+    "zfs_create": lambda what, d: _zfs_create(what, d),
     "zfs_change": lambda what, d: (
         f"zfs set {', '.join(f'{k}={v}' for k, v in d['props'].items())} {what}"
         + ("; empty its ARC (zpool export, import)" if d["drop_arc"] else "")),
@@ -257,13 +257,32 @@ STORAGE_WORDS: dict[str, Callable[[str, Any], str]] = {
 }
 
 
+def _zfs_create(pool: str, d: Any) -> str:
+    values = dict(d["values"])
+    arc, ashift = values.pop("zfs.arc_max", None), values.pop("zfs.ashift", None)
+    props = ", ".join(f"{k[4:]}={v}" for k, v in values.items())
+    return (f"start zfs-fuse (page cache off{f', ARC at most {arc}' if arc else ''}); zpool "
+            f"create{f' -o ashift={ashift}' if ashift else ''} {pool} on {d['device']}, "
+            f"mounted at {d['point']}; its root made root's, 0711"
+            + (f"; zfs set {props}" if props else ""))
+
+
+def _build_line(prepared: PreparedBuild) -> str:
+    build, binaries = prepared.build, prepared.binaries
+    assert build is not None and binaries is not None  # buildprep.stand_ins makes both
+    head = f"[build] {prepared.spec.describe()}: "
+    if build.cached:
+        return head + f"found in the cache ({build.home}): its trials above run its binaries"
+    return head + (f"fetched and compiled into {build.home} before the first trial (not "
+                   "shown); its trials above are shown with its binaries there and the "
+                   f"catalog of PostgreSQL {binaries.version} (its own is known once built)")
+
+
 def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
     configs = list(exp.configurations.values())
     lines = [f"the work area {run.workdir} (root, 0711), the socket folder {run.socket_root}, "
              f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
-    if any(getattr(c.get("build"), "spec", None) for c in configs):
-        lines.append("[build]: sources fetched and compiled into the build cache before the "
-                     "first trial (`plan` above lists the builds)")  # fmt: skip
+    lines += [_build_line(prepared) for prepared in run.builds.values()]
     replication = [c.get("replication") for c in configs]
     if any(getattr(r, "standbys", 0) for r in replication):
         lines.append("the standbys (pg_basebackup from the running primary, their servers), "

@@ -55,6 +55,8 @@ class Agent:
         self.write_lock = threading.Lock()
         self.sessions: dict[int, Any] = {}  # psycopg connections by handle
         self.areas: list[workarea.WorkArea] = []  # made here, removed when the agent ends
+        self.devices: set[str] = set()  # block devices attached or claimed for the run here
+        self.pools: set[str] = set()  # zfs-fuse pools created for the run here
 
     # ---- the loop ------------------------------------------------------------------
     def serve(self) -> None:
@@ -218,7 +220,8 @@ class Agent:
         return [done, sorted(owed)]
 
     # ---- block devices and zfs-fuse: images, mount points and scratch folders in a work
-    # area this agent made (a journal entry outside one is refused the same way) ---------
+    # area this agent made; mkfs and mount only on a device it attached or claimed, pools
+    # only by pgsweep's names, once created here (the same line a local run holds) --------
     def _in_my_area(self, *paths: str) -> None:
         from .blockdev import in_work_area
 
@@ -226,28 +229,39 @@ class Agent:
             if not any(in_work_area(Path(path), a.workdir) for a in self.areas):
                 raise OSError(f"{path} is not in a work area of this run on this host")
 
+    def _mine(self, device: str) -> None:
+        if device not in self.devices:
+            raise OSError(f"{device} was not attached or claimed for this run on this host")
+
     def do_attach_loop(self, image: str, size: int, sector_size: int | None, direct_io: bool,
                        scratch: str) -> str:  # fmt: skip
         self._in_my_area(image, scratch)
-        return str(self.host.attach_loop(Path(image), size, sector_size, direct_io,
-                                         Path(scratch)))  # fmt: skip
+        device = str(self.host.attach_loop(Path(image), size, sector_size, direct_io,
+                                           Path(scratch)))  # fmt: skip
+        self.devices.add(device)
+        return device
 
-    def do_claim_device(self, device: str, devices: list[str], wipe: bool, ours: list[str],
-                        scratch: str) -> str:  # fmt: skip
+    def do_claim_device(self, device: str, devices: list[str], wipe: bool,
+                        ours: dict[str, list[str]], scratch: str) -> str:  # fmt: skip
         from .blockdev import Grant
 
         self._in_my_area(scratch)
         grant = Grant(tuple(Path(d) for d in devices), wipe)
-        return str(self.host.claim_device(Path(device), grant, frozenset(ours), Path(scratch)))
+        made = {k: frozenset(v) for k, v in ours.items()}
+        real = str(self.host.claim_device(Path(device), grant, made, Path(scratch)))
+        self.devices.add(real)
+        return real
 
     def do_make_filesystem(self, fstype: str, device: str, options: str,
                            scratch: str) -> str | None:  # fmt: skip
         self._in_my_area(scratch)
+        self._mine(device)
         return self.host.make_filesystem(fstype, Path(device), options, Path(scratch))
 
     def do_mount(self, fstype: str, device: str, point: str, options: str, scratch: str,
                  nocow: bool) -> None:  # fmt: skip
         self._in_my_area(point, scratch)
+        self._mine(device)
         self.host.mount(fstype, Path(device), Path(point), options, Path(scratch), nocow)
 
     def do_has_nocow(self, path: str) -> bool:
@@ -255,16 +269,27 @@ class Agent:
 
     def do_zfs_create(self, pool: str, device: str, point: str, values: dict[str, Any],
                       scratch: str) -> None:  # fmt: skip
+        from .zfsfuse import OUR_POOL
+
         self._in_my_area(point, scratch)
+        self._mine(device)
+        if not OUR_POOL.fullmatch(pool):
+            raise OSError(f"{pool} is not a pool name pgsweep gives")
+        self.pools.add(pool)
         self.host.zfs_create(pool, Path(device), Path(point), values, Path(scratch))
+
+    def _pool(self, pool: str, scratch: str) -> None:
+        self._in_my_area(scratch)
+        if pool not in self.pools:
+            raise OSError(f"{pool} was not created for this run on this host")
 
     def do_zfs_change(self, pool: str, props: dict[str, str], drop_arc: bool,
                       scratch: str) -> None:  # fmt: skip
-        self._in_my_area(scratch)
+        self._pool(pool, scratch)
         self.host.zfs_change(pool, props, drop_arc, Path(scratch))
 
     def do_zfs_properties(self, pool: str, scratch: str) -> dict[str, str]:
-        self._in_my_area(scratch)
+        self._pool(pool, scratch)
         return self.host.zfs_properties(pool, Path(scratch))
 
     def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
@@ -314,6 +339,13 @@ class Agent:
     def _clean_up(self) -> None:
         proc.stop_all_started()
         for area in self.areas:
+            for line in area.stop_servers():
+                _say(f"pgsweep agent: {line}")
+            # what the run made here and journaled (kernel values, storage), newest part
+            # first, before the work area its mounts live in goes
+            for path in sorted(workarea.registry_dir().glob(f"{area.run}.*undo"), reverse=True):
+                for line in self.host.restore_journal(path, area.workdir)[0]:
+                    _say(f"pgsweep agent: {line}")
             for line in area.remove():
                 _say(f"pgsweep agent: {line}")
         if self.areas and not list(workarea.registry_dir().glob(f"{self.areas[0].run}.*undo")):

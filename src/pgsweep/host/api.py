@@ -226,10 +226,11 @@ class Host(ABC):
         loop device (losetup): the device."""
 
     @abstractmethod
-    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+    def claim_device(self, device: Path, grant: Grant, ours: Mapping[str, frozenset[str]],
                      scratch: Path) -> Path:  # fmt: skip
         """Right before a mkfs: the real device `device` names, still allowed by `grant`
-        and free (DeviceError otherwise; filesystems whose UUID is in `ours` pgsweep made)."""
+        and free (DeviceError otherwise). `ours`: by real device, the UUIDs of filesystems
+        pgsweep made there in this run (its own, not a signature in the way)."""
 
     @abstractmethod
     def make_filesystem(self, fstype: str, device: Path, options: str,

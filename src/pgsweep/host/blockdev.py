@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,12 +191,15 @@ def check_real_device(device: Path, grant: Grant, scratch: Path, where: str) -> 
         )
 
 
-def check_before_format(device: Path, grant: Grant, scratch: Path, ours: frozenset[str]) -> Path:
+def check_before_format(device: Path, grant: Grant, scratch: Path,
+                        ours_by_device: Mapping[str, frozenset[str]]) -> Path:  # fmt: skip
     """Right before every mkfs on a real device (a rebuild may come hours after the first
     check): still allowed by the command line, still free, carrying at most a filesystem
     pgsweep made itself, or (--wipe, first format) a signature only: wiped here, after
-    every other check passed. Returns the device the path names."""
+    every other check passed. Returns the device the path names. `ours_by_device`: the
+    UUIDs of the filesystems pgsweep made in this run, by real device."""
     real = real_device(device)
+    ours = ours_by_device.get(str(real), frozenset())
     if not grant.allows(real):
         raise DeviceError(f"refusing to format {device}: the command line did not allow it")
     reasons = in_use(real, scratch, ours)
@@ -338,7 +342,7 @@ def in_work_area(path: Path, root: Path | None) -> bool:
     them)? Its directory is resolved first: `..` and links do not lead out."""
     from .workarea import MARKER
 
-    if root is None:
+    if root is None or ".." in path.parts:
         return False
     real_root = Path(os.path.realpath(root))
     parent = Path(os.path.realpath(path.parent))

@@ -108,7 +108,7 @@ class LocalHost(Host):
         return safefs.list_owned(directory)
 
     def read_text(self, path: Path) -> str:
-        return path.read_text()
+        return path.read_text(errors="replace")  # a process's maps or argv may be any bytes
 
     def lstat(self, path: Path) -> FileStat | None:
         try:
@@ -132,8 +132,8 @@ class LocalHost(Host):
                     scratch: Path) -> Path:  # fmt: skip
         return blockdev.attach_loop(image, size, sector_size, direct_io, scratch)
 
-    def claim_device(self, device: Path, grant: blockdev.Grant, ours: frozenset[str],
-                     scratch: Path) -> Path:  # fmt: skip
+    def claim_device(self, device: Path, grant: blockdev.Grant,
+                     ours: Mapping[str, frozenset[str]], scratch: Path) -> Path:  # fmt: skip
         return blockdev.check_before_format(device, grant, scratch, ours)
 
     def make_filesystem(self, fstype: str, device: Path, options: str,

@@ -146,7 +146,10 @@ class RecordingHost(Host):
 
     def list_owned(self, directory: Path) -> list[str]:
         prefix = f"{directory}/"
-        return sorted({f[len(prefix):].split("/")[0] for f in self.files if f.startswith(prefix)})
+        names = {f[len(prefix):].split("/")[0] for f in self.files if f.startswith(prefix)}
+        if not names and self.reads_from is not None:
+            return self.reads_from.list_owned(directory)
+        return sorted(names)
 
     def lstat(self, path: Path) -> FileStat | None:
         p = str(path)
@@ -302,9 +305,10 @@ class RecordingHost(Host):
             "device": device}))  # fmt: skip
         return Path(device)
 
-    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+    def claim_device(self, device: Path, grant: Grant, ours: Mapping[str, frozenset[str]],
                      scratch: Path) -> Path:  # fmt: skip
-        self.effects.append(Effect("claim_device", str(device), {"ours": sorted(ours)}))
+        mine = sorted(ours.get(str(device), ()))  # a scripted device is its own real path
+        self.effects.append(Effect("claim_device", str(device), {"ours": mine}))
         if device not in grant.devices:
             raise DeviceError(f"refusing to format {device}: the command line did not allow it")
         if str(device) in self.busy:
@@ -331,7 +335,9 @@ class RecordingHost(Host):
                    scratch: Path) -> None:  # fmt: skip
         self.effects.append(Effect("zfs_create", pool, {"device": str(device),
                                    "point": str(point), "values": dict(values)}))  # fmt: skip
-        self.pools[pool] = {k[4:]: str(v) for k, v in values.items() if v is not None}
+        pool_only = ("zfs.ashift", "zfs.arc_max")  # the pool's and the daemon's, not the dataset's
+        self.pools[pool] = {k[4:]: str(v) for k, v in values.items()
+                            if v is not None and k not in pool_only}  # fmt: skip
         self.dirs.add(str(point))
 
     def zfs_change(self, pool: str, props: Mapping[str, str], drop_arc: bool,

@@ -291,10 +291,11 @@ class RemoteHost(Host):
         return Path(self.call("attach_loop", image=str(image), size=size, direct_io=direct_io,
                               sector_size=sector_size, scratch=str(scratch)))  # fmt: skip
 
-    def claim_device(self, device: Path, grant: Grant, ours: frozenset[str],
+    def claim_device(self, device: Path, grant: Grant, ours: Mapping[str, frozenset[str]],
                      scratch: Path) -> Path:  # fmt: skip
-        return Path(self.call("claim_device", device=str(device), wipe=grant.wipe,
-                              devices=[str(d) for d in grant.devices], ours=sorted(ours),
+        made = {k: sorted(v) for k, v in ours.items()}
+        return Path(self.call("claim_device", device=str(device), wipe=grant.wipe, ours=made,
+                              devices=[str(d) for d in grant.devices],
                               scratch=str(scratch)))  # fmt: skip
 
     def make_filesystem(self, fstype: str, device: Path, options: str,

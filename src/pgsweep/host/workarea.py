@@ -248,13 +248,18 @@ class WorkArea:
         safefs.write_file(area.entry, json.dumps({k: str(v) for k, v in asdict(area).items()}))
         return area
 
+    def stop_servers(self) -> list[str]:
+        """Stop every postmaster under the work area, then the server user's processes in it."""
+        done = stop_postmasters_under(self.workdir, self.server_uid)
+        return done + kill(users_of(self.workdir, self.server_uid),
+                           "the server user's, in the work area")  # fmt: skip
+
     def remove(self) -> list[str]:
         """Stop every postmaster under the work area, remove it, drop the registry entry.
         A work area with a filesystem still mounted inside is kept (and its entry, so the
         next `pgsweep restore` tries again): deleting through the mount would also delete
         the loop image under it."""
-        done = stop_postmasters_under(self.workdir, self.server_uid)
-        done += kill(users_of(self.workdir, self.server_uid), "the server user's, in the work area")
+        done = self.stop_servers()
         mounted = mounts.mounted_under(self.workdir)
         if mounted:
             return [*done, f"kept {self.workdir}: {', '.join(mounted)} still mounted"]

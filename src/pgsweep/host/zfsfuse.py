@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..core import Value
 from ..errors import PgsweepError
 from ..units import parse_size
-from . import proc
+from . import proc, safefs
 
 # Properties a live dataset takes without new data: changing them restarts the server only.
 LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}
@@ -133,6 +133,7 @@ def create_pool(name: str, device: Path, point: Path, values: dict[str, Value],
         raise ZfsError(f"zpool create failed: {res.last_line()}")
     set_properties(name, {k[4:]: str(v) for k, v in values.items()
                           if k[4:] in PROPERTIES and v is not None}, scratch)  # fmt: skip
+    safefs.own_root(point)  # the pool's root: root's, 0711 (the server user passes through)
 
 
 def set_properties(name: str, props: dict[str, str], scratch: Path) -> None:

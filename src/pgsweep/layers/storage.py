@@ -287,6 +287,9 @@ class StorageLayer(ResourceLayer):
             trial.effective["storage.btrfs_nocow"] = str(host.has_nocow(cluster.datadir))
         if storage.pool_devices:
             trial.effective["storage.pool_devices"] = ",".join(storage.pool_devices)
+        root = host.lstat(storage.home)  # the new filesystem's root: root's 0711, as made
+        if root is not None:
+            trial.effective["storage.root"] = f"{root.mode & 0o7777:04o} uid {root.uid}"
         built = storage.handle
         if built is not None and built.pool is not None:
             trial.effective["storage.zfs.implementation"] = "zfs-fuse (FUSE page cache off)"

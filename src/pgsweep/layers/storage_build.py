@@ -75,6 +75,9 @@ def build(s: StorageSettings, number: int, run: RunContext, grant: blockdev.Gran
     except (blockdev.DeviceError, zfsfuse.ZfsError, safefs.UnsafePath) as exc:
         journal.restore()
         raise TrialFailure(str(exc)) from exc
+    except BaseException:  # Ctrl-C, a lost host, an OSError: what was made goes too
+        journal.restore()
+        raise
     storage.handle = built
     return storage
 
@@ -130,8 +133,8 @@ def _device(fs: FsSettings, image_name: str, run: RunContext, grant: blockdev.Gr
             ours: dict[str, set[str]], built: Built) -> Path:  # fmt: skip
     host = run.host
     if fs.loop_bytes is None:
-        return host.claim_device(Path(fs.device), grant,
-                                 frozenset(ours.get(fs.device, set())), built.scratch)  # fmt: skip
+        made = {device: frozenset(uuids) for device, uuids in ours.items()}
+        return host.claim_device(Path(fs.device), grant, made, built.scratch)
     image = _folder(host, run.private / "images", 0o700) / image_name
     built.journal.record({"loop_image": str(image)})
     return host.attach_loop(image, fs.loop_bytes, fs.sector_size, fs.loop_direct_io,
@@ -142,7 +145,7 @@ def _filesystem(fs: FsSettings, device: Path, point: Path, host: Host,
                 ours: dict[str, set[str]], built: Built) -> None:  # fmt: skip
     uuid = host.make_filesystem(fs.filesystem, device, fs.mkfs_options, built.scratch)
     if fs.loop_bytes is None and uuid:  # know our own filesystem again at the next check
-        ours.setdefault(fs.device, set()).add(uuid)
+        ours.setdefault(str(device), set()).add(uuid)  # by the device, however it was named
     built.journal.record({"mount": str(point)})
     host.mount(fs.filesystem, device, point, fs.mount_options, built.scratch,
                nocow=fs.filesystem == "btrfs" and fs.btrfs_nocow)  # fmt: skip
