@@ -36,12 +36,13 @@ fi
 #   while a zfs-fuse pgsweep did not start runs: test_storage's);
 # - build (phase 2): modules whose leftovers are told apart by their results folder's
 #   tag (conftest.leftovers);
-# - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts alone (sshd in namespaces
-#   of their own, each module on a free subnet; their leftovers are their own hosts'
+# - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts (sshd in namespaces of
+#   their own, each module on a free subnet; their leftovers are their own hosts'
 #   namespaces, and test_replication does not count their links: sshhosts.harness_link);
-#   beside test_hosts, modules told apart by tag;
-# - rest (phase 2, every module not named here): runs told apart the same way, and
-#   test_nonroot (it looks only at what the account "nobody" owns).
+#   beside test_hosts, modules told apart by tag; after test_fleet_hosts, test_nonroot (it
+#   looks only at what the account "nobody" owns; there the lanes end within a minute of
+#   each other);
+# - rest (phase 2, every module not named here): runs told apart the same way.
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
       tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
@@ -74,7 +75,7 @@ build=(tests/integration/test_measure.py
        tests/integration/test_pgreplay.py tests/integration/test_against_state.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_report.py
      tests/integration/test_lost_baseline.py tests/integration/test_gate.py)
-fleet=(tests/integration/test_fleet_hosts.py)
+fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

@@ -126,6 +126,34 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     assert named["c02"] >= 0.9 and named["c01"] <= 0.2, named
 
 
+def test_plan_commands_shows_a_builds_trials_with_its_binaries(
+    cache: Path, tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan --commands` walks the build's trials too: its cluster made and started with the
+    cache entry's binaries, or, not built yet, with those it will have there; nothing
+    compiled, nothing made."""
+    (key,) = before = _finished(cache)
+    path = _experiment(tmp_path, '[factors]\nbuild.source = ["installed", "apt:postgresql-15"]\n',
+                       rounds=2)  # fmt: skip
+    res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert _finished(cache) == before and not (tmp_path / "r").exists()
+    bindir = cache.resolve() / key / "prefix" / "bin"
+    out = res.stdout
+    assert f"run as pgsweep: {bindir}/initdb -D " in out, out
+    assert f"run as pgsweep: {bindir}/pg_ctl -D " in out
+    assert f": found in the cache ({cache.resolve() / key}): its trials above run its " in out
+    assert "it runs a [build]" not in out
+    empty = tmp_path / "empty-cache"
+    empty.mkdir()
+    monkeypatch.setenv("PGSWEEP_CACHE_DIR", str(empty))
+    res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert list(empty.iterdir()) == []  # nothing fetched
+    assert f"run as pgsweep: {empty}/DRYRUN/prefix/bin/initdb -D " in res.stdout, res.stdout
+    assert f"fetched and compiled into {empty}/DRYRUN before the first trial" in res.stdout
+
+
 def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_beside_it(
     cache: Path, tmp_path: Path, state_dir: Path
 ) -> None:

@@ -10,7 +10,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import PgsweepError
@@ -67,6 +67,27 @@ def planned(exp: Experiment) -> list[PlannedBuild]:
                     pass
             out.append(PlannedBuild(spec, key, found is not None,
                                     found.seconds if found else BUILD_SECONDS_GUESS))  # fmt: skip
+    return out
+
+
+def stand_ins(exp: Experiment, dry: str) -> dict[BuildSpec, PreparedBuild]:
+    """Each build as `plan --commands` walks its trials, nothing fetched or compiled: one
+    in the cache with its own binaries and catalog; one not built yet at the cache entry
+    it will have (`dry` standing for a key not known before its source is fetched), with
+    the version and catalog of [server]'s binaries (its own are known once it is built)."""
+    root = builds.open_cache(create=False) or builds.cache_root()
+    out: dict[BuildSpec, PreparedBuild] = {}
+    with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
+        for p in planned(exp):
+            found = builds.lookup(root, p.key) if p.cached and p.key else None
+            if found is not None:
+                own = pgbin.inspect(found.bindir, Path(tmp), exp.user)
+                out[p.spec] = PreparedBuild(p.spec, found, own, dict(exp.canonical))
+                continue
+            build = builds.Build(p.key or dry, root / (p.key or dry), p.spec, p.spec.describe(),
+                                 exp.binaries.version, "", p.seconds, cached=False)  # fmt: skip
+            out[p.spec] = PreparedBuild(p.spec, build, replace(exp.binaries, bindir=build.bindir),
+                                        dict(exp.canonical))  # fmt: skip
     return out
 
 
