@@ -151,7 +151,11 @@ def test_plan_commands_shows_a_builds_trials_with_its_binaries(
     assert res.returncode == 0, res.stderr + res.stdout
     assert list(empty.iterdir()) == []  # nothing fetched
     assert f"run as pgsweep: {empty}/DRYRUN/prefix/bin/initdb -D " in res.stdout, res.stdout
-    assert f"fetched and compiled into {empty}/DRYRUN before the first trial" in res.stdout
+    work = f"{empty}/.building-DRYRUN-DRYRUN"
+    assert (f"unpacked into {work}/src and compiled there as root before the first trial: "
+            f"./configure --prefix={empty}/DRYRUN/prefix --with-wal-blocksize=4 "
+            "--without-readline --without-zlib; make -j") in res.stdout, res.stdout
+    assert f"make -s install DESTDIR={work}/stage; then renamed to {empty}/DRYRUN" in res.stdout
 
 
 def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_beside_it(

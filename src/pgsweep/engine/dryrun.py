@@ -19,6 +19,7 @@ from typing import Any
 
 from ..host import workarea
 from ..host.blockdev import MKFS, mount_options
+from ..host.builds import compile_steps
 from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.base import ResourceLayer
@@ -273,9 +274,14 @@ def _build_line(prepared: PreparedBuild) -> str:
     head = f"[build] {prepared.spec.describe()}: "
     if build.cached:
         return head + f"found in the cache ({build.home}): its trials above run its binaries"
-    return head + (f"fetched and compiled into {build.home} before the first trial (not "
-                   "shown); its trials above are shown with its binaries there and the "
-                   f"catalog of PostgreSQL {binaries.version} (its own is known once built)")
+    work = build.home.parent / f".building-{build.key}-{DRY}"
+    steps = compile_steps(prepared.spec, build.home, work / "stage")
+    return head + (f"fetched ({prepared.spec.source}), unpacked into {work}/src and compiled "
+                   "there as root before the first trial: "
+                   + "; ".join(shlex.join(argv) for _, argv, _ in steps)
+                   + f"; then renamed to {build.home}. Its trials above are shown with its "
+                   f"binaries there and the catalog of PostgreSQL {binaries.version} (its "
+                   "own is known once built)")
 
 
 def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:

@@ -274,6 +274,18 @@ def compile_build(
     return build
 
 
+def compile_steps(spec: BuildSpec, final: Path,
+                  stage: Path) -> list[tuple[str, list[str], float]]:  # fmt: skip
+    """configure, make and make install, as `_compile` runs them in the unpacked source (and
+    `plan --commands` shows them): (name, argv, timeout)."""
+    jobs = str(len(os.sched_getaffinity(0)))
+    return [
+        ("configure", ["./configure", f"--prefix={final / 'prefix'}", *spec.configure], 900),
+        ("make", ["make", f"-j{jobs}", "-s"], MAKE_TIMEOUT),
+        ("make install", ["make", "-s", "install", f"DESTDIR={stage}"], 900),
+    ]
+
+
 def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.Pinned,
              step: Callable[[str], None]) -> Build:  # fmt: skip
     began = time.monotonic()
@@ -289,15 +301,9 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
         safefs.write_file(root / "ccache.conf", "", 0o644)
         env |= {"CC": "ccache cc", "CCACHE_DIR": str(root / "ccache"),
                 "CCACHE_CONFIGPATH": str(root / "ccache.conf")}  # fmt: skip
-    jobs = str(len(os.sched_getaffinity(0)))
     stage = work / "stage"
-    steps = [
-        ("configure", ["./configure", f"--prefix={final / 'prefix'}", *spec.configure], 900),
-        ("make", ["make", f"-j{jobs}", "-s"], MAKE_TIMEOUT),
-        ("make install", ["make", "-s", "install", f"DESTDIR={stage}"], 900),
-    ]
-    for name, argv, timeout in steps:
-        step(name if name != "make" else f"make -j{jobs}")
+    for name, argv, timeout in compile_steps(spec, final, stage):
+        step(" ".join(argv[:2]) if name == "make" else name)
         res = proc.run(argv, out=work / "out" / f"{name.replace(' ', '-')}.out",
                        timeout=timeout, cwd=tree, env=env)  # fmt: skip
         _append_log(log, name, res)
