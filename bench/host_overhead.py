@@ -4,10 +4,12 @@ the checks, the counters, the store) and a whole run's wall time, for the code j
 the Host came in (d08d32f^, or --before REV) and the working tree, run in alternating
 pairs on one experiment. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/host_overhead.py [--pairs 4] [--before REV]
+    .venv/bin/python bench/host_overhead.py [--pairs 4] [--before REV] [--storage]
 
 The experiment: select-only at scale 1 for 2 s per trial, no warm-up, 2 x 2
-configurations (synchronous_commit: a reload; shared_buffers: a restart) x 2 rounds. Both
+configurations (synchronous_commit: a reload; shared_buffers: a restart) x 2 rounds;
+with --storage the second factor is the filesystem instead (ext4 and xfs on a 1 GiB loop
+device each: attach, mkfs, mount and their undoing in the trials that make them). Both
 versions run with this checkout's virtual environment; the older one's source comes from
 `git archive` into a temporary folder, first on PYTHONPATH."""
 
@@ -41,6 +43,11 @@ server.shared_buffers = ["128MB", "256MB"]
 [repeat]
 rounds = 2
 """
+STORAGE = EXPERIMENT.replace('server.shared_buffers = ["128MB", "256MB"]',
+                             'storage.filesystem = ["ext4", "xfs"]') + """
+[storage]
+device = "loop:1GiB"
+"""
 
 
 def run(src: Path, exp: Path, results: Path) -> tuple[float, list[float]]:
@@ -68,10 +75,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--before", default="d08d32f^")
+    ap.add_argument("--storage", action="store_true", help="the filesystem as the 2nd factor")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
-    print(f"# bench/host_overhead.py --pairs {args.pairs} --before {args.before}; after = "
+    flag = " --storage" if args.storage else ""
+    print(f"# bench/host_overhead.py --pairs {args.pairs} --before {args.before}{flag}; after = "
           f"the working tree at {head}; {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}")
     walls: dict[str, list[float]] = {"before": [], "after": []}
     extras: dict[str, list[float]] = {"before": [], "after": []}
@@ -84,7 +93,7 @@ def main() -> None:
                                  capture_output=True, check=True).stdout  # fmt: skip
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
         exp = folder / "exp.toml"
-        exp.write_text(EXPERIMENT)
+        exp.write_text(STORAGE if args.storage else EXPERIMENT)
         sources = {"before": old / "src", "after": ROOT / "src"}
         for n in range(args.pairs):
             order = ("before", "after") if n % 2 == 0 else ("after", "before")
