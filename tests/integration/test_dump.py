@@ -59,8 +59,9 @@ INSERT INTO orders (item, qty) VALUES (:id, 1);
 
 @pytest.fixture(scope="module")
 def dumps() -> Iterator[Path]:
-    """A folder (root's, 0755) with shop.dump (pg_dump -Fc) and shop.sql (plain) of a
-    real server's database, made as the server user, and the writing script."""
+    """A folder (root's, 0755) with shop.dump (pg_dump -Fc), shop.tar (-Ft), shop.d (-Fd, a
+    directory) and shop.sql (plain) of a real server's database, made as the server user,
+    and the writing script."""
     folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-dump-", dir=open_base(__name__)))
     try:
         _make_dumps(folder)
@@ -85,16 +86,20 @@ def _make_dumps(folder: Path) -> None:
         with cluster.connect() as conn:
             for statement in filter(str.strip, SCHEMA.split(";")):
                 conn.execute(statement)
-        for args, name in ((["-Fc"], "shop.dump"), ([], "shop.sql")):
+        for args, name in ((["-Fc"], "shop.dump"), (["-Ft"], "shop.tar"), (["-Fd"], "shop.d"),
+                           ([], "shop.sql")):  # fmt: skip
             argv = [binaries.path("pg_dump"), *cluster.pgbench_conn_args(), *args,
                     "-f", str(shared / name), "postgres"]  # fmt: skip
             res = LOCAL.run(argv, out=folder / "out" / f"{name}.out", user=user)
             assert res.ok, res.describe_failure()
     finally:
         cluster.destroy()
-    for name in ("shop.dump", "shop.sql"):
+    for name in ("shop.dump", "shop.tar", "shop.sql"):
         shutil.copyfile(shared / name, folder / name)  # root's now, readable by all
         (folder / name).chmod(0o644)
+    shutil.copytree(shared / "shop.d", folder / "shop.d")
+    for path in [folder / "shop.d", *(folder / "shop.d").iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     shutil.rmtree(shared)
     (folder / "write.sql").write_text(SCRIPT.format(rows=ROWS))  # the server user reads it
     (folder / "write.sql").chmod(0o644)
@@ -159,6 +164,25 @@ def test_custom_dump_is_restored_into_every_cluster_and_every_writing_trial(
     # every transaction of both trials counted the restored items (SCRIPT fails otherwise)
     for row in rows:  # the writing script: every trial starts from the restored snapshot
         assert "restore" in json.loads(str(row["events_json"])), row["events_json"]
+        command = _effective(row)["cluster.load_command"]  # what loaded the cluster
+        assert "/pg_restore " in command and " -j " in command, command
+        assert command.endswith(str(dumps / "shop.dump")) and "--no-owner" in command
+
+
+@pytest.mark.parametrize(("name", "parallel"), [("shop.tar", False), ("shop.d", True)])
+def test_tar_and_directory_dumps_are_restored_with_pg_restore(
+    dumps: Path, tmp_path_factory: pytest.TempPathFactory, name: str, parallel: bool
+) -> None:
+    """The other two archive formats: a tar archive (pg_restore, one job: tar allows no
+    more) and a directory archive (pg_restore -j), each restored whole into its cluster."""
+    results = run_shared(tmp_path_factory, name.replace(".", "-"), _body(str(dumps / name)))
+    (row,) = trials(results)
+    assert row["status"] == "ok", row
+    (load,) = _load(results).values()
+    assert load["load.tables"] == 2 and load["load.rows"] == ROWS
+    command = _effective(row)["cluster.load_command"]
+    assert "/pg_restore " in command and command.endswith(str(dumps / name)), command
+    assert (" -j " in command) == parallel
 
 
 def test_plain_sql_dump_naming_a_missing_role_is_restored_with_psql(

@@ -90,6 +90,7 @@ def test_each_trial_ran_on_its_own_groups_storage_and_cluster(results: Path) -> 
         assert eff["storage.filesystem"] == "ext4"
         assert eff["synchronous_commit"] == level["server.synchronous_commit"]
         loop = eff["storage.device"].removeprefix("/dev/")
+        assert " -i -q -s 1 postgres" in eff["cluster.load_command"]  # pgbench -i loaded it
         want = {"loop:1GiB": 1 << 30, "loop:1280MiB": 1280 << 20}[level["storage.device"]]
         assert int(eff[f"storage.size_bytes.{loop}"]) == want
         seen.setdefault(level["storage.device"], set()).add(

@@ -83,6 +83,9 @@ def test_prepare_loads_once_and_writing_trials_start_from_its_snapshot(results: 
     assert len(clusters) == 1  # a server factor shares one loaded cluster
     for r in rows:  # oltp_read_write writes: the snapshot is put back before each trial
         assert "restore" in json.loads(r["events_json"]), r["events_json"]
+        command = json.loads(r["effective_json"])["cluster.load_command"]  # what loaded it
+        assert f"{program()} oltp_read_write " in command and command.endswith(" prepare")
+        assert f"--tables={TABLES}" in command and f"--table-size={ROWS}" in command
 
 
 def test_each_trial_records_its_tool_version_and_command(results: Path) -> None:

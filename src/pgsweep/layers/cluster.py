@@ -5,6 +5,7 @@ TEST prepare` with workload.tool = "sysbench"), snapshot of the loaded data dire
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,12 +217,14 @@ class ClusterLayer(ResourceLayer):
             loader = run.client(config, binaries)  # the load runs beside the server
             if settings.dump is not None:
                 _dump_fits(settings.dump, binaries)  # a build's major is known by now
-                server.load = restore_dump(cluster, settings.dump, storage.pool_devices)
+                server.load, server.load_argv = restore_dump(cluster, settings.dump,
+                                                             storage.pool_devices)  # fmt: skip
             elif workload is not None and workload.tool == "sysbench":
-                server.load = prepare_sysbench(cluster, workload.sysbench(), storage.pool_devices)
+                server.load, server.load_argv = prepare_sysbench(
+                    cluster, workload.sysbench(), storage.pool_devices)
             else:
-                server.load = load_pgbench(cluster, loader, settings.scale, target,
-                                    storage.pool_devices)  # fmt: skip
+                server.load, server.load_argv = load_pgbench(
+                    cluster, loader, settings.scale, target, storage.pool_devices)
             if replay_roles:  # a replay's sessions' roles
                 make_roles(cluster, replay_roles)
                 if remote:  # replayed from the client's host, with the run's password
@@ -255,6 +258,8 @@ class ClusterLayer(ResourceLayer):
             row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
         trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
+        if trial.server.load_argv:  # what loaded it: pgbench -i, pg_restore, psql, sysbench
+            trial.effective["cluster.load_command"] = shlex.join(trial.server.load_argv)
 
 
 def _dump_fits(dump: pgdump.Dump, binaries: Binaries) -> None:

@@ -46,7 +46,7 @@ def _database_bytes(cluster: Cluster) -> int:
     return int(row[0]) if row else 0
 
 
-def _pgbench_init(cluster: Cluster, client: Binaries, scale: int) -> None:
+def _pgbench_init(cluster: Cluster, client: Binaries, scale: int) -> list[str]:
     argv = [client.path("pgbench"), *cluster.pgbench_conn_args()]
     argv += ["-i", "-q", "-s", str(scale), "postgres"]
     # ~2 s per 10 scale units here; allow slow disks a wide margin.
@@ -54,6 +54,7 @@ def _pgbench_init(cluster: Cluster, client: Binaries, scale: int) -> None:
                            user=cluster.user)  # fmt: skip
     if not res.ok:
         raise ServerError(f"loading the data failed: {res.describe_failure()}")
+    return argv
 
 
 def scale_for(cluster: Cluster, client: Binaries, target: int) -> int:
@@ -71,17 +72,17 @@ def load_pgbench(
     scale: int,
     target: int | None = None,
     pool: list[str] | None = None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], list[str]]:
     """pgbench -i (with its vacuum), pg_prewarm when installed, then a checkpoint. Returns
     the I/O of that phase (seed 3 compared bytes written while loading and while running):
-    device and PostgreSQL counter deltas, seconds, scale and the database size. With a
-    target size the scale is measured first (cluster.size)."""
+    device and PostgreSQL counter deltas, seconds, scale and the database size; and the
+    load's command. With a target size the scale is measured first (cluster.size)."""
     if target is not None:
         scale = scale_for(cluster, client, target)
     devs, primary = devices.for_cluster(cluster, pool)
     before = _load_snapshot(cluster, devs)
     started = time.monotonic()
-    _pgbench_init(cluster, client, scale)
+    argv = _pgbench_init(cluster, client, scale)
     with cluster.connect() as conn:
         size = _settle(conn)
     deltas = counters.delta(before, _load_snapshot(cluster, devs))
@@ -91,11 +92,12 @@ def load_pgbench(
     out["load.scale"], out["load.database_bytes"] = float(scale), float(size[0] if size else 0)
     if target is not None:
         out["load.target_bytes"] = float(target)
-    return out
+    return out, argv
 
 
-def restore_dump(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) -> dict[str, float]:
-    """The dump restored as the server user (pg_restore -j, or psql)."""
+def restore_dump(cluster: Cluster, dump: pgdump.Dump,
+                 pool: list[str] | None) -> tuple[dict[str, float], list[str]]:  # fmt: skip
+    """The dump restored as the server user (pg_restore -j, or psql); and its command."""
     argv = pgdump.restore_argv(dump, cluster.binaries.path("pg_restore"),
                                cluster.binaries.path("psql"), cluster.pgbench_conn_args())
     timeout = 600 + dump.estimate_bytes() / 5e6  # 5 MB/s at the slowest
@@ -103,12 +105,13 @@ def restore_dump(cluster: Cluster, dump: pgdump.Dump, pool: list[str] | None) ->
                      f"restoring {dump.path}")  # fmt: skip
     out["load.restore_seconds"] = out.pop("load.program_seconds")
     out["load.dump_bytes"] = float(dump.bytes)
-    return out
+    return out, argv
 
 
 def prepare_sysbench(cluster: Cluster, w: sysbench.Workload,
-                      pool: list[str] | None) -> dict[str, float]:  # fmt: skip
-    """sysbench's tables and rows (`sysbench TEST prepare`, as the server user)."""
+                     pool: list[str] | None) -> tuple[dict[str, float], list[str]]:  # fmt: skip
+    """sysbench's tables and rows (`sysbench TEST prepare`, as the server user); and its
+    command."""
     found = sysbench_program()
     if found is None:
         raise ServerError(f"sysbench is not installed (apt-get install {sysbench.PACKAGE})")
@@ -118,7 +121,7 @@ def prepare_sysbench(cluster: Cluster, w: sysbench.Workload,
                      lambda res: None if res.ok else res.describe_failure(),
                      "sysbench prepare")  # fmt: skip
     out["load.prepare_seconds"] = out.pop("load.program_seconds")
-    return out
+    return out, argv
 
 
 def _load_with(cluster: Cluster, argv: list[str], timeout: float, pool: list[str] | None,

@@ -178,6 +178,7 @@ class Server:
     devices: list[str] = field(default_factory=list)  # block devices under data and WAL
     primary_devices: list[str] = field(default_factory=list)  # the ones filesystems sit on
     load: dict[str, float] = field(default_factory=dict)  # the load phase's I/O, not yet saved
+    load_argv: list[str] = field(default_factory=list)  # the command that loaded its data
     recorded: bool = False  # its storage environment is in the store
     generation: int = 0  # how many times its loaded data was put back from the snapshot
     # its streaming standbys (postgres.standby.ReplicaSet), owned with it: stopped and
