@@ -50,6 +50,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
     remotes = clients.open_hosts(exp)  # every host reached and checked, read-only
     clients.close_all(remotes)
+    reached = {n: str(h.hello.get("ssh_connection", "")) for n, h in remotes.items()}
     for name, host in remotes.items():
         roles = clients.roles_on(exp, name)
         programs = ", ".join(clients.programs_on(exp, name))
@@ -74,7 +75,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
 
         results = args.results or Path("results") / exp.name
         client = exp.topology.client if exp.topology.remote else None
-        for line in dryrun.commands(exp, plan, results, client):
+        for line in dryrun.commands(exp, plan, results, client, reached):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK
 

@@ -184,14 +184,22 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
     # a read load on the standby: pgbench beside it on h2, over its socket there
     load = 'standby_script = "select-only"\nstandby_clients = 1'
     path = write_experiment(tmp_path, _body(h1, standby=h2, extra=load))
-    plan = pgsweep("plan", str(path))
+    plan = pgsweep("plan", str(path), "--commands")
     assert plan.returncode == 0, plan.stderr
     assert "client: host loadgen (h1) reached and checked" in plan.stdout
     assert "standby: host replica (h2) reached and checked" in plan.stdout
     assert "pg_basebackup, pg_ctl, postgres, pgbench" in plan.stdout
+    here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
+    # the dry run shows the server listening on that address, and pgbench on h1 over TCP
+    dry = re.search(rf"host loadgen \(the client.*over TCP to {re.escape(here)}:(\d+) ",
+                    plan.stdout)  # fmt: skip
+    assert dry, plan.stdout
+    assert f"-c listen_addresses={here} " in plan.stdout and f"-c port={dry[1]} " in plan.stdout
+    assert re.search(rf"on host loadgen, with PGPASSFILE=\S+/passfile, run as pgsweep: \S+/"
+                     rf"pgbench -h {re.escape(here)} -p {dry[1]} -U pgsweep ", plan.stdout)
+    assert "SQL: ALTER ROLE \"pgsweep\" PASSWORD '(the SCRAM-SHA-256 verifier" in plan.stdout
     run = _start(path, tmp_path / "res")
     try:
-        here = h1.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
         port = _listening(here)
         passfile = _on(h1, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
         password = passfile.rsplit(":", 1)[1]

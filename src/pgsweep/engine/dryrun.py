@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,15 @@ from ..host import workarea
 from ..host.blockdev import MKFS, mount_options
 from ..host.builds import compile_steps
 from ..host.local import LOCAL
-from ..host.recording import Effect
+from ..host.recording import Effect, RecordingHost
 from ..layers.base import ResourceLayer
 from ..layers.build import PreparedBuild
-from ..layers.context import RunContext, Server, TrialContext, TrialFailure
+from ..layers.context import HostSide, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Plan
 from ..postgres.access import ServerError
 from ..spec import Experiment
 from . import buildprep
+from .clients import free_port, scram_verifier
 from .dryhost import DRY, DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate
 from .resources import Resources, in_order
@@ -47,17 +48,21 @@ def kind(events: list[str]) -> str:
     return "no change"
 
 
-def commands(exp: Experiment, plan: Plan, results: Path, client: str | None) -> list[str]:
-    """The lines `plan --commands` prints (nothing on the machine changes)."""
+def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
+             reached: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """The lines `plan --commands` prints (nothing on the machine changes). `reached`: each
+    other host's SSH_CONNECTION, as `plan` found it (the addresses a run would use)."""
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
-    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY))
+    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY),
+                       _client_side(results, client, reached))
     layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
            f"from this machine, every effect is only recorded). `{DRY}` stands for the "
-           "random part of a name the run makes.", "", "host local (this machine): the "
-           "server" + ("" if client else ", and pgbench beside it")]  # fmt: skip
+           "random part of a name the run makes.", *_client_lines(run.client_side), "",
+           "host local (this machine): the server" + ("" if client else
+                                                       ", and pgbench beside it")]  # fmt: skip
     mark = len(host.effects)
     for layer in exp.layers:
         layer.start_run(run)
@@ -102,8 +107,6 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
             effects = host.effects[mark:]
             if getattr(exp.settings(config.levels).get("storage"), "used", False):
                 effects = _on_new_storage(effects)
-            if client:
-                window = [f"pgbench runs on the client host {client}, over TCP (not shown)"]
             out += _section(title, effects, window)
         if shown >= set(KINDS) or walked == MAX_TRIALS:
             break
@@ -125,8 +128,8 @@ def _on_new_storage(effects: list[Effect]) -> list[Effect]:
                           "storage's device, once it is made")]  # fmt: skip
 
 
-def _run_context(exp: Experiment, results: Path, host: DryHost,
-                 builds: dict[Any, Any]) -> RunContext:  # fmt: skip
+def _run_context(exp: Experiment, results: Path, host: DryHost, builds: dict[Any, Any],
+                 client_side: HostSide | None) -> RunContext:  # fmt: skip
     """The run's context as `run` would make it, with the names a run draws at random
     shown as DRYRUN; nothing is made (the work area and the run's lock are not)."""
     base = workarea.work_base(results, exp.user)
@@ -136,7 +139,7 @@ def _run_context(exp: Experiment, results: Path, host: DryHost,
     return RunContext(exp.binaries, exp.user, workdir, workdir / "private",
                       Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, builds,
                       host=host, run_id=f"PID-{DRY}", registry=workarea.registry_dir(),
-                      grant=exp.grant)  # fmt: skip
+                      grant=exp.grant, client_side=client_side)  # fmt: skip
 
 
 def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str,
@@ -166,7 +169,11 @@ def _window(trial: TrialContext, folder: Path) -> list[str]:
     argv: Callable[..., list[str]] | None = getattr(w, "argv", None)
     if w is None or argv is None:
         return ["(the measured window's commands: not shown for this workload yet)"]
-    pgb, conn = trial.client.path("pgbench"), trial.cluster.pgbench_conn_args()
+    pgb, conn, where = trial.client.path("pgbench"), trial.cluster.pgbench_conn_args(), ""
+    side = trial.run.client_side
+    if side is not None:  # on the client host, over TCP, its trial folder there
+        conn, folder = side.conn_args(), side.workdir / "trials" / trial.id
+        where = f"on host {side.host.name}, with PGPASSFILE={side.passfile}, "
     lines = []
     if settings.warmup_s > 0:
         lines.append(argv(pgb, conn, seconds=settings.warmup_s, vacuum=True))
@@ -176,7 +183,7 @@ def _window(trial: TrialContext, folder: Path) -> list[str]:
                       log_prefix=log, sampling_rate=rate or 1.0))  # fmt: skip
     user = trial.run.user.name if trial.run.user else "root"
     auto = settings.latency_log == "auto" and getattr(w, "rate", None) is None
-    return [f"run as {user}: {shlex.join(a)}" for a in lines] + (
+    return [f"{where}run as {user}: {shlex.join(a)}" for a in lines] + (
         [f"(the log is sampled when the warm-up runs above {AUTO_LOGGED_PER_S} TPS)"]
         if log and auto else [])  # fmt: skip
 
@@ -220,8 +227,10 @@ def describe(e: Effect) -> str | None:
         return f"kernel: {e.what} = {d['new']}" + (f" (was {was})" if was else "")
     if e.kind == "journal":
         return f"journal {e.what}: {d['entry']}"
-    if e.kind == "sql":
-        return None if _reads_only(e.what) else f"SQL: {e.what}"
+    if e.kind == "sql":  # a password's verifier stands for the one the run makes
+        text = re.sub(r"PASSWORD '[^']*'", "PASSWORD '(the SCRAM-SHA-256 verifier of the "
+                      "run's password)'", e.what)  # fmt: skip
+        return None if _reads_only(e.what) else f"SQL: {text}"
     if e.kind == "not_shown":
         return f"(not shown in detail) {e.what}"
     if e.kind in STORAGE_WORDS:
@@ -268,6 +277,36 @@ def _zfs_create(pool: str, d: Any) -> str:
             + (f"; zfs set {props}" if props else ""))
 
 
+def _client_side(results: Path, name: str | None,
+                 reached: Mapping[str, str]) -> HostSide | None:  # fmt: skip
+    """The client host's part of the run as `run` would make it, from the addresses `plan`
+    found (the server listens on this machine's as that host reaches it, and admits that
+    host's alone); its effects there are described (_client_lines), not walked."""
+    fields = reached.get(name or "", "").split()
+    if name is None or len(fields) != 4:
+        return None
+    controller, own = fields[0], fields[2]
+    workdir = workarea.fallback_base() / f"pgsweep-work-{results.name}-{DRY}"
+    return HostSide(RecordingHost(name), workdir, controller, own, free_port([controller]),
+                    workdir / "passfile", scram_verifier(DRY), DRY)  # fmt: skip
+
+
+def _client_lines(side: HostSide | None) -> list[str]:
+    if side is None:
+        return []
+    name, work = side.host.name, side.workdir
+    return ["", f"host {name} (the client, through `pgsweep agent` over ssh): pgbench there, "
+            f"over TCP to {side.address}:{side.port} (a port free when the run starts; "
+            f"{side.port} now), as the server admits from {side.peer} alone, with "
+            "scram-sha-256 and a password made for the run:",
+            f"  before the first trial: make {work} (root, 0711) with trials/ and standbys/; "
+            f"write {side.passfile} (0600, the server user's): "
+            f"{side.address}:{side.port}:*:*:(the run's password)",
+            f"  each trial: make {work}/trials/TRIAL (root, 0711), run pgbench (below), read "
+            "its output and transaction log back, remove the folder",
+            f"  at the end (or when the connection ends): stop what runs there, remove {work}"]
+
+
 def _build_line(prepared: PreparedBuild) -> str:
     build, binaries = prepared.build, prepared.binaries
     assert build is not None and binaries is not None  # buildprep.stand_ins makes both
@@ -294,7 +333,7 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
         lines.append("the standbys (pg_basebackup from the running primary, their servers), "
                      "made once the primary runs")  # fmt: skip
     lines.append("the environment recorded in results.db (facts read, nothing changed)")
-    if client:
+    if client and run.client_side is None:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "
                      "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
     for i, name in enumerate(exp.topology.standbys, 1):
