@@ -75,7 +75,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--before", default="d08d32f^")
-    ap.add_argument("--storage", action="store_true", help="the filesystem as the 2nd factor")
+    ap.add_argument("--storage", action="store_true",
+                    help="the filesystem as the 2nd factor (for the storage change: "
+                    "--before 3fa88a6)")
     args = ap.parse_args()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
@@ -93,6 +95,7 @@ def main() -> None:
                                  capture_output=True, check=True).stdout  # fmt: skip
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
         exp = folder / "exp.toml"
+        assert "storage.filesystem" in STORAGE  # the replaced line is still there
         exp.write_text(STORAGE if args.storage else EXPERIMENT)
         sources = {"before": old / "src", "after": ROOT / "src"}
         for n in range(args.pairs):

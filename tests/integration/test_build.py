@@ -10,13 +10,14 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import open_base, pgsweep, requires_pg, trials, write_experiment
 from pgsweep import spec
 from pgsweep.collect import perf
 from pgsweep.engine import buildprep
@@ -144,12 +145,16 @@ def test_plan_commands_shows_a_builds_trials_with_its_binaries(
     assert f"run as pgsweep: {bindir}/pg_ctl -D " in out
     assert f": found in the cache ({cache.resolve() / key}): its trials above run its " in out
     assert "it runs a [build]" not in out
-    empty = tmp_path / "empty-cache"
-    empty.mkdir()
+    # an empty cache the server user can pass through (as `run` requires, and so the dry run)
+    empty = Path(tempfile.mkdtemp(prefix="pgsweep-test-cache-", dir=open_base(__name__)))
+    empty.chmod(0o755)
     monkeypatch.setenv("PGSWEEP_CACHE_DIR", str(empty))
-    res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
-    assert res.returncode == 0, res.stderr + res.stdout
-    assert list(empty.iterdir()) == []  # nothing fetched
+    try:
+        res = pgsweep("plan", str(path), "--results", str(tmp_path / "r"), "--commands")
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert list(empty.iterdir()) == []  # nothing fetched
+    finally:
+        shutil.rmtree(empty)
     assert f"run as pgsweep: {empty}/DRYRUN/prefix/bin/initdb -D " in res.stdout, res.stdout
     work = f"{empty}/.building-DRYRUN-DRYRUN"
     assert (f"unpacked into {work}/src and compiled there as root before the first trial: "

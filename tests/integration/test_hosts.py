@@ -195,7 +195,8 @@ def test_pgbench_runs_on_the_client_host_a_standby_on_another_and_only_they_are_
                     plan.stdout)  # fmt: skip
     assert dry, plan.stdout
     assert f"-c listen_addresses={here} " in plan.stdout and f"-c port={dry[1]} " in plan.stdout
-    assert re.search(rf"on host loadgen, with PGPASSFILE=\S+/passfile, run as pgsweep: \S+/"
+    assert re.search(rf"on host loadgen, with PGPASSFILE=\S+/passfile PGSSLMODE=disable, "
+                     rf"run as pgsweep: \S+/"
                      rf"pgbench -h {re.escape(here)} -p {dry[1]} -U pgsweep ", plan.stdout)
     assert "SQL: ALTER ROLE \"pgsweep\" PASSWORD '(the SCRAM-SHA-256 verifier" in plan.stdout
     run = _start(path, tmp_path / "res")

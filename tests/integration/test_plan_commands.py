@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, postmasters, requires_pg, write_experiment
+from conftest import open_base, pgsweep, postmasters, requires_pg, write_experiment
 from pgsweep.host.journal import read_setting
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -135,3 +137,51 @@ def test_plan_commands_shows_the_storage_it_would_make_and_makes_none(
     assert re.search(r"umount \S+/storage/mnt-2\n\s+losetup -d the loop device over "
                      r"\S+/disk-2\.img", end), end
     assert "[storage]" not in out[out.index("not shown:"):]
+
+
+def test_a_client_hosts_side_is_shown_with_its_copy_of_a_custom_script(
+    tmp_path: Path, state_dir: Path, request: pytest.FixtureRequest
+) -> None:
+    """With a client host (its addresses as `plan` found them on its connection), the dry
+    run shows the server listening on this machine's address there, and the workload tool
+    on that host over TCP, a custom script read from its copy in the trial's folder there
+    (as `run` copies it), with the passfile and no SSL."""
+    from pgsweep import spec
+    from pgsweep.engine import dryrun, plans
+
+    folder = Path(tempfile.mkdtemp(prefix="pgsweep-test-dry-", dir=open_base(__name__)))
+    folder.chmod(0o755)  # the server user reads the script (plan checks it can)
+    script = folder / "read.sql"
+    script.write_text("SELECT 1;\n")
+    script.chmod(0o644)
+    request.addfinalizer(lambda: shutil.rmtree(folder))
+    path = write_experiment(tmp_path, f"""
+        [experiment]
+        name = "dry-client"
+        seed = 1
+        [cluster]
+        scale = 1
+        [workload]
+        script = "{script}"
+        duration = "2s"
+        warmup = "0s"
+        [factors]
+        server.synchronous_commit = ["on", "off"]
+        [repeat]
+        rounds = 1
+    """)  # fmt: skip
+    exp = spec.load(path)
+    results = tmp_path / "r"
+    plan = plans.plan_for(exp, plans.preflight(exp, results))
+    out = "\n".join(dryrun.commands(exp, plan, results, "loadgen",
+                                    {"loadgen": "127.0.0.1 22 127.0.0.2 22"}))  # fmt: skip
+    port = re.search(r"over TCP to 127\.0\.0\.1:(\d+) ", out)
+    assert port, out
+    assert "-c listen_addresses=127.0.0.1 " in out and f"-c port={port[1]} " in out
+    work = "/var/tmp/pgsweep-work-r-DRYRUN"
+    assert re.search(rf"on host loadgen, with PGPASSFILE={work}/passfile PGSSLMODE=disable, "
+                     rf"run as pgsweep: \S+/pgbench -h 127\.0\.0\.1 -p {port[1]} -U pgsweep .*-f "
+                     rf"{work}/trials/r1-c0[12]/\S*read\.sql ", out), out
+    # never a path on this machine (the file's, or the run's frozen copy in its work area)
+    assert not re.search(rf"on host loadgen.* -f ({re.escape(str(script))}|\S+/scripts/)", out)
+    assert not results.exists()

@@ -75,8 +75,14 @@ def stand_ins(exp: Experiment, dry: str) -> dict[BuildSpec, PreparedBuild]:
     in the cache with its own binaries and catalog; one not built yet at the cache entry
     it will have (`dry` standing for a key not known before its source is fetched), with
     the version and catalog of [server]'s binaries (its own are known once it is built)."""
-    root = builds.open_cache(create=False) or builds.cache_root()
+    if not needed(exp):
+        return {}
+    root = builds.open_cache(create=False)
+    if root is not None:
+        _check_reachable(root, exp)  # what `run` refuses, the dry run refuses (exit 2)
+    root = root or builds.cache_root()
     out: dict[BuildSpec, PreparedBuild] = {}
+    unknown = 0  # builds whose key is not known before their source is fetched
     with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
         for p in planned(exp):
             found = builds.lookup(root, p.key) if p.cached and p.key else None
@@ -84,7 +90,9 @@ def stand_ins(exp: Experiment, dry: str) -> dict[BuildSpec, PreparedBuild]:
                 own = pgbin.inspect(found.bindir, Path(tmp), exp.user)
                 out[p.spec] = PreparedBuild(p.spec, found, own, dict(exp.canonical))
                 continue
-            build = builds.Build(p.key or dry, root / (p.key or dry), p.spec, p.spec.describe(),
+            unknown += p.key is None
+            key = p.key or (dry if unknown == 1 else f"{dry}-{unknown}")
+            build = builds.Build(key, root / key, p.spec, p.spec.describe(),
                                  exp.binaries.version, "", p.seconds, cached=False)  # fmt: skip
             out[p.spec] = PreparedBuild(p.spec, build, replace(exp.binaries, bindir=build.bindir),
                                         dict(exp.canonical))  # fmt: skip

@@ -5,12 +5,13 @@ The plan is walked trial by trial through the same engine and layers as a run
 (dryhost.py): reads come from this machine, effects are only recorded, so nothing is
 changed. Printed are the effects of the first trial of each kind (a new cluster, a
 snapshot restored, a restart, a start, a reload, nothing to change), what comes before the
-first trial and after the last, and, named honestly, what the dry run cannot show: the
-work area and the run's lock (made before the host is), builds (compiled before the first
-trial), and what other hosts' agents do."""
+first trial and after the last (a build's compile included), what a client host does,
+and, named honestly, what the dry run cannot show: the work area and the run's lock (made
+before the host is), and the standbys (made once the primary runs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +67,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     mark = len(host.effects)
     for layer in exp.layers:
         layer.start_run(run)
-    out += _section("before the first trial", host.effects[mark:])
+    out += _section("before the first trial", host.effects[mark:], _compiles(run))
     lines, refused = _walk(exp, plan, resources, run, client)
     out += lines
     mark = len(host.effects)
@@ -173,7 +174,11 @@ def _window(trial: TrialContext, folder: Path) -> list[str]:
     side = trial.run.client_side
     if side is not None:  # on the client host, over TCP, its trial folder there
         conn, folder = side.conn_args(), side.workdir / "trials" / trial.id
-        where = f"on host {side.host.name}, with PGPASSFILE={side.passfile}, "
+        where = (f"on host {side.host.name}, with PGPASSFILE={side.passfile} "
+                 "PGSSLMODE=disable, ")  # fmt: skip
+        if not getattr(w, "builtin", True):  # its copy in the trial's folder there
+            w = dataclasses.replace(w, script=str(folder / Path(w.script).name))
+            argv = w.argv
     lines = []
     if settings.warmup_s > 0:
         lines.append(argv(pgb, conn, seconds=settings.warmup_s, vacuum=True))
@@ -286,7 +291,8 @@ def _client_side(results: Path, name: str | None,
     if name is None or len(fields) != 4:
         return None
     controller, own = fields[0], fields[2]
-    workdir = workarea.fallback_base() / f"pgsweep-work-{results.name}-{DRY}"
+    # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
+    workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
     return HostSide(RecordingHost(name), workdir, controller, own, free_port([controller]),
                     workdir / "passfile", scram_verifier(DRY), DRY)  # fmt: skip
 
@@ -295,16 +301,35 @@ def _client_lines(side: HostSide | None) -> list[str]:
     if side is None:
         return []
     name, work = side.host.name, side.workdir
-    return ["", f"host {name} (the client, through `pgsweep agent` over ssh): pgbench there, "
+    return ["", f"host {name} (the client, through `pgsweep agent` over ssh): the workload "
+            "tool there, "
             f"over TCP to {side.address}:{side.port} (a port free when the run starts; "
             f"{side.port} now), as the server admits from {side.peer} alone, with "
             "scram-sha-256 and a password made for the run:",
-            f"  before the first trial: make {work} (root, 0711) with trials/ and standbys/; "
+            f"  before the first trial: make {work} (root, 0711; in that host's "
+            "PGSWEEP_WORK_BASE if it sets one) with trials/ and standbys/; "
             f"write {side.passfile} (0600, the server user's): "
             f"{side.address}:{side.port}:*:*:(the run's password)",
-            f"  each trial: make {work}/trials/TRIAL (root, 0711), run pgbench (below), read "
-            "its output and transaction log back, remove the folder",
+            f"  each trial: make {work}/trials/TRIAL (root, 0711), copy a custom script into "
+            "it (0400, the server user's), run the tool (below), read its output and "
+            "transaction log back, remove the folder",
             f"  at the end (or when the connection ends): stop what runs there, remove {work}"]
+
+
+def _compiles(run: RunContext) -> list[str]:
+    """Each build not in the cache yet: fetched, unpacked and compiled before anything else."""
+    out = []
+    for prepared in run.builds.values():
+        build = prepared.build
+        if build is None or build.cached:
+            continue
+        work = build.home.parent / f".building-{build.key}-{DRY}"
+        steps = compile_steps(prepared.spec, build.home, work / "stage")
+        out.append(f"[build] {prepared.spec.describe()}: fetched ({prepared.spec.source}), "
+                   f"unpacked into {work}/src and compiled there as root before the first "
+                   "trial: " + "; ".join(shlex.join(argv) for _, argv, _ in steps)
+                   + f"; then renamed to {build.home}")  # fmt: skip
+    return out
 
 
 def _build_line(prepared: PreparedBuild) -> str:
@@ -313,14 +338,10 @@ def _build_line(prepared: PreparedBuild) -> str:
     head = f"[build] {prepared.spec.describe()}: "
     if build.cached:
         return head + f"found in the cache ({build.home}): its trials above run its binaries"
-    work = build.home.parent / f".building-{build.key}-{DRY}"
-    steps = compile_steps(prepared.spec, build.home, work / "stage")
-    return head + (f"fetched ({prepared.spec.source}), unpacked into {work}/src and compiled "
-                   "there as root before the first trial: "
-                   + "; ".join(shlex.join(argv) for _, argv, _ in steps)
-                   + f"; then renamed to {build.home}. Its trials above are shown with its "
-                   f"binaries there and the catalog of PostgreSQL {binaries.version} (its "
-                   "own is known once built)")
+    return head + (f"not built yet: its trials above are shown with its binaries in "
+                   f"{build.home} and the catalog of PostgreSQL {binaries.version} (its own "
+                   "is known once built; the compile's environment, CC and CFLAGS, is not "
+                   "shown)")
 
 
 def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
