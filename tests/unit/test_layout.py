@@ -1,9 +1,10 @@
 """The code's shape, as docs/architecture.md states it, checked on the source itself:
 imports run one way down the pipeline's stages (lazy imports included) with no circle
-between modules, and what a trial does to a machine goes through its Host: outside
-host/, a direct file, process or kernel access is allowed only where the list below
-says why (checks of this machine before anything runs, the controller's own inputs and
-results), so a new one in a layer, a collector or the trial path fails here."""
+between modules, and what a run does to a machine goes through its Host: in the layers,
+the collectors, PostgreSQL's programs and the engine, a direct file, process or kernel
+access is allowed only where the list below says why (checks of this machine before
+anything runs, the controller's own inputs and results, the run's own work area, builds),
+so a new one fails here."""
 
 from __future__ import annotations
 
@@ -101,6 +102,11 @@ HOSTS = {"host", "on", "client"}  # names the code gives a Host
 
 PLAN = "checks this machine (the server's) before anything runs"
 INPUTS = "the controller's own inputs and results folder, not a host's"
+RUN = "this process, and the run's own work area, lock and registry here, made before any host"
+OPENS = "opening a host: ssh and its agent (host/remote.py)"
+BUILDS = "builds: fetched and compiled here before the first trial, not through the Host yet"
+DRY = "the dry run's own host (a Host): it reads this machine and changes nothing"
+FLEET = "a fleet's controller: its folder here and Ansible (each group runs pgsweep there)"
 ALLOWED = {
     ("layers/build.py", "check_host"): PLAN,
     ("layers/oslayer.py", "validate"): PLAN,
@@ -133,11 +139,35 @@ ALLOWED = {
                                           "descriptor (a client host's come through its Host)",
     ("engine/sides.py", "workload"): INPUTS,
     ("engine/sides.py", "replayed"): INPUTS,
+    # the engine around the trials
+    ("engine/run.py", "run"): RUN,
+    ("engine/plans.py", "existing"): INPUTS,
+    ("engine/plans.py", "preflight"): RUN,
+    ("engine/folder.py", "check_results_folder"): INPUTS,
+    ("engine/folder.py", "resume_store"): INPUTS,
+    ("engine/folder.py", "new_store"): INPUTS,
+    ("engine/against.py", "frozen_file"): INPUTS,
+    ("engine/watch.py", "progress"): INPUTS,
+    ("engine/watch.py", "runs_writing"): RUN,
+    ("engine/watch.py", "stop"): RUN,
+    ("engine/clients.py", "open_hosts"): OPENS,
+    ("engine/clients.py", "keep"): OPENS,
+    ("engine/clients.py", "doctor_on"): OPENS,
+    ("engine/buildprep.py", "planned"): BUILDS,
+    ("engine/buildprep.py", "stand_ins"): BUILDS,
+    ("engine/buildprep.py", "prepare"): BUILDS,
+    ("engine/buildprep.py", "_check_reachable"): BUILDS,
+    ("engine/buildprep.py", "_one"): BUILDS,
+    ("engine/dryhost.py", "claim_device"): DRY,
+    ("engine/dryhost.py", "write_kernel"): DRY,
+    ("engine/fleet.py", "_status"): FLEET,
+    ("engine/fleet_ansible.py", "ansible_tool"): FLEET,
+    ("engine/fleet_ansible.py", "job_events"): FLEET,
+    ("engine/fleet_progress.py", "scan"): FLEET,
+    **{("engine/fleet_folder.py", f): FLEET for f in ("locked", "new_target", "remerge",
+                                                      "reopen", "save", "start")},
 }
-TRIAL_PATH = ["layers", "collect", "postgres", "engine/trial.py", "engine/measure.py",
-              "engine/measure_sysbench.py", "engine/measure_pgreplay.py", "engine/sides.py",
-              "engine/explain.py", "engine/profile.py", "engine/iolatency.py",
-              "engine/resources.py"]  # fmt: skip
+TRIAL_PATH = ["layers", "collect", "postgres", "engine"]
 
 
 def _direct(call: ast.Call) -> str | None:
