@@ -68,7 +68,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     for layer in exp.layers:
         layer.start_run(run)
     out += _section("before the first trial", host.effects[mark:], _compiles(run))
-    lines, refused = _walk(exp, plan, resources, run, client)
+    lines, refused = _walk(exp, plan, resources, run)
     out += lines
     mark = len(host.effects)
     _finish(exp, resources, run)
@@ -80,8 +80,8 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     return out
 
 
-def _walk(exp: Experiment, plan: Plan, resources: Resources, run: RunContext,
-          client: str | None) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+def _walk(exp: Experiment, plan: Plan, resources: Resources,
+          run: RunContext) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The trials in the run's order (this shard's), each prepared as `run` prepares it;
     the lines of the first of each kind, and why trials could not be shown (-> the first)."""
     host = run.host

@@ -38,8 +38,7 @@ def run_trial(
     first_of_config: bool,
 ) -> TrialRecord:
     started = now()
-    if run.host.lstat(run.workdir / "trials") is None:
-        run.host.private_dir(run.workdir / "trials", 0o711)
+    run.host.private_dir_once(run.workdir / "trials", 0o711)
     trial_dir = run.host.private_dir(run.workdir / "trials" / trial.id, 0o711)
     record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
     events: list[str] = []

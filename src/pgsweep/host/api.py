@@ -134,6 +134,13 @@ class Host(ABC):
     def private_dir(self, path: Path, mode: int = 0o700) -> Path:
         """A new root-owned directory (it must not exist)."""
 
+    def private_dir_once(self, path: Path, mode: int = 0o700) -> Path:
+        """`private_dir`, unless this run made it already (a folder in its work area that
+        several steps use: trials/, clusters/, storage/, a scratch folder)."""
+        if self.lstat(path) is None:
+            self.private_dir(path, mode)
+        return path
+
     @abstractmethod
     def leaf_dir(self, path: Path, user: RunAs | None, mode: int = 0o700) -> Path:
         """A new directory handed to `user` by descriptor."""

@@ -84,8 +84,7 @@ def create(journal: Recorder, run_id: str, number: int, rate: int | None,
     base = f"pgsweep-{run_id}-{number}"
     link = Link(f"{base}-p", f"{base}-s", scratch, host)
     p, s = link.primary_ns, link.standby_ns
-    if host.lstat(scratch) is None:
-        host.private_dir(scratch, 0o700)
+    host.private_dir_once(scratch, 0o700)
     try:
         for name in (p, s):
             journal.record({"netns": name})
@@ -137,8 +136,7 @@ def undo_entry(entry: dict[str, str], scratch: Path, host: Host) -> str | None:
 
 def _delete(name: str, scratch: Path, host: Host) -> None:
     """`ip netns delete`; one already gone is fine."""
-    if host.lstat(scratch) is None:
-        host.private_dir(scratch, 0o700)
+    host.private_dir_once(scratch, 0o700)
     res = host.run(["ip", "netns", "delete", name], out=scratch / f"netns-delete-{name}.out",
                    timeout=120)  # fmt: skip
     if not res.ok and exists(name, host):

@@ -221,9 +221,7 @@ class StorageLayer(ResourceLayer):
               below: Mapping[str, Any], run: RunContext) -> Storage:  # fmt: skip
         if not settings.used:
             home = run.workdir / "clusters"
-            if run.host.lstat(home) is None:
-                run.host.private_dir(home, 0o711)
-            return Storage("", home)
+            return Storage("", run.host.private_dir_once(home, 0o711))
         ours: dict[str, set[str]] = run.state_of(self.name, dict)  # device -> UUIDs we made
         storage = storage_build.build(settings, run.next_number("storage"), run,
                                       run.grant or blockdev.Grant(), ours)  # fmt: skip

@@ -94,19 +94,12 @@ def destroy(storage: Storage) -> list[str]:
     return done
 
 
-def _folder(host: Host, path: Path, mode: int) -> Path:
-    """One of root's folders in the work area, made once."""
-    if host.lstat(path) is None:
-        host.private_dir(path, mode)
-    return path
-
-
 def _make(s: StorageSettings, built: Built, run: RunContext, grant: blockdev.Grant,
           ours: dict[str, set[str]]) -> Storage:  # fmt: skip
     assert s.data is not None
     n, journal, host = built.number, built.journal, run.host
-    _folder(host, built.scratch, 0o700)
-    folder = _folder(host, run.workdir / "storage", 0o711)
+    host.private_dir_once(built.scratch, 0o700)
+    folder = host.private_dir_once(run.workdir / "storage", 0o711)
     device = _device(s.data, f"disk-{n}.img", run, grant, ours, built)
     point = host.private_dir(folder / f"mnt-{n}", 0o711)
     pool_devices: list[str] = []
@@ -135,7 +128,7 @@ def _device(fs: FsSettings, image_name: str, run: RunContext, grant: blockdev.Gr
     if fs.loop_bytes is None:
         made = {device: frozenset(uuids) for device, uuids in ours.items()}
         return host.claim_device(Path(fs.device), grant, made, built.scratch)
-    image = _folder(host, run.private / "images", 0o700) / image_name
+    image = host.private_dir_once(run.private / "images", 0o700) / image_name
     built.journal.record({"loop_image": str(image)})
     return host.attach_loop(image, fs.loop_bytes, fs.sector_size, fs.loop_direct_io,
                             built.scratch)  # fmt: skip

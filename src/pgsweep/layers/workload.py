@@ -268,8 +268,7 @@ class WorkloadLayer(Layer):
             return
         folder = run.workdir / "scripts"
         frozen_of = _frozen(run)  # as written -> the copy on this run's host
-        if run.host.lstat(folder) is None:
-            run.host.private_dir(folder, 0o711)
+        run.host.private_dir_once(folder, 0o711)
         for i, (script, (src, text)) in enumerate(self.scripts.items()):
             frozen = folder / f"{i}-{src.name}"
             run.host.write_file(frozen, text, 0o400, run.host.ids(run.user))
