@@ -271,6 +271,9 @@ def _agent_with_area(tmp_path: Path) -> tuple[Agent, Path]:
      "pgsweep1n1 was not created for this run"),
     ("mount", {"fstype": "ext4", "device": "/dev/sda", "point": "AREA/..", "options": "",
                "nocow": False}, "AREA/.. is not in a work area"),
+    # a device it claimed, but a pool name pgsweep never gives (another's pool)
+    ("zfs_create", {"pool": "rpool", "device": "/dev/loop7", "point": "AREA/storage/mnt-1",
+                    "values": {}}, "rpool is not a pool name pgsweep gives"),
 ])  # fmt: skip
 def test_the_agent_formats_and_mounts_only_what_it_attached_or_claimed(
     tmp_path: Path, method: str, args: dict[str, Any], refusal: str
@@ -278,6 +281,7 @@ def test_the_agent_formats_and_mounts_only_what_it_attached_or_claimed(
     """Inside its own work area too, an agent runs mkfs, mount and zfs only on a device it
     attached or claimed for the run, and on pools it created; `..` never leads out."""
     agent, area = _agent_with_area(tmp_path)
+    agent.devices.add("/dev/loop7")  # as if it had attached it
     scratch = str(area / "private" / "storage-cmd")
     args = {k: v.replace("AREA", str(area)) if isinstance(v, str) else v
             for k, v in args.items()} | {"scratch": scratch}  # fmt: skip
