@@ -21,6 +21,7 @@ def main() -> int:
     os.environ.setdefault("PGSWEEP_CACHE_DIR", str(SUITE_CACHE))
     from pgsweep import spec
     from pgsweep.engine import buildprep
+    from pgsweep.host.local import LOCAL
 
     # the build's scratch (pgsweep-build-*, pgsweep-inspect-*) off /tmp: the machine lane,
     # which runs beside the compile, compares /tmp's pgsweep names before and after
@@ -29,7 +30,7 @@ def main() -> int:
     was, tempfile.tempdir = tempfile.tempdir, str(scratch)
     try:
         exp = spec.load(SUITE_BUILD)
-        built = buildprep.prepare(exp, lambda line: print(line, flush=True))
+        built = buildprep.prepare(exp, lambda line: print(line, flush=True), LOCAL)
     finally:
         tempfile.tempdir = was
     failed = [p.failure for p in built.values() if p.build is None]

@@ -34,6 +34,7 @@ def _grant(args: argparse.Namespace) -> Grant:
 
 def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from .engine import buildprep, plans
+    from .host.local import LOCAL
     from .spec import rounds
 
     if args.noise_from is not None:  # refused before the file's checks start servers
@@ -61,7 +62,7 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
         if exp.seed_given or exp.shard is not None
         else [f"no seed in the file: this plan used {exp.seed}; `run` records the seed it uses"]
     )
-    notes += exp.notes + show.build_notes(buildprep.planned(exp))
+    notes += exp.notes + show.build_notes(buildprep.planned(exp, LOCAL))
     costs = rounds.trial_costs(exp, plan)
     show.render_plan(plan, estimate_parts(plan, costs), console, notes)
     if shard is not None:

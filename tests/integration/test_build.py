@@ -21,6 +21,7 @@ from conftest import open_base, pgsweep, requires_pg, trials, write_experiment
 from pgsweep import spec
 from pgsweep.collect import perf
 from pgsweep.engine import buildprep
+from pgsweep.host.local import LOCAL
 from pgsweep.layers.oslayer import OsLayer
 from pgsweep.postgres.binaries import ValueChecker
 
@@ -204,7 +205,7 @@ def test_huge_pages_are_sized_by_each_builds_own_server(cache: Path, tmp_path: P
     body = ('[server]\nshared_buffers = "128MB"\n[os]\nhuge_pages = "2MB"\n[factors]\n'
             'build.source = ["installed", "apt:postgresql-15"]\n')  # fmt: skip
     exp = spec.load(_experiment(tmp_path, body))
-    (prepared,) = [p for p in buildprep.prepare(exp, lambda line: None).values() if p.build]
+    (prepared,) = [p for p in buildprep.prepare(exp, lambda line: None, LOCAL).values() if p.build]
     assert prepared.binaries is not None
     server = {"shared_buffers": "128MB"}
     initdb = tuple(exp.configurations[("installed",)]["cluster"].initdb_options())

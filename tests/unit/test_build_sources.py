@@ -214,18 +214,17 @@ def test_a_cache_the_server_user_cannot_reach_is_refused_before_building(
 ) -> None:
     """The server user runs the builds' binaries: a cache below a 0700 folder (pytest's own
     tmp_path) is exit 2 before anything is fetched or compiled, not a crash after."""
-    from types import SimpleNamespace
+    import pwd
 
-    from pgsweep.engine import buildprep
-    from pgsweep.host.proc import RunAs
+    from pgsweep.host.builds import check_reachable
 
-    exp = SimpleNamespace(user=RunAs(SERVER_USER))
+    uid = pwd.getpwnam(SERVER_USER).pw_uid
     (tmp_path / "builds").mkdir(mode=0o755)
     with pytest.raises(PgsweepError, match="out of the server user's reach") as err:
-        buildprep._check_reachable(tmp_path / "builds", exp)  # type: ignore[arg-type]
+        check_reachable(tmp_path / "builds", uid)
     assert err.value.exit_code == 2 and "drwx------" in err.value.what
     (open_dir / "builds").mkdir(mode=0o755)
-    buildprep._check_reachable(open_dir / "builds", exp)  # type: ignore[arg-type]
+    check_reachable(open_dir / "builds", uid)
 
 
 def _hostile_gitdir(open_dir: Path) -> tuple[Path, Path, Path]:

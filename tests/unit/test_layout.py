@@ -3,7 +3,7 @@ imports run one way down the pipeline's stages (lazy imports included) with no c
 between modules, and what a run does to a machine goes through its Host: in the layers,
 the collectors, PostgreSQL's programs and the engine, a direct file, process or kernel
 access is allowed only where the list below says why (checks of this machine before
-anything runs, the controller's own inputs and results, the run's own work area, builds),
+anything runs, the controller's own inputs and results, the run's own work area),
 so a new one fails here."""
 
 from __future__ import annotations
@@ -104,7 +104,6 @@ PLAN = "checks this machine (the server's) before anything runs"
 INPUTS = "the controller's own inputs and results folder, not a host's"
 RUN = "this process, and the run's own work area, lock and registry here, made before any host"
 OPENS = "opening a host: ssh and its agent (host/remote.py)"
-BUILDS = "builds: fetched and compiled here before the first trial, not through the Host yet"
 DRY = "the dry run's own host (a Host): it reads this machine and changes nothing"
 FLEET = "a fleet's controller: its folder here and Ansible (each group runs pgsweep there)"
 ALLOWED = {
@@ -153,11 +152,7 @@ ALLOWED = {
     ("engine/clients.py", "open_hosts"): OPENS,
     ("engine/clients.py", "keep"): OPENS,
     ("engine/clients.py", "doctor_on"): OPENS,
-    ("engine/buildprep.py", "planned"): BUILDS,
-    ("engine/buildprep.py", "stand_ins"): BUILDS,
-    ("engine/buildprep.py", "prepare"): BUILDS,
-    ("engine/buildprep.py", "_check_reachable"): BUILDS,
-    ("engine/buildprep.py", "_one"): BUILDS,
+    ("engine/buildprep.py", "_inspect"): PLAN,
     ("engine/dryhost.py", "claim_device"): DRY,
     ("engine/dryhost.py", "write_kernel"): DRY,
     ("engine/fleet.py", "_status"): FLEET,

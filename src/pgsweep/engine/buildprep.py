@@ -5,9 +5,6 @@ need it (their trials carry its log tail); a setting one build lacks is exit 2 n
 
 from __future__ import annotations
 
-import hashlib
-import os
-import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -15,8 +12,8 @@ from pathlib import Path
 
 from ..errors import PgsweepError
 from ..host import builds, sources
+from ..host.api import Host
 from ..host.builds import BuildSpec
-from ..host.local import LOCAL
 from ..layers.base import ValidationContext
 from ..layers.build import PreparedBuild
 from ..layers.server_start import start_each
@@ -32,8 +29,12 @@ BUILD_SECONDS_GUESS = 200.0
 class PlannedBuild:
     spec: BuildSpec
     key: str | None  # None: the source is not pinned yet (an apt source not fetched)
-    cached: bool
+    found: builds.Build | None  # the finished build the cache holds
     seconds: float  # how long it took, or the guess
+
+    @property
+    def cached(self) -> bool:
+        return self.found is not None
 
 
 def needed(exp: Experiment) -> list[BuildSpec]:
@@ -46,97 +47,70 @@ def needed(exp: Experiment) -> list[BuildSpec]:
     return out
 
 
-def planned(exp: Experiment) -> list[PlannedBuild]:
-    """What `run` will build, for `plan`: read-only (nothing is fetched or compiled)."""
+def planned(exp: Experiment, host: Host) -> list[PlannedBuild]:
+    """What `run` will build on the server's host, for `plan`: read only (nothing is
+    fetched or compiled)."""
     specs = needed(exp)
     if not specs:
         return []
-    root = builds.open_cache(create=False)
-    with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
-        scratch = Path(tmp)
-        compiler = builds.compiler_version(scratch)
-        out = []
-        for spec in specs:
-            key, found = None, None
-            if root is not None:
-                try:
-                    pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
-                    key = builds.build_key(pinned, spec, compiler)
-                    found = builds.lookup(root, key)
-                except sources.SourceError:
-                    pass
-            out.append(PlannedBuild(spec, key, found is not None,
-                                    found.seconds if found else BUILD_SECONDS_GUESS))  # fmt: skip
+    root = host.build_cache(host.ids(exp.user)[0], create=False)
+    out = []
+    for spec in specs:
+        key, found = host.find_build(root, spec) if root is not None else (None, None)
+        out.append(PlannedBuild(spec, key, found,
+                                found.seconds if found else BUILD_SECONDS_GUESS))  # fmt: skip
     return out
 
 
-def stand_ins(exp: Experiment, dry: str) -> dict[BuildSpec, PreparedBuild]:
+def stand_ins(exp: Experiment, dry: str, host: Host) -> dict[BuildSpec, PreparedBuild]:
     """Each build as `plan --commands` walks its trials, nothing fetched or compiled: one
     in the cache with its own binaries and catalog; one not built yet at the cache entry
     it will have (`dry` standing for a key not known before its source is fetched), with
-    the version and catalog of [server]'s binaries (its own are known once it is built)."""
-    if not needed(exp):
-        return {}
-    root = builds.open_cache(create=False)
-    if root is not None:
-        _check_reachable(root, exp)  # what `run` refuses, the dry run refuses (exit 2)
-    root = root or builds.cache_root()
+    the version and catalog of [server]'s binaries (its own are known once it is built).
+    What `run` refuses (a cache the server user cannot reach), the dry run refuses."""
     out: dict[BuildSpec, PreparedBuild] = {}
     unknown = 0  # builds whose key is not known before their source is fetched
-    with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
-        for p in planned(exp):
-            found = builds.lookup(root, p.key) if p.cached and p.key else None
-            if found is not None:
-                own = pgbin.inspect(found.bindir, Path(tmp), exp.user)
-                out[p.spec] = PreparedBuild(p.spec, found, own, dict(exp.canonical))
-                continue
-            unknown += p.key is None
-            key = p.key or (dry if unknown == 1 else f"{dry}-{unknown}")
-            build = builds.Build(key, root / key, p.spec, p.spec.describe(),
-                                 exp.binaries.version, "", p.seconds, cached=False)  # fmt: skip
-            out[p.spec] = PreparedBuild(p.spec, build, replace(exp.binaries, bindir=build.bindir),
-                                        dict(exp.canonical))  # fmt: skip
+    root = host.build_cache(host.ids(exp.user)[0], create=False) or builds.cache_root()
+    for p in planned(exp, host):
+        if p.found is not None:
+            own = _inspect(p.found.bindir, exp)
+            out[p.spec] = PreparedBuild(p.spec, p.found, own, dict(exp.canonical))
+            continue
+        unknown += p.key is None
+        key = p.key or (dry if unknown == 1 else f"{dry}-{unknown}")
+        build = builds.Build(key, root / key, p.spec, p.spec.describe(),
+                             exp.binaries.version, "", p.seconds, cached=False)  # fmt: skip
+        out[p.spec] = PreparedBuild(p.spec, build, replace(exp.binaries, bindir=build.bindir),
+                                    dict(exp.canonical))  # fmt: skip
     return out
 
 
-def prepare(exp: Experiment, say: Callable[[str], None]) -> dict[BuildSpec, PreparedBuild]:
-    """Make (or find) every build, then check the server settings against each one's
-    catalog. PgsweepError (exit 2) for a setting a build lacks or rejects."""
+def prepare(exp: Experiment, say: Callable[[str], None],
+            host: Host) -> dict[BuildSpec, PreparedBuild]:  # fmt: skip
+    """Make (or find) every build on the server's host, then check the server settings
+    against each one's catalog. A build that fails fails only its configurations (its
+    PreparedBuild says why); PgsweepError (exit 2) for a setting a build lacks or rejects."""
     specs = needed(exp)
     if not specs:
         return {}
-    root = builds.open_cache()
+    root = host.build_cache(host.ids(exp.user)[0], create=True)
     assert root is not None
-    _check_reachable(root, exp)
     out: dict[BuildSpec, PreparedBuild] = {}
-
-    with stopped_by_signals(), tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
-        scratch = Path(tmp)
-        compiler = builds.compiler_version(scratch)
+    with stopped_by_signals():
         for n, spec in enumerate(specs, 1):
-            out[spec] = _one(spec, root, scratch, compiler, f"build {n}/{len(specs)}", say)
+            out[spec] = _one(host, root, spec, f"build {n}/{len(specs)}", say)
         say(_client_line(exp))
         for prepared in out.values():
             if prepared.build is not None:
-                prepared.binaries = pgbin.inspect(prepared.build.bindir, scratch, exp.user)
-                prepared.canonical = check_settings(exp, prepared)
+                prepared.binaries = _inspect(prepared.build.bindir, exp)
+                prepared.canonical = check_settings(exp, prepared, host)
     return out
 
 
-def _check_reachable(root: Path, exp: Experiment) -> None:
-    """The server user runs the builds' binaries: every folder above them must let it pass."""
-    uid = exp.user.uid if exp.user is not None else os.geteuid()
-    if uid == 0:
-        return
-    for d in [root, *root.parents]:
-        st = os.stat(d)
-        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
-            raise PgsweepError(
-                f"the build cache {root} is out of the server user's reach: {d} is "
-                f"{stat.filemode(st.st_mode)}, and the server runs the builds' binaries",
-                where="PGSWEEP_CACHE_DIR" if os.environ.get("PGSWEEP_CACHE_DIR") else None,
-                fix="choose a cache folder every folder above which others may pass (0755)",
-            )  # fmt: skip
+def _inspect(bindir: Path, exp: Experiment) -> pgbin.Binaries:
+    """A build's own binaries: their version and catalog (read on this machine)."""
+    with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as tmp:
+        return pgbin.inspect(bindir, Path(tmp), exp.user)
 
 
 def _client_line(exp: Experiment) -> str:
@@ -146,30 +120,14 @@ def _client_line(exp: Experiment) -> str:
             "one), so a faster client never passes for a faster server")  # fmt: skip
 
 
-def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
+def _one(host: Host, root: Path, spec: BuildSpec, label: str,
          say: Callable[[str], None]) -> PreparedBuild:  # fmt: skip
     prepared = PreparedBuild(spec)
     try:
-        with builds.locked(root, "source-" + hashlib.sha256(spec.source.encode()).hexdigest()[:12]):
-            try:
-                pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
-            except sources.SourceError:
-                if sources.kind_of(spec.source) != "apt":
-                    raise
-                say(f"{label}: fetching the source of {spec.source[4:]} with apt-get")
-                pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # fetched once
-        key = builds.build_key(pinned, spec, compiler)
-
-        def make() -> builds.Build:
-            say(f"{label}: {spec.describe()}: compiling into {root / key}")
-            return builds.compile_build(root, key, spec, pinned, lambda s: say(f"{label}: {s}"))
-
-        # the shared lock stays held while this process lives: prune leaves the build alone
-        build, prepared.lock_fd, cached = builds.acquire(root, key, make)
+        build, cached = host.make_build(root, spec, lambda s: say(f"{label}: {s}"))
         prepared.build = build
         if cached:
-            say(f"{label}: {spec.describe()}: cached ({key}), nothing to compile")
-            builds.touch(build)
+            say(f"{label}: {spec.describe()}: cached ({build.key}), nothing to compile")
         else:
             say(f"{label}: built in {build.seconds:.0f} s ({build.version})")
     except (builds.BuildError, sources.SourceError) as exc:
@@ -180,7 +138,8 @@ def _one(spec: BuildSpec, root: Path, scratch: Path, compiler: str, label: str,
     return prepared
 
 
-def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[str, str]]:
+def check_settings(exp: Experiment, prepared: PreparedBuild,
+                   host: Host) -> dict[str, dict[str, str]]:  # fmt: skip
     """The server layer's checks against this build's catalog, and the os layer's shared
     memory sizes from this build's server (huge pages, memory limit); what each level
     means to it."""
@@ -190,7 +149,7 @@ def check_settings(exp: Experiment, prepared: PreparedBuild) -> dict[str, dict[s
     base = {k: v for k, v in exp.base.get("server", {}).items() if k not in mine}
     configs = [c for c in exp.configurations.values() if c["build"].spec == prepared.spec]
     with pgbin.ValueChecker(prepared.binaries, exp.user) as checker:
-        ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user, host=LOCAL)
+        ctx = ValidationContext(exp.source, prepared.binaries, checker, exp.user, host=host)
         try:
             server.validate(base, mine, ctx)
             exp.layer("os").check_configurations(configs, ctx)

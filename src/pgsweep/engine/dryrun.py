@@ -55,7 +55,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     other host's SSH_CONNECTION, as `plan` found it (the addresses a run would use)."""
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
-    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY),
+    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY, host),
                        _client_side(results, client, reached))
     layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)

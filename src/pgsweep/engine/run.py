@@ -68,7 +68,7 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         claim_host(exp, results)  # e.g. one run at a time changes kernel settings
         # builds before anything else is made (exit 2 for a setting one lacks leaves no
         # results folder), after every read-only check (no compile for a bad file)
-        exp.builds = buildprep.prepare(exp, reporter.building)
+        exp.builds = buildprep.prepare(exp, reporter.building, LOCAL)
         remotes = clients.open_hosts(exp)  # reached and checked before anything is made
         fresh = not results.exists()
         try:

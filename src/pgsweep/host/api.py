@@ -19,13 +19,14 @@ import re
 import secrets
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from .blockdev import Grant
+from .builds import Build, BuildSpec
 from .proc import Result, RunAs
 
 
@@ -268,6 +269,26 @@ class Host(ABC):
     @abstractmethod
     def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
         """The dataset's properties in force (zfs get)."""
+
+    # ---- builds (host/builds.py): PostgreSQL compiled on the host its server runs on ------
+    @abstractmethod
+    def build_cache(self, server_uid: int, create: bool) -> Path | None:
+        """The build cache's folder, checked: refused (exit 2) when another user could
+        change it, or when the server user (`server_uid`) could not reach the binaries in
+        it. None when it does not exist and `create` is false (`plan`)."""
+
+    @abstractmethod
+    def find_build(self, cache: Path, spec: BuildSpec) -> tuple[str | None, Build | None]:
+        """Read only, nothing fetched: the build's key when its source is pinned already,
+        and the finished build the cache holds under it."""
+
+    @abstractmethod
+    def make_build(self, cache: Path, spec: BuildSpec,
+                   say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip
+        """The build of `spec`, found in the cache (True) or compiled now (False), its
+        source fetched first when apt names it; what it is doing goes to `say`. The host
+        holds a shared lock on the entry while it lives (`builds --prune` leaves it).
+        BuildError (its log kept) or SourceError."""
 
     # ---- network -------------------------------------------------------------------
     @abstractmethod

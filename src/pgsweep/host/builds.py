@@ -199,6 +199,59 @@ def _last_used(home: Path) -> float:
     return os.lstat(home).st_mtime
 
 
+def check_reachable(root: Path, uid: int) -> None:
+    """The server user (`uid`) runs the builds' binaries: every folder above them must let
+    it pass (exit 2 naming the folder otherwise)."""
+    if uid == 0:
+        return
+    for d in [root, *root.parents]:
+        st = os.stat(d)
+        if st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+            raise PgsweepError(
+                f"the build cache {root} is out of the server user's reach: {d} is "
+                f"{stat.filemode(st.st_mode)}, and the server runs the builds' binaries",
+                where="PGSWEEP_CACHE_DIR" if os.environ.get("PGSWEEP_CACHE_DIR") else None,
+                fix="choose a cache folder every folder above which others may pass (0755)",
+            )  # fmt: skip
+
+
+def find(root: Path, spec: BuildSpec, scratch: Path) -> tuple[str | None, Build | None]:
+    """Read only, nothing fetched: the build's key when its source is pinned already (an
+    apt source is pinned once fetched), and the finished build the cache holds under it."""
+    try:
+        pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
+    except sources.SourceError:
+        return None, None
+    key = build_key(pinned, spec, compiler_version(scratch))
+    return key, lookup(root, key)
+
+
+def find_or_make(root: Path, spec: BuildSpec, scratch: Path,
+                 say: Callable[[str], None]) -> tuple[Build, int, bool]:  # fmt: skip
+    """The build of `spec`: its source pinned (an apt source fetched once), then found in
+    the cache or compiled. Returns (build, a descriptor holding a shared lock on its entry
+    while the run keeps it open, found in the cache). BuildError or SourceError."""
+    with locked(root, "source-" + hashlib.sha256(spec.source.encode()).hexdigest()[:12]):
+        try:
+            pinned = sources.resolve(spec.source, spec.ref, root, scratch, fetch=False)
+        except sources.SourceError:
+            if sources.kind_of(spec.source) != "apt":
+                raise
+            say(f"fetching the source of {spec.source[4:]} with apt-get")
+            pinned = sources.resolve(spec.source, spec.ref, root, scratch)  # fetched once
+    key = build_key(pinned, spec, compiler_version(scratch))
+
+    def make() -> Build:
+        say(f"{spec.describe()}: compiling into {root / key}")
+        return compile_build(root, key, spec, pinned, say)
+
+    # the shared lock stays held while this process lives: prune leaves the build alone
+    build, fd, cached = acquire(root, key, make)
+    if cached:
+        touch(build)
+    return build, fd, cached
+
+
 def touch(build: Build) -> None:
     """Mark a build as used now (`builds --prune --unused-days`)."""
     os.utime(build.home, follow_symlinks=False)

@@ -9,15 +9,17 @@ import socket
 import stat
 import statistics
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from ..errors import internal
-from . import blockdev, bounded, proc, safefs, zfsfuse
+from . import blockdev, bounded, builds, proc, safefs, zfsfuse
 from .api import Connection, FileStat, Host
+from .builds import Build, BuildSpec
 from .proc import Result, RunAs
 
 
@@ -25,6 +27,7 @@ class LocalHost(Host):
     def __init__(self, name: str = "local") -> None:
         self.name = name
         self._started: dict[int, subprocess.Popen[bytes]] = {}
+        self._build_locks: list[int] = []  # shared locks on the builds in use, held till exit
 
     def run(self, argv: list[str], *, out: Path, err: Path | None = None, timeout: float = 60.0,
             user: RunAs | None = None, cwd: Path | None = None,
@@ -159,6 +162,23 @@ class LocalHost(Host):
 
     def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
         return zfsfuse.properties(pool, scratch)
+
+    def build_cache(self, server_uid: int, create: bool) -> Path | None:
+        root = builds.open_cache(create)
+        if root is not None:
+            builds.check_reachable(root, server_uid)
+        return root
+
+    def find_build(self, cache: Path, spec: BuildSpec) -> tuple[str | None, Build | None]:
+        with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as scratch:
+            return builds.find(cache, spec, Path(scratch))
+
+    def make_build(self, cache: Path, spec: BuildSpec,
+                   say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="pgsweep-build-") as scratch:
+            build, fd, cached = builds.find_or_make(cache, spec, Path(scratch), say)
+        self._build_locks.append(fd)
+        return build, cached
 
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         times = []

@@ -19,6 +19,7 @@ from typing import Any
 
 from .api import Connection, FileStat, Host
 from .blockdev import DeviceError, Grant
+from .builds import Build, BuildSpec
 from .proc import Result, RunAs
 
 
@@ -96,6 +97,7 @@ class RecordingHost(Host):
         reads_from: Host | None = None,
         kernel: Callable[[Path, str, str | None], str] | None = None,
         busy: Mapping[str, str] | None = None,
+        builds: Mapping[BuildSpec, Build | Exception] | None = None,
     ) -> None:
         self.name = name
         self.files: dict[str, str] = dict(files or {})
@@ -112,6 +114,8 @@ class RecordingHost(Host):
         self.busy = dict(busy or {})  # device -> why it is in use (claim_device refuses)
         self.mounted: dict[str, dict[str, Any]] = {}  # mount point -> what mount was given
         self.pools: dict[str, dict[str, str]] = {}  # zfs pool -> its dataset's properties
+        # a build the cache holds (cached=True), one a compile makes, or why it fails
+        self.builds = dict(builds or {})
 
     # ---- what the tests look at ------------------------------------------------------
     def kinds(self, *kinds: str) -> list[Effect]:
@@ -348,6 +352,38 @@ class RecordingHost(Host):
 
     def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
         return dict(self.pools[pool])
+
+    # ---- builds: scripted, or read from a real host's cache (nothing compiled) -----------
+    cache = Path("/var/cache/pgsweep/builds")
+
+    def build_cache(self, server_uid: int, create: bool) -> Path | None:
+        if not self.builds and self.reads_from is not None and not create:
+            return self.reads_from.build_cache(server_uid, create)
+        return self.cache
+
+    def find_build(self, cache: Path, spec: BuildSpec) -> tuple[str | None, Build | None]:
+        if spec not in self.builds:
+            if self.reads_from is None:
+                raise Unscripted(f"find_build {spec.describe()}")
+            return self.reads_from.find_build(cache, spec)
+        made = self.builds[spec]
+        if isinstance(made, Exception):
+            return None, None
+        return made.key, made if made.cached else None
+
+    def make_build(self, cache: Path, spec: BuildSpec,
+                   say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip
+        if spec not in self.builds:
+            raise Unscripted(f"make_build {spec.describe()}")
+        made = self.builds[spec]
+        if isinstance(made, Exception):
+            self.effects.append(Effect("build", spec.describe(), {"failed": str(made)}))
+            raise made
+        self.effects.append(Effect("build", spec.describe(), {"key": made.key,
+                                                              "cached": made.cached}))
+        if not made.cached:
+            say(f"{spec.describe()}: compiling into {made.home}")
+        return made, made.cached
 
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return 0.1

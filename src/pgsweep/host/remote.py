@@ -19,7 +19,7 @@ import datetime as dt
 import shlex
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from ..errors import PgsweepError
 from . import safefs, wire
 from .api import Connection, FileStat, Host, HostLost
 from .blockdev import DeviceError, Grant
+from .builds import Build, BuildSpec
 from .proc import Result, RunAs
 from .zfsfuse import ZfsError
 
@@ -324,6 +325,22 @@ class RemoteHost(Host):
 
     def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
         return dict(self.call("zfs_properties", pool=pool, scratch=str(scratch)))
+
+    # builds are made where the server runs, and `roles.server` is this machine only: the
+    # agent has no build cache (a server on another host would need one there)
+    def build_cache(self, server_uid: int, create: bool) -> Path | None:
+        raise self._no_builds()
+
+    def find_build(self, cache: Path, spec: BuildSpec) -> tuple[str | None, Build | None]:
+        raise self._no_builds()
+
+    def make_build(self, cache: Path, spec: BuildSpec,
+                   say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip
+        raise self._no_builds()
+
+    def _no_builds(self) -> PgsweepError:
+        return PgsweepError(f"host {self.name} was asked for a [build]: builds are made on "
+                            "the server's host, and the server runs on this machine")
 
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return float(self.call("tcp_rtt", address=address, port=port, probes=probes))

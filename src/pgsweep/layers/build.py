@@ -146,7 +146,6 @@ class PreparedBuild:
     canonical: dict[str, dict[str, str]] = field(default_factory=dict)
     failure: str = ""
     log_tail: str = ""
-    lock_fd: int | None = None  # a shared lock on the cache entry, held while the run lives
 
 
 @dataclass(frozen=True)
