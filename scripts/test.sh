@@ -41,7 +41,8 @@ fi
 #   namespaces, and test_replication does not count their links: sshhosts.harness_link);
 #   beside test_hosts, modules told apart by tag; after test_fleet_hosts, test_nonroot (it
 #   looks only at what the account "nobody" owns; there the lanes end within a minute of
-#   each other);
+#   each other), then the builds' recording-host test and the dry run's standbys (plans
+#   with scratch servers of their own: the lane that ended first had room);
 # - rest (phase 2, every module not named here): runs told apart the same way.
 pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
@@ -75,7 +76,8 @@ build=(tests/integration/test_measure.py
        tests/integration/test_pgreplay.py tests/integration/test_against_state.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_report.py
      tests/integration/test_lost_baseline.py tests/integration/test_gate.py)
-fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py)
+fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py
+       tests/unit/test_recorded_builds.py tests/unit/test_dry_standbys.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
 lanes=()

@@ -90,12 +90,29 @@ def _warm_log_kernels() -> None:
     txlog.reduce(txlog.parse([log]), 2)
 
 
+def _warm_catalog() -> None:
+    """Ask the installed PostgreSQL its version and catalog once (`postgres --version` and
+    `--describe-config` as the server user, which every plan and run of a child asks
+    again): binaries.inspect answers the children from what it learned, while the binary
+    is the same file."""
+    from pgsweep.host.proc import RunAs
+    from pgsweep.postgres import binaries
+    from pgsweep.spec.users import default_user
+
+    user = RunAs(default_user()) if os.geteuid() == 0 else None
+    with tempfile.TemporaryDirectory(prefix="pgsweep-warm-", dir="/dev/shm") as scratch:
+        os.chmod(scratch, 0o755)  # the server user writes nothing there; root does
+        binaries.inspect(binaries.locate("auto", where="warm-up"), Path(scratch), user)
+
+
 def serve() -> None:
     import importlib
 
     for name in WARM:
         importlib.import_module(name)
     _warm_log_kernels()
+    with contextlib.suppress(Exception):  # no PostgreSQL here: the children ask themselves
+        _warm_catalog()
     proto_in = sys.stdin.buffer
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
     for line in proto_in:

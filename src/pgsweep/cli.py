@@ -4,6 +4,7 @@ here: a PgsweepError prints its message and exits with its code."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -38,6 +39,7 @@ from .host.local import LOCAL
 from .outputs import show
 
 
+@functools.cache  # one per process: main() may be called many times in one (the tests)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pgsweep",

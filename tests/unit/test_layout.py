@@ -129,6 +129,7 @@ ALLOWED = {
     ("postgres/binaries.py", "locate"): PLAN,
     ("postgres/binaries.py", "_has_all"): PLAN,
     ("postgres/binaries.py", "inspect"): PLAN,
+    ("postgres/binaries.py", "_inspect"): PLAN,
     ("postgres/binaries.py", "runtime_value"): PLAN,
     ("postgres/binaries.py", "runtime"): PLAN,
     ("postgres/binaries.py", "__enter__"): PLAN,

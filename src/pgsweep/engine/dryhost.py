@@ -23,6 +23,7 @@ from ..host.blockdev import DeviceError, Grant
 from ..host.local import LOCAL
 from ..host.proc import Result, RunAs
 from ..host.recording import Effect, RecordingHost, Reply
+from ..postgres.standby import SLOT_PREFIX
 
 # Linux never gives a process a PID above 2**22 (PID_MAX_LIMIT): a pretend postmaster's
 # PID can name no process of this machine
@@ -50,10 +51,14 @@ class DryHost(RecordingHost):
     loop_name = f"/dev/loop{DRY}"  # the kernel picks the device when the run attaches it
 
     def __init__(self, users: Mapping[str | None, tuple[int, int]],
-                 canonical: Mapping[str, Mapping[str, str]]) -> None:  # fmt: skip
-        super().__init__("local (a dry run)", users=users, reads_from=LOCAL,
+                 canonical: Mapping[str, Mapping[str, str]], name: str = "local (a dry run)",
+                 streaming: set[str] | None = None) -> None:  # fmt: skip
+        super().__init__(name, users=users, reads_from=LOCAL,
                          commands=[(lambda argv: True, Reply())])  # fmt: skip
         self.canonical = canonical
+        # the standbys a pg_basebackup made, on this host or a standby host's (shared):
+        # the primary's pg_stat_replication shows them streaming, caught up
+        self.streaming = streaming if streaming is not None else set()
         self.next_pid = FIRST_PID
         self.reloads = 0
         self.scale = 0  # of the last pgbench -i: the pretend database's size
@@ -80,6 +85,8 @@ class DryHost(RecordingHost):
             self._pg_ctl(argv[names.index("pg_ctl"):], user)
         elif "pgbench" in names and "-i" in argv and "-s" in argv:
             self.scale = int(argv[argv.index("-s") + 1])
+        elif "pg_basebackup" in names and "-S" in argv:
+            self.streaming.add(argv[argv.index("-S") + 1].removeprefix(SLOT_PREFIX))
         return result
 
     def _pg_ctl(self, argv: list[str], user: RunAs | None) -> None:
@@ -131,7 +138,27 @@ class DryHost(RecordingHost):
             return [(1,)]
         if "system_identifier" in query:
             return [(0,)]
+        if "pg_current_wal_lsn()" in query:
+            return [("0/0",)]
+        if "FROM pg_stat_replication" in query:
+            return self._replication(socket)
         return []
+
+    def _replication(self, socket: str) -> list[tuple[Any, ...]]:
+        """Every standby made streaming and caught up, in the sync state the primary's
+        synchronous_standby_names gives it (FIRST n: the first n named are sync, the
+        others potential; ANY: quorum; not named: async)."""
+        names = self._written(socket).get("synchronous_standby_names", "")
+        m = re.match(r"(FIRST|ANY) (\d+) \((.*)\)$", names)
+        listed = [n.strip() for n in m.group(3).split(",")] if m else []
+        rows = []
+        for name in sorted(self.streaming):
+            state = "async"
+            if m and name in listed:
+                first = listed.index(name) < int(m.group(2))
+                state = "quorum" if m.group(1) == "ANY" else "sync" if first else "potential"
+            rows.append((name, "streaming", state, True))
+        return rows
 
     def _written(self, socket: str) -> dict[str, str]:
         """The settings in the configuration file of the cluster whose socket is

@@ -6,8 +6,9 @@ The plan is walked trial by trial through the same engine and layers as a run
 changed. Printed are the effects of the first trial of each kind (a new cluster, a
 snapshot restored, a restart, a start, a reload, nothing to change), what comes before the
 first trial and after the last (a build's compile included), what a client host does,
-and, named honestly, what the dry run cannot show: the work area and the run's lock (made
-before the host is), and the standbys (made once the primary runs)."""
+the standbys (made once the primary runs: the dry host answers pg_stat_replication with the
+standbys its base backups made), and, named honestly, what the dry run cannot show: the
+work area and the run's lock (made before the host is)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,14 @@ from ..host import workarea
 from ..host.blockdev import MKFS, mount_options
 from ..host.builds import compile_steps
 from ..host.local import LOCAL
-from ..host.recording import Effect, RecordingHost
+from ..host.recording import Effect
 from ..layers.base import ResourceLayer
 from ..layers.build import PreparedBuild
 from ..layers.context import HostSide, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Plan
 from ..postgres.access import ServerError
 from ..spec import Experiment
-from . import buildprep
-from .clients import free_port, scram_verifier
+from . import buildprep, drysides
 from .dryhost import DRY, DryHost
 from .measure import AUTO_LOGGED_PER_S, sampling_rate
 from .resources import Resources, in_order
@@ -55,25 +55,28 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     other host's SSH_CONNECTION, as `plan` found it (the addresses a run would use)."""
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
     host = DryHost(users, exp.canonical)
+    others = drysides.sides(exp, results, client, reached, host)
     run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY, host),
-                       _client_side(results, client, reached))
+                       others.get(client or ""),
+                       tuple(others.get(n) for n in exp.topology.standbys))  # fmt: skip
     layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
            f"from this machine, every effect is only recorded). `{DRY}` stands for the "
-           "random part of a name the run makes.", *_client_lines(run.client_side), "",
+           "random part of a name the run makes.", *drysides.lines(exp, run), "",
            "host local (this machine): the server" + ("" if client else
                                                        ", and pgbench beside it")]  # fmt: skip
-    mark = len(host.effects)
+    mark, there = len(host.effects), drysides.marks(run)
     for layer in exp.layers:
         layer.start_run(run)
-    out += _section("before the first trial", host.effects[mark:], _compiles(run))
+    out += _section("before the first trial", host.effects[mark:], _compiles(run),
+                    drysides.since(run, there))  # fmt: skip
     lines, refused = _walk(exp, plan, resources, run)
     out += lines
-    mark = len(host.effects)
+    mark, there = len(host.effects), drysides.marks(run)
     _finish(exp, resources, run)
     out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
-                    host.effects[mark:])  # fmt: skip
+                    host.effects[mark:], (), drysides.since(run, there))  # fmt: skip
     out += ["", "not shown:"]
     out += [f"  - {line}" for line in _not_shown(exp, run, client)]
     out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
@@ -96,7 +99,7 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources,
     for trial in in_order(plan, todo, resources):
         walked += 1
         config = plan.config(trial.config)
-        mark = len(host.effects)
+        mark, there = len(host.effects), drysides.marks(run)
         events, failed, window = _trial(exp, resources, run, trial.id, config.levels)
         what = kind(events)
         if failed is not None:
@@ -108,7 +111,7 @@ def _walk(exp: Experiment, plan: Plan, resources: Resources,
             effects = host.effects[mark:]
             if getattr(exp.settings(config.levels).get("storage"), "used", False):
                 effects = _on_new_storage(effects)
-            out += _section(title, effects, window)
+            out += _section(title, effects, window, drysides.since(run, there))
         if shown >= set(KINDS) or walked == MAX_TRIALS:
             break
     if walked < len(todo):
@@ -130,7 +133,8 @@ def _on_new_storage(effects: list[Effect]) -> list[Effect]:
 
 
 def _run_context(exp: Experiment, results: Path, host: DryHost, builds: dict[Any, Any],
-                 client_side: HostSide | None) -> RunContext:  # fmt: skip
+                 client_side: HostSide | None,
+                 standby_sides: tuple[HostSide | None, ...]) -> RunContext:  # fmt: skip
     """The run's context as `run` would make it, with the names a run draws at random
     shown as DRYRUN; nothing is made (the work area and the run's lock are not)."""
     base = workarea.work_base(results, exp.user)
@@ -140,7 +144,8 @@ def _run_context(exp: Experiment, results: Path, host: DryHost, builds: dict[Any
     return RunContext(exp.binaries, exp.user, workdir, workdir / "private",
                       Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, builds,
                       host=host, run_id=f"PID-{DRY}", registry=workarea.registry_dir(),
-                      grant=exp.grant, client_side=client_side)  # fmt: skip
+                      grant=exp.grant, client_side=client_side,
+                      standby_sides=standby_sides)  # fmt: skip
 
 
 def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str,
@@ -154,6 +159,8 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
         server = next(r for r in reversed(got.values()) if isinstance(r, Server))
         ctx = TrialContext(trial_id, settings, got, run, server, events=events)
         prepare_layers(exp.layers, settings, ctx)
+        for layer in exp.layers:  # the standbys: made once the primary runs
+            layer.attach(settings[layer.name], ctx)
     except TrialFailure as exc:
         return events, exc.reason, []
     except ServerError as exc:  # what a real server would not do: not predicted here
@@ -204,15 +211,24 @@ def _finish(exp: Experiment, resources: Resources, run: RunContext) -> None:
             continue
 
 
-def _section(title: str, effects: list[Effect], window: Sequence[str] = ()) -> list[str]:
+def _section(title: str, effects: list[Effect], window: Sequence[str] = (),
+             others: Sequence[tuple[str, list[Effect]]] = ()) -> list[str]:  # fmt: skip
+    """One part of the run: this machine's effects, the measured window's commands, then
+    each standby host's effects under its name."""
+    body = _lines(effects) + list(window)
+    for name, theirs in others:
+        body += [f"on host {name}:", *(f"  {line}" for line in _lines(theirs))]
+    return ["", f"  {title}:", *(f"    {line}" for line in body or ["(nothing)"])]
+
+
+def _lines(effects: list[Effect]) -> list[str]:
     lines = [describe(e) for e in effects]
     reads = sum(1 for e in effects if e.kind == "sql" and _reads_only(e.what))
     body = [line for line in lines if line is not None]
     if reads:
         body.append(f"({reads} read-only queries to the server: its start time, the levels "
                     "in force, counters)")  # fmt: skip
-    body += list(window)
-    return ["", f"  {title}:", *(f"    {line}" for line in body or ["(nothing)"])]
+    return body
 
 
 def _reads_only(query: str) -> bool:
@@ -282,40 +298,6 @@ def _zfs_create(pool: str, d: Any) -> str:
             + (f"; zfs set {props}" if props else ""))
 
 
-def _client_side(results: Path, name: str | None,
-                 reached: Mapping[str, str]) -> HostSide | None:  # fmt: skip
-    """The client host's part of the run as `run` would make it, from the addresses `plan`
-    found (the server listens on this machine's as that host reaches it, and admits that
-    host's alone); its effects there are described (_client_lines), not walked."""
-    fields = reached.get(name or "", "").split()
-    if name is None or len(fields) != 4:
-        return None
-    controller, own = fields[0], fields[2]
-    # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
-    workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
-    return HostSide(RecordingHost(name), workdir, controller, own, free_port([controller]),
-                    workdir / "passfile", scram_verifier(DRY), DRY)  # fmt: skip
-
-
-def _client_lines(side: HostSide | None) -> list[str]:
-    if side is None:
-        return []
-    name, work = side.host.name, side.workdir
-    return ["", f"host {name} (the client, through `pgsweep agent` over ssh): the workload "
-            "tool there, "
-            f"over TCP to {side.address}:{side.port} (a port free when the run starts; "
-            f"{side.port} now), as the server admits from {side.peer} alone, with "
-            "scram-sha-256 and a password made for the run:",
-            f"  before the first trial: make {work} (root, 0711; in that host's "
-            "PGSWEEP_WORK_BASE if it sets one) with trials/ and standbys/; "
-            f"write {side.passfile} (0600, the server user's): "
-            f"{side.address}:{side.port}:*:*:(the run's password)",
-            f"  each trial: make {work}/trials/TRIAL (root, 0711), copy a custom script into "
-            "it (0400, the server user's), run the tool (below), read its output and "
-            "transaction log back, remove the folder",
-            f"  at the end (or when the connection ends): stop what runs there, remove {work}"]
-
-
 def _compiles(run: RunContext) -> list[str]:
     """Each build not in the cache yet: fetched, unpacked and compiled before anything else."""
     out = []
@@ -345,20 +327,15 @@ def _build_line(prepared: PreparedBuild) -> str:
 
 
 def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
-    configs = list(exp.configurations.values())
     lines = [f"the work area {run.workdir} (root, 0711), the socket folder {run.socket_root}, "
              f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
     lines += [_build_line(prepared) for prepared in run.builds.values()]
-    replication = [c.get("replication") for c in configs]
-    if any(getattr(r, "standbys", 0) for r in replication):
-        lines.append("the standbys (pg_basebackup from the running primary, their servers), "
-                     "made once the primary runs")  # fmt: skip
     lines.append("the environment recorded in results.db (facts read, nothing changed)")
     if client and run.client_side is None:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "
                      "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
     for i, name in enumerate(exp.topology.standbys, 1):
-        if name != "local":
+        if name != "local" and run.standby_side(i) is None:  # plan did not reach it
             lines.append(f"standby s{i} on host {name}: its agent's work area, pg_basebackup "
                          "and the standby's server there over TCP, and the server's listener "
                          "and hba replication line for that host alone")  # fmt: skip

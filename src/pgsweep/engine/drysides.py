@@ -1,0 +1,89 @@
+"""The other hosts' part of a dry run (`plan --commands`): each host [roles] names (the
+client, a standby's) as `run` would reach it, from the addresses `plan` found on its
+connection. A standby host is a `DryHost` of its own, walked with the trials: its base
+backup, settings and server are printed under it, and the primary's pretend
+pg_stat_replication shows them streaming. The client's side is described (its tool's
+commands are in each trial's window), not walked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..host import workarea
+from ..host.recording import Effect
+from ..layers.context import HostSide, RunContext
+from ..spec import Experiment
+from .clients import free_port, scram_verifier
+from .dryhost import DRY, DryHost
+
+
+def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[str, str],
+          here: DryHost) -> dict[str, HostSide]:  # fmt: skip
+    """Each other host the roles name (`client`: the client's, None for this machine),
+    that `plan` reached: its side as `run` would make it (the server listens on this
+    machine's address as that host reaches it, and admits that host's alone; one port and
+    password for all)."""
+    names = [n for n in (client or "local", *exp.topology.standbys) if n != "local"]
+    found = {n: reached.get(n, "").split() for n in dict.fromkeys(names)}
+    found = {n: f for n, f in found.items() if len(f) == 4}
+    port = free_port([f[0] for f in found.values()]) if found else 0
+    out = {}
+    for name, (controller, _, own, _) in found.items():
+        # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
+        workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
+        host = DryHost(here.users, here.canonical, name, here.streaming)
+        sockets = Path(f"/tmp/pgsweep-{workarea.run_tag(results)}-{DRY}")
+        out[name] = HostSide(host, workdir, controller, own, port, workdir / "passfile",
+                             scram_verifier(DRY), DRY, sockets)  # fmt: skip
+    return out
+
+
+def walked(run: RunContext) -> list[DryHost]:
+    """The standbys' hosts, walked with the trials (once each)."""
+    out: list[DryHost] = []
+    for side in run.standby_sides:
+        if side is not None and isinstance(side.host, DryHost) and side.host not in out:
+            out.append(side.host)
+    return out
+
+
+def marks(run: RunContext) -> dict[str, int]:
+    return {h.name: len(h.effects) for h in walked(run)}
+
+
+def since(run: RunContext, mark: Mapping[str, int]) -> list[tuple[str, list[Effect]]]:
+    """Each standby host's effects after `mark`, where it has any."""
+    out = [(h.name, h.effects[mark.get(h.name, 0):]) for h in walked(run)]
+    return [(name, effects) for name, effects in out if effects]
+
+
+def lines(exp: Experiment, run: RunContext) -> list[str]:
+    """What each other host holds, and what is made there before the first trial."""
+    out: list[str] = []
+    seen: list[HostSide] = []
+    for side in (run.client_side, *run.standby_sides):
+        if side is None or side in seen:
+            continue
+        seen.append(side)
+        roles = ["the client"] if side is run.client_side else []
+        roles += [f"standby s{i}" for i, s in enumerate(run.standby_sides, 1) if s is side]
+        work = side.workdir
+        out += ["", f"host {side.host.name} ({', '.join(roles)}, through `pgsweep agent` over "
+                f"ssh): over TCP to {side.address}:{side.port} (a port free when the run "
+                f"starts; {side.port} now), as the server admits from {side.peer} alone, "
+                "with scram-sha-256 and a password made for the run:",
+                f"  before the first trial: make {work} (root, 0711; in that host's "
+                "PGSWEEP_WORK_BASE if it sets one) with trials/ and standbys/; "
+                f"write {side.passfile} (0600, the server user's): "
+                f"{side.address}:{side.port}:*:*:(the run's password)"]  # fmt: skip
+        if side is run.client_side:
+            out.append(f"  each trial: make {work}/trials/TRIAL (root, 0711), copy a custom "
+                       "script into it (0400, the server user's), run the tool (below), read "
+                       "its output and transaction log back, remove the folder")  # fmt: skip
+        if roles != ["the client"]:
+            out.append("  its standbys: made, started and taken down with the trials below "
+                       f"(under \"on host {side.host.name}\")")  # fmt: skip
+        out.append(f"  at the end (or when the connection ends): stop what runs there, "
+                   f"remove {work}")
+    return out

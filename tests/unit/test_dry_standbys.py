@@ -1,0 +1,103 @@
+"""`plan --commands` shows the standbys (engine/dryrun.py, engine/drysides.py): the base
+backup from the running primary with its slot, the standby's server started, a new set
+after the primary's data is put back, and their removal at the end; a standby on another
+host is walked on a dry host of its own, its commands printed under that host, over TCP to
+the address `plan` found, with the run's passfile. The primary's pretend
+pg_stat_replication shows each standby made streaming in the sync state asked for, so
+the walk goes on as a run would. Nothing is made (the run's own checks in
+tests/integration/test_plan_commands.py compare the machine before and after)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import requires_pg, write_experiment
+from pgsweep import spec
+from pgsweep.engine import dryrun, plans
+
+pytestmark = requires_pg
+BODY = """
+[experiment]
+name = "dry-standbys"
+seed = 1
+[cluster]
+scale = 1
+[workload]
+script = "tpcb-like"
+duration = "2s"
+warmup = "0s"
+[replication]
+standbys = 2
+mode = "sync"
+sync_standbys = "FIRST 1"
+[factors]
+server.shared_buffers = ["128MB", "256MB"]
+[repeat]
+rounds = 1
+"""
+FAR = """
+[hosts.far]
+ssh = "root@10.9.9.9"
+[roles]
+standbys = ["local", "far"]
+"""
+
+
+def _commands(tmp: Path, body: str, reached: dict[str, str]) -> str:
+    exp = spec.load(write_experiment(tmp, body))
+    results = tmp / "r"
+    plan = plans.plan_for(exp, plans.preflight(exp, results))
+    out = "\n".join(dryrun.commands(exp, plan, results, None, reached))
+    assert not results.exists()
+    return out
+
+
+def _section(out: str, title: str) -> str:
+    start = out.index(title)
+    end = out.find("\n\n", start)
+    return out[start:] if end < 0 else out[start:end]
+
+
+def test_standbys_beside_the_primary_are_made_started_and_taken_down(tmp_path: Path) -> None:
+    out = _commands(tmp_path, BODY, {})
+    first = _section(out, "the first with new cluster")
+    assert "new-standbys" in first.splitlines()[0]
+    made = re.findall(r"pg_basebackup -h (\S+) .* -D \S+/standbys/(cluster-1-1-s[12])/data "
+                      r"-X stream -R -c fast -C -S pgsweep_(s[12])", first)  # fmt: skip
+    assert [(m[1], m[2]) for m in made] == [("cluster-1-1-s1", "s1"), ("cluster-1-1-s2", "s2")]
+    primary_socket = re.search(r"pgbench -h (\S+) .* -i ", first)
+    assert primary_socket and {m[0] for m in made} == {primary_socket[1]}
+    # each standby's server is started after its base backup, before the measured window
+    for name in ("s1", "s2"):
+        backup = first.index(f"-S pgsweep_{name}")
+        start = re.compile(rf"pg_ctl -D \S+/standbys/cluster-1-1-{name}/conf .* start$", re.M)
+        started = start.search(first, backup)
+        assert started and started.start() < first.index("-T 2 -P 1"), first
+    # the next trial restores the primary's data: the old standbys go, new ones are made
+    restore = _section(out, "the first with restore")
+    assert "remove" in restore and "standbys/cluster-1-1-s1" in restore
+    assert "standbys/cluster-1-2-s1/data" in restore
+    end = _section(out, "after the last trial")
+    assert re.search(r"remove \S+/standbys/cluster-1-\d+-s2", end), end
+    assert "the standbys (pg_basebackup" not in out  # shown, not named
+
+
+def test_a_standby_on_another_host_is_walked_there_over_tcp(tmp_path: Path) -> None:
+    out = _commands(tmp_path, BODY + FAR, {"far": "127.0.0.1 41000 127.0.0.2 22"})
+    port = re.search(r"host far \(standby s2, through `pgsweep agent` over ssh\): over TCP "
+                     r"to 127\.0\.0\.1:(\d+) ", out)  # fmt: skip
+    assert port, out
+    first = _section(out, "the first with new cluster")
+    here, there = first.split("\n    on host far:\n")
+    # s1 beside the primary, s2 on far: cloned there over TCP with the run's passfile
+    assert "-S pgsweep_s1" in here and "-S pgsweep_s2" not in here
+    work = "/var/tmp/pgsweep-work-r-DRYRUN"
+    assert re.search(rf"pg_basebackup -h 127\.0\.0\.1 -p {port[1]} -U pgsweep -D {work}/"
+                     r"standbys/cluster-1-1-s2/data .*-S pgsweep_s2", there), there
+    assert re.search(rf"pg_ctl -D {work}/standbys/cluster-1-1-s2/conf .* start$", there, re.M)
+    # the primary listens on the address far reaches, and admits far's address alone
+    assert "-c listen_addresses=127.0.0.1 " in here and f"-c port={port[1]} " in here
+    end = _section(out, "after the last trial")
+    assert re.search(rf"on host far:\n\s+.*{work}/standbys/cluster-1-\d+-s2", end), end
+    assert "standby s2 on host far" not in _section(out, "not shown")
