@@ -26,9 +26,9 @@ fi
 #   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
 #   Its tests (test_build) run in a lane of their own (build_last) once it is done, at
 #   normal priority: at nice 19 under another process's load a run there once timed out;
-# - pure (from phase 1 on, nice 19, on any CPU: it fills what the machine lane leaves
-#   idle while its runs wait, on either core): mypy, then unit tests that touch nothing
-#   outside their own memory (planner, parsers, statistics, simulations);
+# - pure (from phase 1 on, nice 19, on the last CPU with the compile): mypy, then unit
+#   tests that touch nothing outside their own memory (planner, parsers, statistics,
+#   simulations);
 # - network (phase 2): modules that make namespaces, veth links and TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
@@ -87,8 +87,8 @@ trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true; done; rm -rf "$logs"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite' EXIT
 status=0
-# phase 1: the machine lane, on the last CPU alone (make -j1 there) the compile, and the
-# pure lane; both may go on into phase 2 (only test_build needs the compile).
+# phase 1: the machine lane, and on the last CPU alone (make -j1 there) the compile and
+# the pure lane; both may go on into phase 2 (only test_build needs the compile).
 last_cpu=$(($(nproc) - 1))
 (
     rc=0
@@ -98,8 +98,8 @@ last_cpu=$(($(nproc) - 1))
 prebuild_pid=$!
 (
     side=0
-    nice -n 19 .venv/bin/mypy || side=1
-    nice -n 19 "${pytest[@]}" "${pure[@]}" || side=1
+    taskset -c "$last_cpu" nice -n 19 .venv/bin/mypy || side=1
+    taskset -c "$last_cpu" nice -n 19 "${pytest[@]}" "${pure[@]}" || side=1
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
