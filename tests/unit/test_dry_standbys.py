@@ -101,3 +101,24 @@ def test_a_standby_on_another_host_is_walked_there_over_tcp(tmp_path: Path) -> N
     end = _section(out, "after the last trial")
     assert re.search(rf"on host far:\n\s+.*{work}/standbys/cluster-1-\d+-s2", end), end
     assert "standby s2 on host far" not in _section(out, "not shown")
+
+
+def test_quorum_standbys_are_walked_too(tmp_path: Path) -> None:
+    """ANY 1: the dry primary shows both standbys in quorum, which is what the walk waits
+    for (a state it did not know would leave the trial unshown after a minute's wait)."""
+    out = _commands(tmp_path, BODY.replace('"FIRST 1"', '"ANY 1"'), {})
+    first = _section(out, "the first with new cluster")
+    assert "new-standbys" in first.splitlines()[0]
+    assert "-S pgsweep_s1" in first and "-S pgsweep_s2" in first
+    assert "not shown" in out and "and those like it" not in out  # no trial refused
+
+
+def test_a_standby_host_plan_found_no_address_of_is_named_not_walked_here(
+    tmp_path: Path,
+) -> None:
+    """Without that host's address the standbys are not walked at all (walked, the far one
+    would look as if it ran beside the primary)."""
+    out = _commands(tmp_path, BODY + FAR, {})
+    assert "-S pgsweep_s" not in out  # no base backup shown
+    shown = _section(out, "not shown")
+    assert "the standbys, all of them" in shown and "standby s2 on host far" in shown

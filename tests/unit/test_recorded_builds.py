@@ -125,3 +125,64 @@ def test_a_cache_the_server_user_cannot_reach_is_refused_before_anything_is_buil
     with pytest.raises(PgsweepError, match=f"{closed} is drwx------"):
         buildprep.prepare(exp, lambda line: None, host)
     assert host._build_locks == []  # nothing was built or locked
+
+
+def test_a_cached_build_is_held_by_a_shared_lock_and_marked_used(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real LocalHost on a cache entry made here (a tarball source, so nothing is
+    fetched): found, not compiled; marked as used now; and held by a shared lock for as
+    long as the host lives, so `builds --prune` leaves it and no one can take it alone."""
+    import fcntl
+    import json
+    import tarfile
+
+    from pgsweep.host import builds
+
+    if os.geteuid() != 0:
+        pytest.skip("the cache checks are root's")
+    tarball = open_dir / "pg.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("pg/configure")
+        tar.addfile(info)
+    monkeypatch.setenv("PGSWEEP_CACHE_DIR", str(open_dir / "cache"))
+    spec_ = BuildSpec(str(tarball), None, ("--with-wal-blocksize=4",), "-O0")
+    host = LocalHost()
+    root = host.build_cache(0, create=True)
+    assert root is not None
+    key, found = host.find_build(root, spec_)
+    assert key is not None and found is None  # pinned by its bytes, not built
+    home = root / key
+    home.mkdir()
+    meta = {"key": key, "spec": {"source": spec_.source, "ref": None,
+                                 "configure": list(spec_.configure), "cflags": spec_.cflags},
+            "source": "pg.tar.gz", "version": "postgres (PostgreSQL) 15.18",
+            "configure_line": "", "seconds": 7.0}  # fmt: skip
+    (home / "meta.json").write_text(json.dumps(meta))
+    os.utime(home, (1_000_000, 1_000_000))
+    said: list[str] = []
+    try:
+        build, cached = host.make_build(root, spec_, said.append)
+        assert cached and build.key == key and build.home == home and said == []
+        assert home.stat().st_mtime > 1_000_000  # used now (`builds --prune --unused-days`)
+        assert len(host._build_locks) == 1
+        fd = os.open(root / f"{key}.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        assert builds.prune(root, [key], False, None) == []  # in use: left alone
+        assert home.is_dir()
+    finally:
+        for fd in host._build_locks:
+            os.close(fd)
+
+
+def test_a_dry_run_without_builds_never_looks_at_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGSWEEP_CACHE_DIR", "relative/cache")  # open_cache refuses this
+    exp = spec.load(write_experiment(tmp_path, BODY[: BODY.index("[build]")]))
+    assert buildprep.stand_ins(exp, "DRYRUN", LocalHost()) == {}
+    assert buildprep.planned(exp, LocalHost()) == []

@@ -69,6 +69,8 @@ def stand_ins(exp: Experiment, dry: str, host: Host) -> dict[BuildSpec, Prepared
     the version and catalog of [server]'s binaries (its own are known once it is built).
     What `run` refuses (a cache the server user cannot reach), the dry run refuses."""
     out: dict[BuildSpec, PreparedBuild] = {}
+    if not needed(exp):
+        return out  # no [build]: the cache is not looked at
     unknown = 0  # builds whose key is not known before their source is fetched
     root = host.build_cache(host.ids(exp.user)[0], create=False) or builds.cache_root()
     for p in planned(exp, host):

@@ -148,15 +148,18 @@ class DryHost(RecordingHost):
         """Every standby made streaming and caught up, in the sync state the primary's
         synchronous_standby_names gives it (FIRST n: the first n named are sync, the
         others potential; ANY: quorum; not named: async)."""
-        names = self._written(socket).get("synchronous_standby_names", "")
-        m = re.match(r"(FIRST|ANY) (\d+) \((.*)\)$", names)
-        listed = [n.strip() for n in m.group(3).split(",")] if m else []
+        names = self._written(socket).get("synchronous_standby_names", "").strip()
+        m = re.match(r"(?:(FIRST|ANY)\s+)?(\d+)\s*\((.*)\)$", names, re.I)
+        kind, count, inside = (m.group(1) or "FIRST", m.group(2), m.group(3)) if m else (
+            "FIRST", "1", names)  # the old form: a plain list, its first one sync
+        listed = [n.strip().strip('"') for n in inside.split(",") if n.strip()]
         rows = []
         for name in sorted(self.streaming):
             state = "async"
-            if m and name in listed:
-                first = listed.index(name) < int(m.group(2))
-                state = "quorum" if m.group(1) == "ANY" else "sync" if first else "potential"
+            if name in listed:
+                first = listed.index(name) < int(count)
+                state = ("quorum" if kind.upper() == "ANY" else "sync" if first
+                         else "potential")  # fmt: skip
             rows.append((name, "streaming", state, True))
         return rows
 

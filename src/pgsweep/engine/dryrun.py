@@ -159,8 +159,9 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
         server = next(r for r in reversed(got.values()) if isinstance(r, Server))
         ctx = TrialContext(trial_id, settings, got, run, server, events=events)
         prepare_layers(exp.layers, settings, ctx)
-        for layer in exp.layers:  # the standbys: made once the primary runs
-            layer.attach(settings[layer.name], ctx)
+        if _standbys_walked(exp, run):  # the standbys: made once the primary runs
+            for layer in exp.layers:
+                layer.attach(settings[layer.name], ctx)
     except TrialFailure as exc:
         return events, exc.reason, []
     except ServerError as exc:  # what a real server would not do: not predicted here
@@ -169,6 +170,13 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
     if settings["workload"].writes:
         server.dirty = True  # as the measured window leaves it (engine/measure.py)
     return events, None, window
+
+
+def _standbys_walked(exp: Experiment, run: RunContext) -> bool:
+    """Every standby's host has its side here (a host `plan` did not find an address of
+    would otherwise be walked as if its standbys ran beside the primary)."""
+    return all(name == "local" or run.standby_side(i) is not None
+               for i, name in enumerate(exp.topology.standbys, 1))  # fmt: skip
 
 
 def _window(trial: TrialContext, folder: Path) -> list[str]:
@@ -334,6 +342,9 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
     if client and run.client_side is None:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "
                      "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
+    if not _standbys_walked(exp, run):
+        lines.append("the standbys, all of them: a standby's host has no address `plan` "
+                     "found")  # fmt: skip
     for i, name in enumerate(exp.topology.standbys, 1):
         if name != "local" and run.standby_side(i) is None:  # plan did not reach it
             lines.append(f"standby s{i} on host {name}: its agent's work area, pg_basebackup "

@@ -105,25 +105,30 @@ def _parse_catalog(text: str) -> dict[str, Setting]:
 # what `inspect` learned, by installation: a server binary that is still the same file
 # (device, inode, size, change time) has the same version and catalog; asked again, this
 # process answers from here (a fleet's shard, a test's many plans in one process)
-_INSPECTED: dict[tuple[str, str | None, tuple[int, ...]], Binaries] = {}
+_Identity = tuple[str, str | None, tuple[int, ...]]
+_INSPECTED: dict[_Identity, Binaries] = {}
 
 
 def inspect(bindir: Path, scratch: Path, user: proc.RunAs | None = None) -> Binaries:
     """Version and the full settings catalog of this installation, asked as the server
     user (root never runs the programs of a PostgreSQL installation)."""
-    try:
-        st = os.stat(bindir / "postgres")
-        key = (str(bindir), user.name if user else None,
-               (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns))  # fmt: skip
-    except OSError:
-        key = None
+    key = _identity(bindir, user)
     if key is not None and key in _INSPECTED:
         known = _INSPECTED[key]
         return Binaries(known.bindir, known.version, dict(known.settings))
     found = _inspect(bindir, scratch, user)
-    if key is not None:
+    if key is not None and _identity(bindir, user) == key:  # not swapped while it ran
         _INSPECTED[key] = Binaries(found.bindir, found.version, dict(found.settings))
     return found
+
+
+def _identity(bindir: Path, user: proc.RunAs | None) -> _Identity | None:
+    try:
+        st = os.stat(bindir / "postgres")
+    except OSError:
+        return None
+    return (str(bindir), user.name if user else None,
+            (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns))  # fmt: skip
 
 
 def _inspect(bindir: Path, scratch: Path, user: proc.RunAs | None) -> Binaries:
