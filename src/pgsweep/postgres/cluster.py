@@ -221,7 +221,11 @@ class Cluster:
                         cwd=Path("/"))  # fmt: skip
 
     def _pg_ctl_argv(self, action: str, *extra: str, timeout: float) -> list[str]:
-        argv = [self.binaries.path("pg_ctl"), "-D", str(self.conf), "-l", str(self.logfile)]
+        # start needs the configuration directory; stop and reload name the data directory
+        # (its PG_VERSION tells pg_ctl so: without it, pg_ctl first runs `postgres -V` and
+        # `postgres -C data_directory`, two processes at each stop)
+        where = self.conf if action == "start" else self.datadir
+        argv = [self.binaries.path("pg_ctl"), "-D", str(where), "-l", str(self.logfile)]
         argv += ["-w", "-t", str(int(timeout)), *extra, action]
         if action == "start":
             # pg_ctl hands these to the server through a shell: quote every value
