@@ -186,3 +186,44 @@ def test_a_dry_run_without_builds_never_looks_at_the_cache(
     exp = spec.load(write_experiment(tmp_path, BODY[: BODY.index("[build]")]))
     assert buildprep.stand_ins(exp, "DRYRUN", LocalHost()) == {}
     assert buildprep.planned(exp, LocalHost()) == []
+
+
+def test_a_build_being_made_is_never_left_unlocked_for_prune(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's shared lock on a build is taken before anything and never changed: a run
+    that compiles waits its turn on a lock of its own, so no instant exists (as a flock
+    turned from exclusive to shared had: Linux lets go first) where `builds --prune` could
+    take the entry alone and remove it."""
+    import fcntl
+
+    from pgsweep.host import builds
+
+    root, key = tmp_path / "cache", "k1"
+    root.mkdir()
+    calls: list[tuple[int, int]] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        calls.append((fd, op))
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    seen: list[list[str]] = []
+
+    def make() -> Build:
+        (root / f".building-{key}-abcd").mkdir()  # what a compile has under way
+        seen.append(builds.prune(root, [], True, None))  # prune now: in use, left alone
+        home = root / key
+        home.mkdir()
+        return Build(key, home, BuildSpec("/src.tar.gz", None, (), ""), "", "", "", 1.0, False)
+
+    build, fd, cached = builds.acquire(root, key, make)
+    try:
+        assert not cached and build.key == key and seen == [[]]
+        assert (root / f".building-{key}-abcd").is_dir()
+        ops = [op for f, op in calls if f == fd]
+        assert ops == [fcntl.LOCK_SH], ops  # taken once, shared, never turned
+        assert builds.prune(root, [], True, None) == []  # still held after acquire returns
+    finally:
+        os.close(fd)

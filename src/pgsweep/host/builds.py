@@ -280,19 +280,20 @@ def locked(root: Path, key: str, wait: bool = True) -> Iterator[bool]:
 
 def acquire(root: Path, key: str, make: Callable[[], Build]) -> tuple[Build, int, bool]:
     """The build `key`, made by `make` when the cache lacks it, and a descriptor holding a
-    shared lock on it for as long as the run keeps it open (prune skips builds in use).
-    Runs that find it share the lock; one that must build takes it alone, then shares.
-    Returns (build, descriptor, found in the cache)."""
+    shared lock on it for as long as the run keeps it open (prune, which takes the lock
+    alone, skips builds in use). The shared lock is taken first and never let go or
+    changed (Linux converts a flock by letting it go first: a prune could slip in); runs
+    that must build take turns on a second lock, and the second finds it built. Returns
+    (build, descriptor, found in the cache)."""
     fd = _lock_file(root, key)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
         found = lookup(root, key)
         if found is not None:
             return found, fd, True
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another run may be building it: wait, look again
-        found = lookup(root, key)
-        build = found if found is not None else make()
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        with locked(root, f"{key}.build"):  # another run may be building it: wait, look again
+            found = lookup(root, key)
+            build = found if found is not None else make()
         return build, fd, found is not None
     except BaseException:
         os.close(fd)
