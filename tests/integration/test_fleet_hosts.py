@@ -183,6 +183,20 @@ def _server_on(h: SimHost) -> bool:
     return False
 
 
+def _masters() -> list[str]:
+    """This machine's SSH master connections kept open for a fleet (ControlPersist: `ssh:
+    /tmp/pgsweep-fleet-.../cp/... [mux]`)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            argv = (p / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if argv.startswith("ssh: /tmp/pgsweep-fleet-"):
+            out.append(argv)
+    return out
+
+
 def _others(h: SimHost) -> list[bytes]:
     """The command lines of the processes in the host's namespace other than sshd's."""
     out = []
@@ -284,6 +298,7 @@ def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(
             run.kill()
             run.wait()
     assert run.returncode == 130, stdout + stderr
+    assert _masters() == []  # the fleet's kept-open SSH connections ended with it
     for group in ("alpha", "beta"):
         assert f"{group}: stopped: its shard was stopped and its host put back" in stdout, stdout
     assert "--resume" in stdout

@@ -159,6 +159,7 @@ ALLOWED = {
     ("engine/fleet.py", "_status"): FLEET,
     ("engine/fleet_ansible.py", "ansible_tool"): FLEET,
     ("engine/fleet_ansible.py", "job_events"): FLEET,
+    ("engine/fleet_ansible.py", "close_connections"): FLEET,
     ("engine/fleet_progress.py", "scan"): FLEET,
     **{("engine/fleet_folder.py", f): FLEET for f in ("locked", "new_target", "remerge",
                                                       "reopen", "save", "start")},

@@ -112,3 +112,15 @@ def test_tests_that_write_are_known() -> None:
                                             "oltp_write_only", "oltp_insert", "oltp_delete"))
     # every name is a bare name: nothing sysbench could take for a script's path
     assert all(t.isidentifier() and "." not in t for t in sysbench.TESTS)
+
+
+def test_a_report_past_the_window_is_not_a_second_of_it() -> None:
+    """sysbench on a loaded machine prints `[ 3s ]` for a 2 s run (its threads ending late):
+    the window's seconds are the first two."""
+    from pgsweep.engine.measure_sysbench import within_window
+
+    run = parse((SB / "oltp_read_write-histogram.out").read_text())
+    assert [r.t for r in run.per_second] == [1, 2, 3]
+    assert [r.t for r in within_window(run.per_second, 2)] == [1, 2]
+    assert [r.t for r in within_window(run.per_second, 3)] == [1, 2, 3]
+    assert [r.t for r in within_window(run.per_second, None)] == [1, 2, 3]

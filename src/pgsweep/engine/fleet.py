@@ -39,6 +39,7 @@ from .fleet_ansible import (
     SHARD_TIMEOUT,
     ansible_env,
     ansible_tool,
+    close_connections,
     failures,
     job_events,
     new_project,
@@ -219,6 +220,7 @@ def _dispatch(exp: Experiment, inventory: Path, wanted: list[str], results: Path
         return outcome
     finally:
         hold.close()
+        close_connections(scratch)
         LOCAL.remove_tree(scratch)
 
 

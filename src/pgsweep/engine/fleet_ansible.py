@@ -100,11 +100,29 @@ def run_playbook(project: Path, playbook: str, inventory: Path, scratch: Path, h
                          "--inventory", str(inventory.absolute()), "--ident", ident,
                          "--forks", str(max(5, hosts))],
                         out=scratch / f"{ident}.out", timeout=timeout,
-                        env=ansible_env())  # fmt: skip
+                        env=ansible_env() | {"ANSIBLE_SSH_CONTROL_PATH_DIR":
+                                             str(control_dir(scratch))})  # fmt: skip
     finally:
         if watch is not None:
             watch.stop()
     return res.returncode
+
+
+def control_dir(scratch: Path) -> Path:
+    """Where this fleet's SSH connections to its hosts are kept open between plays
+    (ControlPersist): its own folder, so `close_connections` ends them all at the end."""
+    return scratch / "cp"
+
+
+def close_connections(scratch: Path) -> None:
+    """End the fleet's kept-open SSH connections (`ssh -O exit`): what a play cut short
+    (Ctrl-C) left running on a host through one of them, Ansible's module interpreter
+    waiting on its input, ends with it, instead of a minute later."""
+    folder = control_dir(scratch)
+    for sock in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if sock.is_socket():
+            LOCAL.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "pgsweep-fleet-host"],
+                      out=scratch / "ssh-exit.out", timeout=15)  # fmt: skip
 
 
 def job_events(project: Path, ident: str) -> Iterator[tuple[str, dict[str, Any]]]:

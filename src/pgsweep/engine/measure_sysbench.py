@@ -77,22 +77,30 @@ TOOL_SECOND = (("qps", "qps"), ("reads_s", "reads"), ("writes_s", "writes"),
                ("other_s", "other"), ("errors_s", "errors"), ("reconnects_s", "reconnects"))
 
 
+def within_window(reports: list[sysbench.Second], seconds: int | None) -> list[sysbench.Second]:
+    """The per-second reports of a `seconds`-long window (all of them when it is unknown)."""
+    return [r for r in reports if not seconds or r.t <= seconds]
+
+
 def _derive(record: TrialRecord, trial: TrialContext, run: sysbench.SysbenchRun) -> None:
     """The summary, its histogram and the per-second lines into the record."""
     record.tps, record.transactions, record.failed_transactions = run.tps, run.transactions, 0
     record.latency_avg_ms = run.latency.get("avg")
-    # one report a second: `[ Ns ]` closes second N-1 of the window; its latency is the p99
-    record.samples = [(float(s.t), s.tps, None, None, None, None, None) for s in run.per_second]
+    # one report a second: `[ Ns ]` closes second N-1 of the window; its latency is the p99.
+    # A report past the window (threads ending late on a loaded machine print `[ 3s ]` for
+    # a 2 s run, with what trickled in after it) is not a second of the window.
+    within = within_window(run.per_second, record.duration_s)
+    record.samples = [(float(s.t), s.tps, None, None, None, None, None) for s in within]
     record.seconds = [{"second": s.t - 1, "tps": s.tps, "failed": 0, "skipped": 0,
-                       "latency_p99": s.latency_pct_ms} for s in run.per_second]  # fmt: skip
-    record.tool_seconds = [(s.t - 1, name, float(getattr(s, attr))) for s in run.per_second
+                       "latency_p99": s.latency_pct_ms} for s in within]  # fmt: skip
+    record.tool_seconds = [(s.t - 1, name, float(getattr(s, attr))) for s in within
                            for name, attr in TOOL_SECOND]  # fmt: skip
     bins = sorted(run.histogram)
     record.latency_bins = [(v, bins[i + 1][0] if i + 1 < len(bins) else v, n)
                            for i, (v, n) in enumerate(bins)]  # fmt: skip
     m = record.metrics
     m.update(run.metrics())
-    m.update(metrics.stability([s.tps for s in run.per_second], record.counters))
+    m.update(metrics.stability([s.tps for s in within], record.counters))
     m.update(metrics.io(record.counters, trial.server.primary_devices, m["tx.ok"]))
     m.update(metrics.host_shares(record.counters))
     server = trial.server
