@@ -125,6 +125,7 @@ def test_a_cache_the_server_user_cannot_reach_is_refused_before_anything_is_buil
     with pytest.raises(PgsweepError, match=f"{closed} is drwx------"):
         buildprep.prepare(exp, lambda line: None, host)
     assert host._build_locks == []  # nothing was built or locked
+    assert list((closed / "cache").iterdir()) == []  # nothing fetched into the cache
 
 
 def test_a_cached_build_is_held_by_a_shared_lock_and_marked_used(

@@ -51,9 +51,15 @@ def planned(exp: Experiment, host: Host) -> list[PlannedBuild]:
     """What `run` will build on the server's host, for `plan`: read only (nothing is
     fetched or compiled)."""
     specs = needed(exp)
-    if not specs:
-        return []
-    root = host.build_cache(host.ids(exp.user)[0], create=False)
+    return _planned(specs, host, _cache(exp, host, create=False)) if specs else []
+
+
+def _cache(exp: Experiment, host: Host, create: bool) -> Path | None:
+    """The host's build cache, checked (the server user must reach the binaries in it)."""
+    return host.build_cache(host.ids(exp.user)[0], create=create)
+
+
+def _planned(specs: list[BuildSpec], host: Host, root: Path | None) -> list[PlannedBuild]:
     out = []
     for spec in specs:
         key, found = host.find_build(root, spec) if root is not None else (None, None)
@@ -69,19 +75,21 @@ def stand_ins(exp: Experiment, dry: str, host: Host) -> dict[BuildSpec, Prepared
     the version and catalog of [server]'s binaries (its own are known once it is built).
     What `run` refuses (a cache the server user cannot reach), the dry run refuses."""
     out: dict[BuildSpec, PreparedBuild] = {}
-    if not needed(exp):
+    specs = needed(exp)
+    if not specs:
         return out  # no [build]: the cache is not looked at
     unknown = 0  # builds whose key is not known before their source is fetched
-    root = host.build_cache(host.ids(exp.user)[0], create=False) or builds.cache_root()
-    for p in planned(exp, host):
+    root = _cache(exp, host, create=False)
+    for p in _planned(specs, host, root):
         if p.found is not None:
             own = _inspect(p.found.bindir, exp)
             out[p.spec] = PreparedBuild(p.spec, p.found, own, dict(exp.canonical))
             continue
         unknown += p.key is None
         key = p.key or (dry if unknown == 1 else f"{dry}-{unknown}")
-        build = builds.Build(key, root / key, p.spec, p.spec.describe(),
-                             exp.binaries.version, "", p.seconds, cached=False)  # fmt: skip
+        build = builds.Build(key, (root or builds.cache_root()) / key, p.spec,
+                             p.spec.describe(), exp.binaries.version, "", p.seconds,
+                             cached=False)  # fmt: skip
         out[p.spec] = PreparedBuild(p.spec, build, replace(exp.binaries, bindir=build.bindir),
                                     dict(exp.canonical))  # fmt: skip
     return out
@@ -95,7 +103,7 @@ def prepare(exp: Experiment, say: Callable[[str], None],
     specs = needed(exp)
     if not specs:
         return {}
-    root = host.build_cache(host.ids(exp.user)[0], create=True)
+    root = _cache(exp, host, create=True)
     assert root is not None
     out: dict[BuildSpec, PreparedBuild] = {}
     with stopped_by_signals():

@@ -28,15 +28,13 @@ def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[s
     found = {n: reached.get(n, "").split() for n in dict.fromkeys(names)}
     found = {n: f for n, f in found.items() if len(f) == 4}
     port = free_port([f[0] for f in found.values()]) if found else 0
-    out = {}
-    for name, (controller, _, own, _) in found.items():
-        # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
-        workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
-        host = DryHost(here.users, here.canonical, name, here.streaming)
-        sockets = Path(f"/tmp/pgsweep-{workarea.run_tag(results)}-{DRY}")
-        out[name] = HostSide(host, workdir, controller, own, port, workdir / "passfile",
-                             scram_verifier(DRY), DRY, sockets)  # fmt: skip
-    return out
+    # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
+    workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
+    sockets = Path(f"/tmp/pgsweep-{workarea.run_tag(results)}-{DRY}")
+    return {name: HostSide(DryHost(here.users, here.canonical, name, here.streaming),
+                           workdir, controller, own, port, workdir / "passfile",
+                           scram_verifier(DRY), DRY, sockets)
+            for name, (controller, _, own, _) in found.items()}  # fmt: skip
 
 
 def walked(run: RunContext) -> list[DryHost]:
