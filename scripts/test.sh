@@ -58,7 +58,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_dump_versions.py tests/unit/test_blockio.py
       tests/unit/test_recorded_iolatency.py tests/unit/test_recorded_devices.py
       tests/unit/test_recorded_storage.py tests/unit/test_layout.py
-      tests/unit/test_binaries_memo.py)
+      tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/unit/test_bad_experiments.py

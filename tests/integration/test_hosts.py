@@ -1,11 +1,13 @@
-"""The client and standby roles on other hosts, for real: three "hosts" on this machine
+"""The server, client and standby roles on other hosts, for real: three "hosts" on this machine
 (sshd in network namespaces of the test's own, joined by a bridge; tests/sshhosts.py),
 reached over SSH with keys made for the test and a strict known_hosts file. pgbench runs
 on h1 over TCP with the run's password; h2, a third host, is refused by the server's hba
 even with the password; a standby on h2 streams over the bridge, admitted for replication
 alone; sysbench and pgreplay run on h1 too, a replayed session's own role admitted by
 name with the run's password; the controller killed with kill -9 mid-trial leaves
-nothing on any host; a connection cut mid-trial fails that trial and the run goes on."""
+nothing on any host; a connection cut mid-trial fails that trial and the run goes on; the
+server on h3, measured from here (its listener on h3's address alone, h2 refused), and
+nothing left on h3 when the controller is killed."""
 
 from __future__ import annotations
 
@@ -444,6 +446,133 @@ def test_sysbench_and_pgreplay_run_on_the_client_host_a_replays_role_with_the_pa
     assert m["pgreplay.statements"] == 231 and m["pgreplay.errors"] == 0, m
     assert 0 < m["client.rtt_ms"] < 50
     _nothing_left(h1)
+
+
+def _server_body(h: SimHost, duration: str = "2s", rounds: int = 2) -> str:
+    """The server on `h` (host db), pgbench here."""
+    return f"""
+        [experiment]
+        name = "remote-server"
+        seed = 3
+        {_host_table("db", h)}
+        [roles]
+        server = "db"
+        [cluster]
+        scale = 1
+        [workload]
+        script = "select-only"
+        duration = "{duration}"
+        rate = 200  # conftest.MECHANICS
+        warmup = "0s"
+        [factors]
+        server.synchronous_commit = ["on", "off"]
+        [repeat]
+        rounds = {rounds}
+    """
+
+
+def _pgbench_here(address: str) -> Path | None:
+    """The passfile of a pgbench in this machine's own network namespace that reaches
+    `address`, or None."""
+    ours = os.readlink("/proc/self/ns/net")
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv[0].endswith(b"pgbench") and address.encode() in argv and \
+                    os.readlink(entry / "ns" / "net") == ours:
+                env = dict(v.split(b"=", 1) for v in (entry / "environ").read_bytes()
+                           .split(b"\0") if b"=" in v)  # fmt: skip
+                return Path(env[b"PGPASSFILE"].decode())
+        except (OSError, ValueError, KeyError):
+            continue
+    return None
+
+
+def _listeners(h: SimHost) -> list[str]:
+    out = subprocess.run(["ip", "netns", "exec", h.name, "ss", "-Hltn"], capture_output=True,
+                         text=True, timeout=30).stdout  # fmt: skip
+    return [line.split()[3] for line in out.splitlines() if line.split()]
+
+
+def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machine_alone(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    _, h2, h3 = hosts
+    here = h3.address.rsplit(".", 1)[0] + ".1"  # this machine's end of the bridge
+    path = write_experiment(tmp_path, _server_body(h3))
+    plan = pgsweep("plan", str(path), "--commands")
+    assert plan.returncode == 0, plan.stderr
+    assert "server: host db (h3) reached and checked" in plan.stdout
+    assert "initdb, pg_ctl, postgres, pgbench" in plan.stdout
+    assert "host db (the server, through `pgsweep agent` over ssh" in plan.stdout
+    assert f"as the server admits from {here} alone" in plan.stdout
+    assert f"-c listen_addresses={h3.address} " in plan.stdout
+    assert re.search(rf"on host local \(this machine\), with PGPASSFILE=\S+/passfile "
+                     rf"PGSSLMODE=disable, run as pgsweep: \S+/pgbench -h "
+                     rf"{re.escape(h3.address)} ", plan.stdout), plan.stdout
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while (passfile := _pgbench_here(h3.address)) is None:  # pgbench runs here
+            assert time.monotonic() < deadline and run.poll() is None, "no pgbench here"
+            time.sleep(0.05)
+        # in its window: a postmaster in h3's own namespace, on h3's address alone
+        assert _postgres_on(h3)
+        port = int(next(a for a in _listeners(h3) if a.startswith(h3.address)).rsplit(":")[1])
+        assert [a for a in _listeners(h3) if a.endswith(f":{port}")] == [f"{h3.address}:{port}"]
+        assert passfile.stat().st_mode & 0o777 == 0o600
+        line = passfile.read_text().strip()
+        password = line.rsplit(":", 1)[1]
+        assert line.startswith(f"{h3.address}:{port}:*:*:") and len(password) == 32
+        # another host is refused, even with the run's password: hba admits this machine
+        refused = _answered(lambda: _psql(h2, h3.address, port, password), deadline)
+        assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr, refused
+        assert not _pgbench_on(h3)
+        out, err = run.communicate(timeout=300)
+    finally:
+        _stop(run)
+    assert run.returncode == 0, out + err
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    argv = json.loads(rows[0]["pgbench_argv"])
+    assert argv[argv.index("-h") + 1] == h3.address and argv[argv.index("-p") + 1] == str(port)
+    db = sqlite3.connect(tmp_path / "res" / "results.db")
+    rtt = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'client.rtt_ms'")]
+    roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    db.close()
+    assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)  # from here to h3
+    assert roles["server"].startswith("db (h3, root@") and roles["server.address"] == h3.address
+    assert roles["client"].startswith("local")
+    _nothing_left(h3)
+    assert not [d for d in postmasters().values() if str(tmp_path) in d]  # none ran here
+    assert not passfile.parent.exists()  # this run's work area here
+
+
+def test_the_controller_killed_leaves_nothing_on_the_servers_host(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h3 = hosts[2]
+    path = write_experiment(tmp_path, _server_body(h3, duration="20s", rounds=1))
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while _pgbench_here(h3.address) is None:
+            assert time.monotonic() < deadline and run.poll() is None, "no pgbench here"
+            time.sleep(0.05)
+        assert _postgres_on(h3)
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 30  # the agent notices its stdin end and cleans up
+        while len(h3.pids()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _nothing_left(h3)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        restore = pgsweep("restore", timeout=300)
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    assert not list(state_dir.glob("*.undo"))
 
 
 def test_a_host_whose_key_is_unknown_is_refused_at_plan(

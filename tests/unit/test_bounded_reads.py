@@ -100,7 +100,7 @@ def test_a_huge_sparse_pgbench_output_is_refused_and_its_tail_still_quoted(
     record = TrialRecord("t", 1, 1, "c01", "ok", "", "")
     budget = bounded.Budget(measure.OUTPUT_BUDGET, "a trial's pgbench output")
     with pytest.raises(TrialFailure, match=r"pgbench's output was not read: pgbench\.out holds"):
-        here = sides.Side(LOCAL, tmp_path, [], None, (0, 0), False, 0)
+        here = sides.Side(LOCAL, tmp_path, [], None, (0, 0), False, 0, LOCAL)
         measure._outputs(res, "pgbench", budget, record, here)
     assert res.tail().endswith("the last line") and res.last_line().startswith("progress:")
     assert _peak_mib() - before < 64

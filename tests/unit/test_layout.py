@@ -137,8 +137,6 @@ ALLOWED = {
     ("postgres/binaries.py", "_postgres"): PLAN,
     ("engine/measure.py", "_reduce_log"): "pgbench beside the server here: its logs read by "
                                           "descriptor (a client host's come through its Host)",
-    ("engine/sides.py", "workload"): INPUTS,
-    ("engine/sides.py", "replayed"): INPUTS,
     # the engine around the trials
     ("engine/run.py", "run"): RUN,
     ("engine/plans.py", "existing"): INPUTS,

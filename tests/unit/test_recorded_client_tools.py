@@ -17,6 +17,7 @@ import pytest
 
 from pgsweep.engine.sides import Side
 from pgsweep.errors import PgsweepError
+from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.host.recording import RecordingHost
 from pgsweep.layers.base import Source
@@ -80,7 +81,7 @@ def test_the_log_is_copied_to_the_clients_trial_folder_and_pgreplay_reaches_the_
     folder = Path("/var/tmp/pgsweep-work-x/trials/r1-c01")
     side = Side(client, folder, ["-h", HERE, "-p", "40000", "-U", "pgsweep"],
                 {"PGPASSFILE": "/var/tmp/pgsweep-work-x/passfile"}, (999, 999), True,
-                os.geteuid())  # fmt: skip
+                os.geteuid(), LOCAL)  # fmt: skip
     replay = side.replayed(Replay(str(log), 2.0, 2))
     assert replay == Replay(str(folder / "replay.csv"), 2.0, 2)
     (write,) = client.kinds("write_file")
@@ -98,7 +99,7 @@ def test_a_link_in_place_of_the_frozen_log_is_not_followed(tmp_path: Path) -> No
     (tmp_path / "replay.csv").symlink_to(secret)
     client = _host("loadgen")
     side = Side(client, Path("/var/tmp/t"), ["-h", HERE, "-p", "1", "-U", "pgsweep"], None,
-                (999, 999), True, os.geteuid())  # fmt: skip
+                (999, 999), True, os.geteuid(), LOCAL)  # fmt: skip
     with pytest.raises(TrialFailure, match=r"is a symbolic link; pgsweep does not follow it"):
         side.replayed(Replay(str(tmp_path / "replay.csv"), 1.0, 1))
     assert not client.kinds("write_file")

@@ -1,8 +1,9 @@
-"""The roles on other hosts ([roles] client, standbys): each host's agent opened and
-checked (root, the same pgsweep, the programs its roles run at the same paths, the server
-user), the run's work area made there, one TCP port on the addresses those hosts reach
-this machine by, and one password made for the run: the server gets only its SCRAM
-verifier, each host a 0600 passfile."""
+"""The roles on other hosts ([roles] server, client, standbys): each host's agent opened
+and checked (root, the same pgsweep, the programs its roles run at the same paths, the
+server user; a server's host the same PostgreSQL version), the run's work area made there,
+one TCP port on the addresses those hosts reach this machine by (or, for a server on
+another host, on its address as this machine reaches it), and one password made for the
+run: the server gets only its SCRAM verifier, each client's host a 0600 passfile."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import hashlib
 import hmac
 import secrets
 import shlex
-import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PgsweepError
-from ..host.api import HostLost
+from ..host.api import Host, HostLost, scratch_path
+from ..host.local import LOCAL
 from ..host.proc import RunAs
 from ..host.remote import RemoteHost
 from ..layers.context import HostSide
@@ -25,7 +27,8 @@ from ..spec import Experiment, hosts
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
 # what each role runs on its host, found at the same path as here
-PROGRAMS = {"client": ("pgbench",), "standby": ("pg_basebackup", "pg_ctl", "postgres")}
+PROGRAMS = {"server": ("initdb", "pg_ctl", "postgres", "pgbench"), "client": ("pgbench",),
+            "standby": ("pg_basebackup", "pg_ctl", "postgres")}  # fmt: skip
 
 
 def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
@@ -48,7 +51,8 @@ def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
 
 def roles_on(exp: Experiment, name: str) -> list[str]:
     topo = exp.topology
-    return (["client"] if topo.client == name else []) + (
+    return (["server"] if topo.server == name else []) + (
+        ["client"] if topo.client == name else []) + (
         ["standby"] if name in topo.standbys else [])  # fmt: skip
 
 
@@ -83,6 +87,25 @@ def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
         raise PgsweepError(f"{where}: pgbench runs there as {name}, who does not exist "
                            f"there ({exc})", fix=f"make the user there: useradd --system "
                            f"{name}") from None
+    if "server" in roles:
+        same_postgres(host, exp, where)
+
+
+def same_postgres(host: Host, exp: Experiment, where: str) -> None:
+    """The server's host runs the PostgreSQL version the file's settings were checked
+    with here (`postgres --version` there, in a scratch folder removed at once)."""
+    scratch = host.private_dir(scratch_path("pgsweep-check-"))
+    try:
+        res = host.run([exp.binaries.path("postgres"), "--version"], out=scratch / "version",
+                       timeout=60)  # fmt: skip
+        said = res.stdout.strip()
+    finally:
+        host.remove_tree(scratch)
+    if res.returncode != 0 or exp.binaries.version not in said.split():
+        raise PgsweepError(f"{where} runs {said or 'no PostgreSQL'} at "
+                           f"{exp.binaries.path('postgres')}; this machine checked the file's "
+                           f"settings with PostgreSQL {exp.binaries.version}",
+                           fix="install the same PostgreSQL version on both")  # fmt: skip
 
 
 def programs(exp: Experiment, roles: list[str]) -> dict[str, Path]:
@@ -112,8 +135,38 @@ def host_sides(opened: dict[str, RemoteHost], run_name: str, user: RunAs | None
     if not opened:
         return {}
     password = secrets.token_hex(16)
-    port = free_port([h.hello["ssh_connection"].split()[0] for h in opened.values()])
+    port = free_port(LOCAL, [h.hello["ssh_connection"].split()[0] for h in opened.values()])
     return {n: host_side(h, run_name, user, password, port) for n, h in opened.items()}
+
+
+@dataclass(frozen=True)
+class ServerArea:
+    """The run's work area on the server's host, as its agent made it."""
+
+    workdir: Path
+    private: Path
+    socket_root: Path
+    run_id: str  # the agent's run: the journals its layers write there are restored by it
+    registry: Path
+
+
+def server_elsewhere(server: RemoteHost, run_name: str, user: RunAs | None,
+                     here: Path) -> tuple[ServerArea, HostSide]:  # fmt: skip
+    """A server on another host: the run's work area there, and this machine's side as its
+    client (the server listens on its own address as this machine reached it, on a port
+    free there, and admits this machine's address alone; the passfile is in `here`, this
+    run's local work area)."""
+    controller, _, own, _ = server.hello["ssh_connection"].split()
+    area = server.work_area(run_name, user)
+    made = ServerArea(Path(area["workdir"]), Path(area["private"]), Path(area["socket_root"]),
+                      area["run"], Path(area["registry"]))  # fmt: skip
+    password = secrets.token_hex(16)
+    port = free_port(server, [own])
+    LOCAL.private_dir(here / "trials", 0o711)
+    passfile = here / "passfile"
+    LOCAL.write_file(passfile, f"{own}:{port}:*:*:{password}\n", 0o600, LOCAL.ids(user))
+    return made, HostSide(LOCAL, here, own, controller, port, passfile,
+                          scram_verifier(password), password)  # fmt: skip
 
 
 def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str, port: int,
@@ -155,26 +208,16 @@ def keep(side: HostSide, exp: Experiment, run_name: str) -> None:
     side.socket_root, side.epoch = fresh.socket_root, fresh.epoch
 
 
-def free_port(addresses: list[str]) -> int:
-    """A TCP port free on each of `addresses` (this machine's, as the hosts reach it)."""
-    for _ in range(50):
-        port = _bind(addresses[0], 0)
-        if all(_bind(a, port, fail=False) for a in addresses[1:]):
-            return port
-    raise PgsweepError(f"no TCP port was free on all of {', '.join(addresses)}")
-
-
-def _bind(address: str, port: int, fail: bool = True) -> int:
+def free_port(host: Host, addresses: list[str]) -> int:
+    """A TCP port free on each of `addresses` (the server's host's, as the others reach
+    it)."""
     try:
-        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-            s.bind((address, port))
-            return int(s.getsockname()[1])
+        return host.free_port(addresses)
     except OSError as exc:
-        if not fail:
-            return 0
         raise PgsweepError(
-            f"the server cannot listen on {address}, the address another host reaches "
-            f"this machine by ({exc.strerror})",
+            f"the server cannot listen on {', '.join(addresses)}, the address another host "
+            f"reaches {'this machine' if host is LOCAL else host.name} by "
+            f"({exc.strerror or exc})",
             fix="reach the hosts without NAT, or run pgsweep on the database machine "
             "with an address they can reach",
         ) from None  # fmt: skip

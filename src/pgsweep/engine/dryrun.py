@@ -54,18 +54,27 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     """The lines `plan --commands` prints (nothing on the machine changes). `reached`: each
     other host's SSH_CONNECTION, as `plan` found it (the addresses a run would use)."""
     users = {None: LOCAL.ids(None)} | ({exp.user.name: LOCAL.ids(exp.user)} if exp.user else {})
-    host = DryHost(users, exp.canonical)
-    others = drysides.sides(exp, results, client, reached, host)
-    run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY, host),
-                       others.get(client or ""),
-                       tuple(others.get(n) for n in exp.topology.standbys))  # fmt: skip
+    topo = exp.topology
+    if topo.remote_server:
+        host = DryHost(users, exp.canonical, topo.server)
+        workdir, sockets, me = drysides.server_elsewhere(exp, results, reached, host)
+        run = _run_context(exp, results, host, {}, me, (), (workdir, sockets))
+        head = [*drysides.server_lines(exp, run), "", f"host {topo.server} (the server, "
+                "through `pgsweep agent` over ssh; its reads are shown from this machine's, "
+                "its own may differ):"]  # fmt: skip
+    else:
+        host = DryHost(users, exp.canonical)
+        others = drysides.sides(exp, results, client, reached, host)
+        run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY, host),
+                           others.get(client or ""),
+                           tuple(others.get(n) for n in topo.standbys))  # fmt: skip
+        head = [*drysides.lines(exp, run), "", "host local (this machine): the server" + (
+            "" if client else ", and pgbench beside it")]  # fmt: skip
     layers = [la for la in exp.layers if isinstance(la, ResourceLayer)]
     resources = Resources(layers, run, not plan.keep_alive)
     out = [f"what `pgsweep run` would do, host by host; nothing here was done (reads come "
            f"from this machine, every effect is only recorded). `{DRY}` stands for the "
-           "random part of a name the run makes.", *drysides.lines(exp, run), "",
-           "host local (this machine): the server" + ("" if client else
-                                                       ", and pgbench beside it")]  # fmt: skip
+           "random part of a name the run makes.", *head]
     mark, there = len(host.effects), drysides.marks(run)
     for layer in exp.layers:
         layer.start_run(run)
@@ -133,16 +142,18 @@ def _on_new_storage(effects: list[Effect]) -> list[Effect]:
 
 
 def _run_context(exp: Experiment, results: Path, host: DryHost, builds: dict[Any, Any],
-                 client_side: HostSide | None,
-                 standby_sides: tuple[HostSide | None, ...]) -> RunContext:  # fmt: skip
+                 client_side: HostSide | None, standby_sides: tuple[HostSide | None, ...],
+                 elsewhere: tuple[Path, Path] | None = None) -> RunContext:  # fmt: skip
     """The run's context as `run` would make it, with the names a run draws at random
-    shown as DRYRUN; nothing is made (the work area and the run's lock are not)."""
+    shown as DRYRUN; nothing is made (the work area and the run's lock are not).
+    `elsewhere`: the work area and socket folder on a server's other host."""
     base = workarea.work_base(results, exp.user)
     tag = workarea.run_tag(results)
     prefix = ".pgsweep-work-" if base == results else f"pgsweep-work-{results.name}-{tag}-"
-    workdir = base.resolve() / f"{prefix}{DRY}"
+    workdir, sockets = elsewhere or (base.resolve() / f"{prefix}{DRY}",
+                                     Path(f"/tmp/pgsweep-{tag}-{DRY}"))  # fmt: skip
     return RunContext(exp.binaries, exp.user, workdir, workdir / "private",
-                      Path(f"/tmp/pgsweep-{tag}-{DRY}"), exp.canonical, builds,
+                      sockets, exp.canonical, builds,
                       host=host, run_id=f"PID-{DRY}", registry=workarea.registry_dir(),
                       grant=exp.grant, client_side=client_side,
                       standby_sides=standby_sides)  # fmt: skip

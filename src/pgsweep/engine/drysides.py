@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..host import workarea
+from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.context import HostSide, RunContext
 from ..spec import Experiment
@@ -27,7 +28,7 @@ def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[s
     names = [n for n in (client or "local", *exp.topology.standbys) if n != "local"]
     found = {n: reached.get(n, "").split() for n in dict.fromkeys(names)}
     found = {n: f for n, f in found.items() if len(f) == 4}
-    port = free_port([f[0] for f in found.values()]) if found else 0
+    port = free_port(LOCAL, [f[0] for f in found.values()]) if found else 0
     # the agent's own base there: /var/tmp unless that host's PGSWEEP_WORK_BASE says else
     workdir = Path("/var/tmp") / f"pgsweep-work-{results.resolve().name}-{DRY}"
     sockets = Path(f"/tmp/pgsweep-{workarea.run_tag(results)}-{DRY}")
@@ -35,6 +36,40 @@ def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[s
                            workdir, controller, own, port, workdir / "passfile",
                            scram_verifier(DRY), DRY, sockets)
             for name, (controller, _, own, _) in found.items()}  # fmt: skip
+
+
+def server_elsewhere(exp: Experiment, results: Path, reached: Mapping[str, str],
+                     here: DryHost) -> tuple[Path, Path, HostSide]:  # fmt: skip
+    """A server on another host as `run` places it: the work area and socket folder its
+    agent makes there, and this machine as its client (over TCP to the server's address as
+    this machine reached it, admitted from this machine's alone)."""
+    controller, _, own, _ = reached[exp.topology.server].split()
+    name = results.resolve().name
+    workdir = Path("/var/tmp") / f"pgsweep-work-{name}-{DRY}"
+    base = workarea.work_base(results, exp.user)
+    prefix = (".pgsweep-work-" if base == results
+              else f"pgsweep-work-{results.name}-{workarea.run_tag(results)}-")  # fmt: skip
+    mine = base.resolve() / f"{prefix}{DRY}"  # this run's own work area, here
+    client = HostSide(DryHost(here.users, here.canonical, "local (this machine)"), mine, own,
+                      controller, SERVER_PORT, mine / "passfile", scram_verifier(DRY), DRY)
+    return workdir, Path(f"/tmp/pgsweep-{name}-{DRY}"), client
+
+
+SERVER_PORT = 5432  # shown for the port a run finds free on the server's host
+
+
+def server_lines(exp: Experiment, run: RunContext) -> list[str]:
+    """The header of a server on another host, and this machine's part as its client."""
+    side = run.client_side
+    assert side is not None
+    return ["", f"this machine (the client): pgbench over TCP to {side.address}:{side.port} "
+            f"(a port free on {exp.topology.server} when the run starts), as the server admits "
+            f"from {side.peer} alone, with scram-sha-256 and a password made for the run:",
+            f"  before the first trial: make {side.workdir}/trials (root, 0711); write "
+            f"{side.passfile} (0600, the server user's): {side.address}:{side.port}:*:*:(the "
+            "run's password)",
+            "  each trial: make trials/TRIAL there, run the tool (below), read its output "
+            "and transaction log, remove the folder"]  # fmt: skip
 
 
 def walked(run: RunContext) -> list[DryHost]:
@@ -61,7 +96,7 @@ def lines(exp: Experiment, run: RunContext) -> list[str]:
     out: list[str] = []
     seen: list[HostSide] = []
     for side in (run.client_side, *run.standby_sides):
-        if side is None or side in seen:
+        if side is None or side in seen or side.host.name.startswith("local"):
             continue
         seen.append(side)
         roles = ["the client"] if side is run.client_side else []

@@ -99,16 +99,10 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
          remotes: dict[str, RemoteHost]) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
     try:
-        sides = _host_sides(remotes, area, exp)
+        ctx = _context(exp, remotes, area)
     except BaseException:
         clients.close_all(remotes)
         raise
-    topo = exp.topology
-    ctx = RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                     exp.canonical, exp.builds, host=LOCAL, client_side=sides.get(topo.client),
-                     standby_sides=tuple(sides.get(n) for n in topo.standbys), run_id=area.run,
-                     registry=workarea.registry(), grant=exp.grant,
-                     cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)  # fmt: skip
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     # every trial, or the rounds of this run's shard
@@ -116,7 +110,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     outcome = Outcome(area.results, len(mine), 0)
     try:
         if not store.has_environment("host"):
-            host = environment.host(ctx.host, exp.binaries, area.private, exp.user)
+            host = environment.host(ctx.host, exp.binaries, ctx.private, exp.user)
             store.save_environment("host", host)
             store.save_environment("roles", roles(exp, remotes))
         if exp.shard is not None and not store.has_environment("fleet"):
@@ -174,8 +168,8 @@ def _trials(
             record.host_group, record.shard = exp.group, exp.shard.k
         store.save_trial(record)
         reporter.trial_finished(trial, record, n + 1)
-        for side in _sides(ctx) if n + 1 < len(todo) else []:
-            clients.keep(side, exp, results.name)  # HostLost: the run stops
+        if n + 1 < len(todo):
+            _keep(exp, ctx, results.name)  # HostLost: the run stops
         ad = plan.adaptive
         if (
             ad
@@ -200,30 +194,61 @@ def _look(results: Path, rounds: int | None = None) -> tuple[int, str | None]:
         return rounds, stop_reason(stored, rounds)
 
 
-def _host_sides(remotes: dict[str, RemoteHost], area: workarea.WorkArea,
-                exp: Experiment) -> dict[str, HostSide]:  # fmt: skip
-    """Each other host's part of this run, journaled first: should this run be killed and
-    an agent not have put its host back, `pgsweep restore` here asks it to."""
+def _context(exp: Experiment, remotes: dict[str, RemoteHost],
+             area: workarea.WorkArea) -> RunContext:  # fmt: skip
+    """Where the run acts: the server's host (this machine, or the one [roles] server names,
+    with the run's work area there and this machine as its client) and each other role's
+    side, every other host journaled first: should this run be killed and an agent not
+    have put its host back, `pgsweep restore` here asks it to."""
     undo = journal.UndoJournal.for_this_run(LOCAL, "hosts")
     for host in remotes.values():
         undo.record({"remote_host": host.name, **host.target.entry()})
-    return clients.host_sides(remotes, area.results.name, exp.user)
+    topo = exp.topology
+    common = dict(canonical=exp.canonical, builds=exp.builds, grant=exp.grant,
+                  cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)  # fmt: skip
+    if topo.remote_server:
+        server = remotes[topo.server]
+        there, client = clients.server_elsewhere(server, area.results.name, exp.user,
+                                                 area.workdir)  # fmt: skip
+        return RunContext(exp.binaries, exp.user, there.workdir, there.private,
+                          there.socket_root, host=server, client_side=client,
+                          run_id=there.run_id, registry=there.registry, **common)  # type: ignore[arg-type]
+    sides = clients.host_sides(remotes, area.results.name, exp.user)
+    return RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
+                      host=LOCAL, client_side=sides.get(topo.client),
+                      standby_sides=tuple(sides.get(n) for n in topo.standbys),
+                      run_id=area.run, registry=workarea.registry(), **common)  # type: ignore[arg-type]
 
 
 def _sides(ctx: RunContext) -> list[HostSide]:
-    """The run's sides on other hosts, once each (a host may hold the client and standbys)."""
+    """The run's sides on other hosts, once each (a host may hold the client and standbys;
+    a server on another host has this machine as its client: not a side to keep or close)."""
     out: list[HostSide] = []
     for side in (ctx.client_side, *ctx.standby_sides):
-        if side is not None and all(side is not s for s in out):
+        if side is not None and side.host is not LOCAL and all(side is not s for s in out):
             out.append(side)
     return out
+
+
+def _keep(exp: Experiment, ctx: RunContext, run_name: str) -> None:
+    """Between trials: every other host still there (or reached again: see clients.keep);
+    a server's host that is lost is not: what it ran is gone, and the run stops there."""
+    for side in _sides(ctx):
+        clients.keep(side, exp, run_name)
+    if isinstance(ctx.host, RemoteHost) and not ctx.host.alive():
+        raise HostLost(f"host {ctx.host.name} ({ctx.host.target.ssh}), the server's, was "
+                       "lost: its clusters went with its agent")  # fmt: skip
 
 
 def _close_hosts(ctx: RunContext) -> None:
     for side in _sides(ctx):  # each agent stops what ran there and removes its work area
         assert isinstance(side.host, RemoteHost)
         side.host.close()
-    journal.UndoJournal.for_this_run(LOCAL, "hosts").discard()
+
+
+def _close_server(ctx: RunContext) -> None:
+    if isinstance(ctx.host, RemoteHost):  # after its layers put it back
+        ctx.host.close()
 
 
 def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
@@ -239,11 +264,15 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
                 f"pgsweep {hello.get('version', '?')})")  # fmt: skip
 
     topo = exp.topology
-    out = {"server": here, "client": named(topo.client)}
+    out = {"server": named(topo.server), "client": named(topo.client)}
+    if topo.server in remotes:
+        out["server.address"] = remotes[topo.server].hello["ssh_connection"].split()[2]
     if topo.client in remotes:
         out["client.address"] = remotes[topo.client].hello.get("ssh_connection", "").split()[2]
     out["standbys"] = here if not topo.standbys else ", ".join(
         f"s{i}: {named(n)}" for i, n in enumerate(topo.standbys, 1))  # fmt: skip
+    if topo.remote_server:  # [replication] is refused there
+        out["standbys"] = f"none (the server is on host {topo.server})"
     return out
 
 
@@ -269,6 +298,9 @@ def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
                  "the server user's, in the work area"))  # fmt: skip
     for layer in reversed(exp.layers):
         step(partial(layer.finish_run, ctx))
+    step(partial(_close_server, ctx))
+    if first is None:  # every agent put its host back: nothing left for `pgsweep restore`
+        step(journal.UndoJournal.for_this_run(LOCAL, "hosts").discard)
     step(area.remove)
     step(reporter.finished)
     if first is not None:

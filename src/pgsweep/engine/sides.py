@@ -35,7 +35,8 @@ class Side:
     env: dict[str, str] | None
     ids: tuple[int, int]  # the server user's uid and gid there: pgbench runs as it
     remote: bool
-    local_uid: int  # the server user's uid here (owner of the run's frozen scripts)
+    local_uid: int  # the server user's uid on the server's host (owner of its frozen scripts)
+    server: Host  # the server's host: the run's frozen scripts and logs are there
     calls: int = 0  # the agent's messages before this trial's window (RemoteHost.calls)
 
     @property
@@ -57,10 +58,11 @@ class Side:
 
     def workload(self, w: Workload) -> Workload:
         """The workload as pgbench runs it there: a custom script copied into the trial's
-        folder on the client host (read from the run's frozen copy here, by descriptor)."""
+        folder on the client host (read from the run's frozen copy on the server's host, by
+        descriptor)."""
         if not self.remote or w.builtin:
             return w
-        text = safefs.read_owned(Path(w.script), self.local_uid, limit=1 << 20)
+        text = self.server.read_owned(Path(w.script), self.local_uid, 1 << 20)
         copy = self.folder / Path(w.script).name
         self.host.write_file(copy, text, 0o400, self.ids)
         return dataclasses.replace(w, script=str(copy))
@@ -68,12 +70,12 @@ class Side:
 
     def replayed(self, r: Replay) -> Replay:
         """The replay as pgreplay runs it there: the run's frozen log copied into the
-        trial's folder on the client host (read here by descriptor, as the server user's
-        file, at most what one message to the agent carries)."""
+        trial's folder on the client host (read on the server's host by descriptor, as the
+        server user's file, at most what one message to the agent carries)."""
         if not self.remote:
             return r
         try:
-            text = safefs.read_owned(Path(r.log), self.local_uid, limit=MAX_REMOTE_LOG)
+            text = self.server.read_owned(Path(r.log), self.local_uid, MAX_REMOTE_LOG)
         except safefs.UnsafePath as exc:
             raise TrialFailure(f"the replayed log was not copied to {self.host.name}: "
                                f"{exc}") from exc  # fmt: skip
@@ -96,13 +98,13 @@ def opened(trial: TrialContext, trial_dir: Path) -> Iterator[Side]:
     cs, uid = trial.run.client_side, trial.cluster.uid
     if cs is None:
         yield Side(trial.run.host, trial_dir, trial.cluster.pgbench_conn_args(), None,
-                   (uid, trial.cluster.gid), False, uid)  # fmt: skip
+                   (uid, trial.cluster.gid), False, uid, trial.run.host)  # fmt: skip
         return
     calls = int(getattr(cs.host, "calls", 0))
     folder = cs.host.private_dir(cs.workdir / "trials" / trial.id, 0o711)
     try:
         yield Side(cs.host, folder, cs.conn_args(), cs.env(), cs.host.ids(trial.run.user),
-                   True, uid, calls)  # fmt: skip
+                   True, uid, trial.run.host, calls)  # fmt: skip
     finally:
         cs.host.remove_tree(folder)
 

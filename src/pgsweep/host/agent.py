@@ -292,6 +292,9 @@ class Agent:
         self._pool(pool, scratch)
         return self.host.zfs_properties(pool, Path(scratch))
 
+    def do_free_port(self, addresses: list[str]) -> int:
+        return self.host.free_port(addresses)
+
     def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
         return self.host.tcp_rtt(address, port, probes)
 
@@ -322,7 +325,8 @@ class Agent:
         area = workarea.WorkArea.for_agent(name, RunAs(user) if user else None)
         self.areas.append(area)
         return {"workdir": str(area.workdir), "private": str(area.private),
-                "socket_root": str(area.socket_root), "run": area.run}  # fmt: skip
+                "socket_root": str(area.socket_root), "run": area.run,
+                "registry": str(workarea.registry())}  # fmt: skip
 
     def do_restore(self) -> list[str]:
         """`pgsweep restore` on this host: what killed runs (a killed agent's too) left."""

@@ -295,6 +295,11 @@ class Host(ABC):
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         """The median time, in ms, to open a TCP connection to address:port from here."""
 
+    @abstractmethod
+    def free_port(self, addresses: list[str]) -> int:
+        """A TCP port free on each of `addresses` (this host's own), bound and let go;
+        OSError when one cannot be bound at all."""
+
     # ---- PostgreSQL ----------------------------------------------------------------
     @abstractmethod
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:

@@ -188,6 +188,13 @@ class LocalHost(Host):
                 times.append((time.perf_counter() - began) * 1000)
         return float(statistics.median(times))
 
+    def free_port(self, addresses: list[str]) -> int:
+        for _ in range(50):
+            port = _bind(addresses[0], 0)
+            if all(_bind(a, port, fail=False) for a in addresses[1:]):
+                return port
+        raise OSError(f"no TCP port was free on all of {', '.join(addresses)}")
+
     def make_kernel_dir(self, path: Path) -> None:
         path.mkdir()
 
@@ -222,6 +229,17 @@ def _connect(conninfo: dict[str, Any]) -> Iterator[Connection]:
 
     with psycopg.connect(**conninfo, autocommit=True, connect_timeout=10) as conn:
         yield conn
+
+
+def _bind(address: str, port: int, fail: bool = True) -> int:
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
+            s.bind((address, port))
+            return int(s.getsockname()[1])
+    except OSError:
+        if not fail:
+            return 0
+        raise
 
 
 LOCAL = LocalHost()

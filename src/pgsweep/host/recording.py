@@ -388,6 +388,9 @@ class RecordingHost(Host):
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return 0.1
 
+    def free_port(self, addresses: list[str]) -> int:
+        return 5433
+
     def connect(self, conninfo: Mapping[str, Any]) -> AbstractContextManager[Connection]:
         return self._session(conninfo)
 

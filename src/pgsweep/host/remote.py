@@ -342,6 +342,9 @@ class RemoteHost(Host):
         return PgsweepError(f"host {self.name} was asked for a [build]: builds are made on "
                             "the server's host, and the server runs on this machine")
 
+    def free_port(self, addresses: list[str]) -> int:
+        return int(self.call("free_port", addresses=addresses))
+
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return float(self.call("tcp_rtt", address=address, port=port, probes=probes))
 

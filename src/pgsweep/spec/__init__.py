@@ -323,6 +323,7 @@ def load(path: Path) -> Experiment:
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     topo = hosts.topology(source, doc)
     factors = _factors(source, doc, names)
+    hosts.check_remote_server(source, doc, topo, names, {f.layer for f in factors})
     adaptive = adaptive_rounds(source, doc, rep, math.prod(len(f.levels) for f in factors))
     rounds = (adaptive.max_rounds or adaptive.min_rounds) if adaptive else int(rep.rounds or 3)
     _check_size(source, factors, rounds)
@@ -347,7 +348,7 @@ def load(path: Path) -> Experiment:
         _same_meaning(source, factors, layers)
         configs = _configurations(base, factors, layers)
         hosts.check_standbys(source, topo, list(configs.values()))
-        check_remote_client(source, list(configs.values()), topo.remote)
+        check_remote_client(source, list(configs.values()), topo.remote or topo.remote_server)
         for layer in layers:
             layer.check_configurations(list(configs.values()), ctx)
         canonical: dict[str, dict[str, str]] = {}

@@ -11,6 +11,10 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
     client = "loadgen"                 # where pgbench runs
     standbys = ["replica1"]            # where standby s1 runs (s2, ... beyond the list: local)
 
+or the server on another host, measured from this machine (`server = "db1"`: the client
+stays here, the only layers are those whose every effect goes through the server's host:
+server settings, the cluster and the workload; `REMOTE_SERVER_LAYERS`).
+
 Nothing here can make ssh run something else: the destination may not start with "-" or
 hold a space, and the files are absolute paths checked before use (`check_files`)."""
 
@@ -76,7 +80,8 @@ class HostTable(BaseModel):
 
 class RolesTable(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    server: str = Field(LOCAL, description="where the server runs: local (pgsweep's machine)")
+    server: str = Field(LOCAL, description="where the server runs: local (pgsweep's machine) "
+                        "or a [hosts] name")
     client: str = Field(LOCAL, description="where the workload tool (pgbench, sysbench, "
                         "pgreplay) runs: local or a [hosts] name")
     standbys: list[str] = Field(default_factory=list, max_length=8,
@@ -89,6 +94,7 @@ class Topology:
     client: str = LOCAL
     notes: tuple[str, ...] = ()
     standbys: tuple[str, ...] = ()  # standby s1's host, s2's, ...; beyond the list: local
+    server: str = LOCAL  # the server's host (another: the client is this machine)
 
     @property
     def remote(self) -> bool:
@@ -99,9 +105,14 @@ class Topology:
         """Where standby s`number` (1, 2, ...) runs."""
         return self.standbys[number - 1] if number <= len(self.standbys) else LOCAL
 
+    @property
+    def remote_server(self) -> bool:
+        """The server runs on another host, measured from here."""
+        return self.server != LOCAL
+
     def remote_names(self) -> list[str]:
         """Every host a role is placed on, in the order [roles] names them, once each."""
-        names = [self.client, *self.standbys]
+        names = [self.server, self.client, *self.standbys]
         return [n for i, n in enumerate(names) if n != LOCAL and n not in names[:i]]
 
 
@@ -132,13 +143,47 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
                                    "does not define", expected=f"local or one of "
                                    f"{', '.join(targets) or '(no hosts)'}")  # fmt: skip
     if r.server != LOCAL:
-        raise source.error(("roles", "server"), "the server runs where pgsweep runs",
-                           fix="run pgsweep on the database machine; the client and the "
-                           "standbys may be placed on other hosts")  # fmt: skip
-    used = {r.client, *r.standbys}
+        _server_elsewhere(source, r)
+    used = {r.server, r.client, *r.standbys}
     notes = tuple(f"{source.where('hosts', n)}: host {n} has no role; it is not contacted"
                   for n in targets if n not in used)  # fmt: skip
-    return Topology(targets, r.client, notes, tuple(r.standbys))
+    return Topology(targets, r.client, notes, tuple(r.standbys), r.server)
+
+
+# the layers a server on another host runs with: each acts only through the server's host
+# (the others check or claim this machine before the run, or place standbys and builds
+# by this machine's addresses and cache)
+REMOTE_SERVER_LAYERS = ("server", "cluster", "workload")
+
+
+def _server_elsewhere(source: Source, r: RolesTable) -> None:
+    """A server on another host is measured from this machine: the client runs here and
+    reaches it over TCP; standbys and other client hosts need the server here."""
+    if r.client != LOCAL:
+        raise source.error(("roles", "client"), f"with the server on {r.server}, the client "
+                           "runs on this machine and reaches it over TCP",
+                           fix="remove roles.client, or run pgsweep on the database machine "
+                           "to place the client on another host")  # fmt: skip
+    if r.standbys:
+        raise source.error(("roles", "standbys"), f"with the server on {r.server}, standbys "
+                           "cannot be placed", fix="remove roles.standbys, or run pgsweep on "
+                           "the database machine to place standbys on other hosts")  # fmt: skip
+
+
+def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
+                        layer_names: list[str], factor_layers: set[str]) -> None:  # fmt: skip
+    """Exit 2 for a table or factor of a layer a server on another host cannot run."""
+    if not topo.remote_server:
+        return
+    for name in layer_names:
+        if name in REMOTE_SERVER_LAYERS or not (doc.get(name) or name in factor_layers):
+            continue
+        raise source.error((name,) if doc.get(name) else ("factors", name),
+                           f"[{name}] is not run on a server on another host "
+                           f"(roles.server = {topo.server!r}) in this version",
+                           expected=f"only {', '.join(REMOTE_SERVER_LAYERS)} tables and factors",
+                           fix=f"remove [{name}] and its factors, or run pgsweep on the "
+                           'database machine (roles.server = "local")')  # fmt: skip
 
 
 def check_host_options(pairs: list[str], fleet: bool) -> None:

@@ -300,8 +300,12 @@ KEYS: dict[str, Doc] = {
                                "/root/.ssh/known_hosts", "an absolute path"),
     "hosts.NAME.pgsweep": ("The command that runs pgsweep on that host.",
                            "/opt/pgsweep/bin/pgsweep", ""),
-    "roles.server": ("Where the server runs: local (pgsweep's machine) in this version.",
-                     "local", ""),
+    "roles.server": ("Where the server runs: local (pgsweep's machine), or a [hosts] name. "
+                     "A server on another host is measured from this machine: the client "
+                     "runs here and reaches it over TCP with the run's password, and the "
+                     "file may hold only [server], [cluster] and [workload] tables and "
+                     "factors (the other layers check or change this machine).", "local",
+                     "local or a [hosts] name"),
     "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
                      "or a [hosts] name. It reaches the server over TCP with the run's "
                      "password; a replay's log is copied there and its sessions' roles are "

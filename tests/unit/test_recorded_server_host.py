@@ -1,0 +1,58 @@
+"""A server on another host ([roles] server): what `plan` and `run` check on its host
+before anything is made, on a recording host (tests/integration/test_hosts.py runs it for
+real)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pgsweep.engine import clients
+from pgsweep.errors import PgsweepError
+from pgsweep.host.recording import RecordingHost, Reply, argv_starts
+from pgsweep.postgres.binaries import Binaries
+
+BIN = Binaries(Path("/usr/lib/postgresql/15/bin"), "15.18", {})
+EXP = SimpleNamespace(binaries=BIN)
+
+
+def _db(says: str, code: int = 0) -> RecordingHost:
+    return RecordingHost("db", users={None: (0, 0)},
+                         commands=[(argv_starts("postgres", "--version"), Reply(code, says))])
+
+
+def test_the_servers_host_runs_the_version_the_settings_were_checked_with() -> None:
+    db = _db("postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n")
+    clients.same_postgres(db, EXP, "host db (root@db1)")  # type: ignore[arg-type]
+    made, ran, removed = db.effects
+    assert made.kind == "private_dir" and made.what.startswith("/tmp/pgsweep-check-")
+    assert ran.detail["argv"] == ("/usr/lib/postgresql/15/bin/postgres", "--version")
+    assert removed.kind == "remove_tree" and removed.what == made.what
+
+
+@pytest.mark.parametrize(("says", "code"), [
+    ("postgres (PostgreSQL) 15.4 (Debian 15.4-1)\n", 0),  # another minor release
+    ("postgres (PostgreSQL) 15.181\n", 0),  # "15.18" only as a part of a word
+    ("", 127),  # no such program there
+])  # fmt: skip
+def test_another_version_there_is_refused_naming_the_host(says: str, code: int) -> None:
+    db = _db(says, code)
+    with pytest.raises(PgsweepError) as caught:
+        clients.same_postgres(db, EXP, "host db (root@db1)")  # type: ignore[arg-type]
+    assert caught.value.what.startswith("host db (root@db1) runs ")
+    assert "PostgreSQL 15.18" in caught.value.what and "same PostgreSQL" in str(caught.value.fix)
+    assert db.effects[-1].kind == "remove_tree"  # its scratch folder is gone either way
+
+
+class _Busy(RecordingHost):
+    def free_port(self, addresses: list[str]) -> int:
+        raise OSError(99, "Cannot assign requested address")
+
+
+def test_a_port_the_servers_host_cannot_listen_on_is_an_error_naming_it() -> None:
+    with pytest.raises(PgsweepError) as caught:
+        clients.free_port(_Busy("db", users={None: (0, 0)}), ["10.0.0.12"])
+    assert "10.0.0.12" in caught.value.what and "db by" in caught.value.what
+    assert "Cannot assign requested address" in caught.value.what
