@@ -1,5 +1,6 @@
-"""The client (or a synchronous standby) on another host against the same role beside the
-server, same server, and what the agent costs. Prints figures; asserts nothing.
+"""The client (or a synchronous standby, or the server itself) on another host against the
+same role beside the server (or the server here), and what the agent costs. Prints figures;
+asserts nothing.
 
     .venv/bin/python bench/remote_client.py [--pairs 3] [--seconds 10] [--role standby]
 
@@ -39,7 +40,8 @@ def experiment(folder: Path, seconds: int, host: SimHost | None, role: str) -> P
         place = (f'[hosts.loadgen]\nssh = "root@{host.address}"\nidentity_file = '
                  f'"{host.identity}"\nknown_hosts = "{host.known_hosts}"\npgsweep = '
                  f'"{PGSWEEP}"\n[roles]\n')  # fmt: skip
-        place += 'client = "loadgen"\n' if role == "client" else 'standbys = ["loadgen"]\n'
+        place += {"client": 'client = "loadgen"\n', "standby": 'standbys = ["loadgen"]\n',
+                  "server": 'server = "loadgen"\n'}[role]  # fmt: skip
     if role == "standby":
         place += '[replication]\nstandbys = 1\nmode = "sync"\n'
     path = folder / ("remote.toml" if host else "local.toml")
@@ -69,6 +71,7 @@ def run(path: Path, results: Path) -> dict[str, dict[str, float]]:
         out[script] = {"tps": tps, "busy": m.get("host.cpu_busy_share", float("nan")),
                        "rtt": m.get("client.rtt_ms", float(e.get("replication.rtt_ms", "nan"))),
                        "calls": m.get("client.agent_calls", float("nan")),
+                       "server_calls": m.get("server.agent_calls", float("nan")),
                        "lag": m.get("replication.replay_lag_ms_mean", float("nan")),
                        "clone": float(e.get("replication.clone_seconds", "nan"))}  # fmt: skip
     out["_run"] = {"seconds": time.monotonic() - began}
@@ -78,6 +81,8 @@ def run(path: Path, results: Path) -> dict[str, dict[str, float]]:
 def _detail(role: str, a: dict[str, float], b: dict[str, float]) -> str:
     if role == "client":
         return f"{b['calls']:.0f} agent messages in the window's trial"
+    if role == "server":
+        return f"{b['server_calls']:.0f} agent messages in the whole trial"
     return (f"replay lag {a['lag']:.1f} | {b['lag']:.1f} ms, clone {a['clone']:.1f} | "
             f"{b['clone']:.1f} s")
 
@@ -86,7 +91,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--role", choices=("client", "standby"), default="client")
+    ap.add_argument("--role", choices=("client", "standby", "server"), default="client")
     args = ap.parse_args()
     print(f"# bench/remote_client.py --pairs {args.pairs} --seconds {args.seconds} --role "
           f"{args.role}, {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}")  # fmt: skip
@@ -97,6 +102,8 @@ def main() -> None:
         for n in range(args.pairs):
             local = run(experiment(folder, args.seconds, None, args.role), folder / f"l{n}")
             remote = run(experiment(folder, args.seconds, host, args.role), folder / f"r{n}")
+            print(f"pair {n + 1} run: local {local['_run']['seconds']:.1f} s | remote "
+                  f"{remote['_run']['seconds']:.1f} s (2 trials each, set-up included)")
             for script in ("select-only", "tpcb-like"):
                 a, b = local[script], remote[script]
                 rows.setdefault(script, []).append((b["tps"] / a["tps"], b["busy"] - a["busy"]))

@@ -539,8 +539,11 @@ def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machin
     db = sqlite3.connect(tmp_path / "res" / "results.db")
     rtt = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'client.rtt_ms'")]
     roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    calls = dict(db.execute("SELECT name, count(*) FROM metric WHERE value > 0 "
+                            "AND name LIKE '%.agent_calls' GROUP BY 1"))  # fmt: skip
     db.close()
     assert len(rtt) == 4 and all(0 < v < 50 for v in rtt)  # from here to h3
+    assert calls == {"server.agent_calls": 4}  # the server's agent's messages, each trial
     assert roles["server"].startswith("db (h3, root@") and roles["server.address"] == h3.address
     assert roles["client"].startswith("local")
     _nothing_left(h3)

@@ -161,5 +161,6 @@ def client_figures(trial: TrialContext, s: Side) -> dict[str, float]:
     meminfo = cs.host.read_text(Path("/proc/meminfo"))
     out = {f"client.{k}": v for k, v in metrics.memory(meminfo, "").items()}
     out["client.rtt_ms"] = cs.host.tcp_rtt(cs.address, cs.port)
-    out["client.agent_calls"] = float(getattr(cs.host, "calls", 0) - s.calls)
+    if hasattr(cs.host, "calls"):  # not this machine (the client of a server elsewhere)
+        out["client.agent_calls"] = float(cs.host.calls - s.calls)
     return out

@@ -38,6 +38,7 @@ def run_trial(
     first_of_config: bool,
 ) -> TrialRecord:
     started = now()
+    calls = getattr(run.host, "calls", None)  # a server on another host: its agent's messages
     run.host.private_dir_once(run.workdir / "trials", 0o711)
     trial_dir = run.host.private_dir(run.workdir / "trials" / trial.id, 0o711)
     record = TrialRecord(trial.id, trial.order, trial.round, config.id, "ok", started, started)
@@ -70,6 +71,8 @@ def run_trial(
             ctx.server.settings = None  # whatever runs now is unknown: start it afresh
     _finish(record, ctx, events, log_offset, trial_dir)
     run.host.remove_tree(trial_dir)
+    if calls is not None:  # the agent's cost of a whole trial (bench/remote_client.py)
+        record.metrics["server.agent_calls"] = float(getattr(run.host, "calls", 0) - calls)
     return record
 
 

@@ -326,8 +326,8 @@ class RemoteHost(Host):
     def zfs_properties(self, pool: str, scratch: Path) -> dict[str, str]:
         return dict(self.call("zfs_properties", pool=pool, scratch=str(scratch)))
 
-    # builds are made where the server runs, and `roles.server` is this machine only: the
-    # agent has no build cache (a server on another host would need one there)
+    # builds are made where the server runs, and a server on another host runs without
+    # [build] in this version (spec/hosts.py): the agent has no build cache there
     def build_cache(self, server_uid: int, create: bool) -> Path | None:
         raise self._no_builds()
 
@@ -339,8 +339,8 @@ class RemoteHost(Host):
         raise self._no_builds()
 
     def _no_builds(self) -> PgsweepError:
-        return PgsweepError(f"host {self.name} was asked for a [build]: builds are made on "
-                            "the server's host, and the server runs on this machine")
+        return PgsweepError(f"host {self.name} was asked for a [build]: a server on another "
+                            "host runs without [build] in this version")
 
     def free_port(self, addresses: list[str]) -> int:
         return int(self.call("free_port", addresses=addresses))
