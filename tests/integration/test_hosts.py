@@ -448,15 +448,20 @@ def test_sysbench_and_pgreplay_run_on_the_client_host_a_replays_role_with_the_pa
     _nothing_left(h1)
 
 
-def _server_body(h: SimHost, duration: str = "2s", rounds: int = 2) -> str:
-    """The server on `h` (host db), pgbench here."""
+def _server_body(h: SimHost, duration: str = "2s", rounds: int = 2,
+                 client: SimHost | None = None, beside: bool = False) -> str:  # fmt: skip
+    """The server on `h` (host db); pgbench here, on `client` (host loadgen), or beside it."""
+    place = "" if client is None else f'{_host_table("loadgen", client)}'
+    role = 'client = "loadgen"' if client else 'client = "db"' if beside else ""
     return f"""
         [experiment]
         name = "remote-server"
         seed = 3
         {_host_table("db", h)}
+        {place}
         [roles]
         server = "db"
+        {role}
         [cluster]
         scale = 1
         [workload]
@@ -518,8 +523,9 @@ def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machin
             time.sleep(0.05)
         # in its window: a postmaster in h3's own namespace, on h3's address alone
         assert _postgres_on(h3)
-        port = int(next(a for a in _listeners(h3) if a.startswith(h3.address)).rsplit(":")[1])
-        assert [a for a in _listeners(h3) if a.endswith(f":{port}")] == [f"{h3.address}:{port}"]
+        listening = [a for a in _listeners(h3) if not a.endswith(":22")]  # not its sshd
+        assert len(listening) == 1 and listening[0].startswith(f"{h3.address}:"), listening
+        port = int(listening[0].rsplit(":", 1)[1])
         assert passfile.stat().st_mode & 0o777 == 0o600
         line = passfile.read_text().strip()
         password = line.rsplit(":", 1)[1]
@@ -551,23 +557,54 @@ def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machin
     assert not passfile.parent.exists()  # this run's work area here
 
 
-def test_the_controller_killed_leaves_nothing_on_the_servers_host(
+def test_pgbench_beside_a_server_on_another_host_runs_there(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
     h3 = hosts[2]
-    path = write_experiment(tmp_path, _server_body(h3, duration="20s", rounds=1))
+    path = write_experiment(tmp_path, _server_body(h3, rounds=1, beside=True))
+    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"), timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    argv = json.loads(rows[0]["pgbench_argv"])
+    assert argv[argv.index("-h") + 1].startswith("/tmp/pgsweep-")  # the socket there
+    db = sqlite3.connect(tmp_path / "res" / "results.db")
+    lines = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'log.lines'")]
+    db.close()
+    assert len(lines) == 2 and all(v >= 100 for v in lines)  # its log, read through h3
+    _nothing_left(h3)
+
+
+def test_the_controller_killed_leaves_nothing_on_the_servers_or_the_clients_host(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    h1, h2, h3 = hosts
+    path = write_experiment(tmp_path, _server_body(h3, duration="20s", rounds=1, client=h1))
+    plan = pgsweep("plan", str(path), "--commands")
+    assert plan.returncode == 0, plan.stderr
+    assert f"as the server admits from {h1.address} alone" in plan.stdout
+    assert "host loadgen (the client, through `pgsweep agent`" in plan.stdout
     run = _start(path, tmp_path / "res")
     try:
-        deadline = time.monotonic() + 120
-        while _pgbench_here(h3.address) is None:
-            assert time.monotonic() < deadline and run.poll() is None, "no pgbench here"
-            time.sleep(0.05)
+        _wait_for_pgbench(h1)  # the third host, over the bridge to h3
         assert _postgres_on(h3)
+        listening = [a for a in _listeners(h3) if not a.endswith(":22")]  # not its sshd
+        assert len(listening) == 1 and listening[0].startswith(f"{h3.address}:"), listening
+        port = int(listening[0].rsplit(":", 1)[1])
+        passfile = _on(h1, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
+        assert passfile.startswith(f"{h3.address}:{port}:*:*:")
+        password = passfile.rsplit(":", 1)[1]
+        deadline = time.monotonic() + 60
+        admitted = _answered(lambda: _psql(h1, h3.address, port, password), deadline)
+        assert admitted.stdout.strip() == "1", admitted.stderr
+        refused = _answered(lambda: _psql(h2, h3.address, port, password), deadline)
+        assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr, refused
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
-        deadline = time.monotonic() + 30  # the agent notices its stdin end and cleans up
-        while len(h3.pids()) > 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # each agent notices its stdin end and cleans up
+        while (len(h1.pids()) > 1 or len(h3.pids()) > 1) and time.monotonic() < deadline:
             time.sleep(0.2)
+        _nothing_left(h1)
         _nothing_left(h3)
     finally:
         if run.poll() is None:

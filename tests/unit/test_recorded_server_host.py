@@ -56,3 +56,19 @@ def test_a_port_the_servers_host_cannot_listen_on_is_an_error_naming_it() -> Non
         clients.free_port(_Busy("db", users={None: (0, 0)}), ["10.0.0.12"])
     assert "10.0.0.12" in caught.value.what and "db by" in caught.value.what
     assert "Cannot assign requested address" in caught.value.what
+
+
+class _Cut(RecordingHost):
+    def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
+        self.asked = (address, port, probes)
+        raise OSError(113, "No route to host")
+
+
+def test_a_client_host_that_cannot_reach_the_servers_address_is_refused_at_plan() -> None:
+    server = SimpleNamespace(name="db", hello={"ssh_connection": "10.0.0.1 50122 10.0.0.12 22"})
+    client = _Cut("loadgen", users={None: (0, 0)})
+    with pytest.raises(PgsweepError) as caught:
+        clients.reaches(client, server)  # type: ignore[arg-type]
+    assert client.asked == ("10.0.0.12", 22, 1)  # the server's sshd, where this machine met it
+    assert caught.value.what.startswith("host loadgen cannot reach host db at 10.0.0.12")
+    assert "No route to host" in caught.value.what

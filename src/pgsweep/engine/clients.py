@@ -43,6 +43,8 @@ def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
         for name in names:
             opened[name] = RemoteHost(topo.hosts[name]).open()
             check(opened[name], exp, roles_on(exp, name))
+        if topo.remote_server and topo.client not in (hosts.LOCAL, topo.server):
+            reaches(opened[topo.client], opened[topo.server])
     except BaseException:
         close_all(opened)
         raise
@@ -150,18 +152,23 @@ class ServerArea:
     registry: Path
 
 
-def server_elsewhere(server: RemoteHost, run_name: str, user: RunAs | None,
-                     here: Path) -> tuple[ServerArea, HostSide]:  # fmt: skip
-    """A server on another host: the run's work area there, and this machine's side as its
-    client (the server listens on its own address as this machine reached it, on a port
-    free there, and admits this machine's address alone; the passfile is in `here`, this
-    run's local work area)."""
+def server_elsewhere(server: RemoteHost, client: RemoteHost | None, run_name: str,
+                     user: RunAs | None, here: Path) -> tuple[ServerArea, HostSide | None]:
+    """A server on another host: the run's work area there, and its client's side: this
+    machine's (`client` None; the passfile in `here`, this run's local work area), another
+    host's (`client`), or none when the client is the server's own host (pgbench beside
+    it). The server listens on its own address as this machine reached it, on a port free
+    there, and admits the client's address alone."""
     controller, _, own, _ = server.hello["ssh_connection"].split()
     area = server.work_area(run_name, user)
     made = ServerArea(Path(area["workdir"]), Path(area["private"]), Path(area["socket_root"]),
                       area["run"], Path(area["registry"]))  # fmt: skip
     password = secrets.token_hex(16)
     port = free_port(server, [own])
+    if client is server:
+        return made, None
+    if client is not None:
+        return made, host_side(client, run_name, user, password, port, address=own)
     LOCAL.private_dir(here / "trials", 0o711)
     passfile = here / "passfile"
     LOCAL.write_file(passfile, f"{own}:{port}:*:*:{password}\n", 0o600, LOCAL.ids(user))
@@ -169,11 +176,27 @@ def server_elsewhere(server: RemoteHost, run_name: str, user: RunAs | None,
                           scram_verifier(password), password)  # fmt: skip
 
 
+def reaches(client: RemoteHost, server: RemoteHost) -> None:
+    """Read-only, at `plan`: the client's host reaches the server's at the address this
+    machine reached it by (a TCP connection to its sshd there: the server will listen on
+    that address)."""
+    own, port = server.hello["ssh_connection"].split()[2:]
+    try:
+        client.tcp_rtt(own, int(port), probes=1)
+    except (OSError, RuntimeError) as exc:
+        raise PgsweepError(f"host {client.name} cannot reach host {server.name} at {own}, "
+                           f"the address the server will listen on ({exc})",
+                           fix="place the client on a host on the server's network, or "
+                           "leave roles.client out to run pgbench on this machine") from None
+
+
 def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str, port: int,
-              epoch: int = 0) -> HostSide:  # fmt: skip
+              epoch: int = 0, address: str | None = None) -> HostSide:  # fmt: skip
     """This run's side of one host: its work area (trials/ for pgbench, standbys/ for the
-    standbys' data), and the passfile its roles reach the server with."""
+    standbys' data), and the passfile its roles reach the server with: at `address` (a
+    server on another host), else at this machine's address as that host reaches it."""
     controller, _, own, _ = host.hello["ssh_connection"].split()
+    controller = address or controller
     area = host.work_area(run_name, user)
     workdir = Path(area["workdir"])
     host.private_dir(workdir / "trials", 0o711)
@@ -203,7 +226,8 @@ def keep(side: HostSide, exp: Experiment, run_name: str) -> None:
     except (PgsweepError, HostLost) as exc:
         raise HostLost(f"host {old.name} could not be reached again: "
                        f"{exc.what if isinstance(exc, PgsweepError) else exc}") from None
-    fresh = host_side(host, run_name, exp.user, side.password, side.port, side.epoch + 1)
+    fresh = host_side(host, run_name, exp.user, side.password, side.port, side.epoch + 1,
+                      side.address)  # where the server listens, as before
     side.host, side.workdir, side.passfile = fresh.host, fresh.workdir, fresh.passfile
     side.socket_root, side.epoch = fresh.socket_root, fresh.epoch
 

@@ -59,7 +59,8 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
         host = DryHost(users, exp.canonical, topo.server)
         workdir, sockets, me = drysides.server_elsewhere(exp, results, reached, host)
         run = _run_context(exp, results, host, {}, me, (), (workdir, sockets))
-        head = [*drysides.server_lines(exp, run), "", f"host {topo.server} (the server, "
+        beside = ", and pgbench beside it" if me is None else ""
+        head = [*drysides.server_lines(exp, run), "", f"host {topo.server} (the server{beside}, "
                 "through `pgsweep agent` over ssh; its reads are shown from this machine's, "
                 "its own may differ):"]  # fmt: skip
     else:
@@ -350,7 +351,7 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
              f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
     lines += [_build_line(prepared) for prepared in run.builds.values()]
     lines.append("the environment recorded in results.db (facts read, nothing changed)")
-    if client and run.client_side is None:
+    if client and run.client_side is None and not exp.topology.remote_server:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "
                      "TCP, and the server's listener and hba line for that host alone")  # fmt: skip
     if not _standbys_walked(exp, run):

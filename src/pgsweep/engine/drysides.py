@@ -39,32 +39,46 @@ def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[s
 
 
 def server_elsewhere(exp: Experiment, results: Path, reached: Mapping[str, str],
-                     here: DryHost) -> tuple[Path, Path, HostSide]:  # fmt: skip
+                     here: DryHost) -> tuple[Path, Path, HostSide | None]:  # fmt: skip
     """A server on another host as `run` places it: the work area and socket folder its
-    agent makes there, and this machine as its client (over TCP to the server's address as
-    this machine reached it, admitted from this machine's alone)."""
-    controller, _, own, _ = reached[exp.topology.server].split()
+    agent makes there, and its client's side (this machine, or another host: over TCP to
+    the server's address as this machine reached it, admitted from the client's address
+    alone; None: pgbench beside it on its host)."""
+    topo = exp.topology
+    own = reached[topo.server].split()[2]
     name = results.resolve().name
-    workdir = Path("/var/tmp") / f"pgsweep-work-{name}-{DRY}"
+    there = Path("/var/tmp") / f"pgsweep-work-{name}-{DRY}"  # an agent's, as on any host
+    sockets = Path(f"/tmp/pgsweep-{name}-{DRY}")
+    if topo.client == topo.server:
+        return there, sockets, None
+    if topo.client != "local":
+        peer = reached[topo.client].split()[2]
+        client = HostSide(DryHost(here.users, here.canonical, topo.client), there, own, peer,
+                          SERVER_PORT, there / "passfile", scram_verifier(DRY), DRY)
+        return there, sockets, client
     base = workarea.work_base(results, exp.user)
     prefix = (".pgsweep-work-" if base == results
               else f"pgsweep-work-{results.name}-{workarea.run_tag(results)}-")  # fmt: skip
     mine = base.resolve() / f"{prefix}{DRY}"  # this run's own work area, here
-    client = HostSide(DryHost(here.users, here.canonical, "local (this machine)"), mine, own,
-                      controller, SERVER_PORT, mine / "passfile", scram_verifier(DRY), DRY)
-    return workdir, Path(f"/tmp/pgsweep-{name}-{DRY}"), client
+    controller = reached[topo.server].split()[0]
+    return there, sockets, HostSide(DryHost(here.users, here.canonical, "local (this machine)"),
+                                    mine, own, controller, SERVER_PORT, mine / "passfile",
+                                    scram_verifier(DRY), DRY)  # fmt: skip
 
 
 SERVER_PORT = 5432  # shown for the port a run finds free on the server's host
 
 
 def server_lines(exp: Experiment, run: RunContext) -> list[str]:
-    """The header of a server on another host, and this machine's part as its client."""
-    side = run.client_side
-    assert side is not None
-    return ["", f"this machine (the client): pgbench over TCP to {side.address}:{side.port} "
-            f"(a port free on {exp.topology.server} when the run starts), as the server admits "
-            f"from {side.peer} alone, with scram-sha-256 and a password made for the run:",
+    """A server on another host: its client's part (this machine's, or another host's)."""
+    side, server = run.client_side, exp.topology.server
+    if side is None:
+        return []
+    where = ("this machine (the client)" if side.host.name.startswith("local") else
+             f"host {side.host.name} (the client, through `pgsweep agent` over ssh)")  # fmt: skip
+    return ["", f"{where}: the tool over TCP to {side.address}:{side.port} (a port free on "
+            f"{server} when the run starts), as the server admits from {side.peer} alone, "
+            "with scram-sha-256 and a password made for the run:",
             f"  before the first trial: make {side.workdir}/trials (root, 0711); write "
             f"{side.passfile} (0600, the server user's): {side.address}:{side.port}:*:*:(the "
             "run's password)",

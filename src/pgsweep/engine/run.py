@@ -208,8 +208,8 @@ def _context(exp: Experiment, remotes: dict[str, RemoteHost],
                   cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)  # fmt: skip
     if topo.remote_server:
         server = remotes[topo.server]
-        there, client = clients.server_elsewhere(server, area.results.name, exp.user,
-                                                 area.workdir)  # fmt: skip
+        there, client = clients.server_elsewhere(server, remotes.get(topo.client),
+                                                 area.results.name, exp.user, area.workdir)
         return RunContext(exp.binaries, exp.user, there.workdir, there.private,
                           there.socket_root, host=server, client_side=client,
                           run_id=there.run_id, registry=there.registry, **common)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from typing import BinaryIO
 from ..collect import counters, metrics
 from ..host import bounded, safefs
 from ..host.api import Host
+from ..host.local import LOCAL
 from ..host.proc import Result
 from ..layers.context import TrialContext, TrialFailure
 from ..layers.workload_tools import MAX_REMOTE_LOG
@@ -34,7 +35,7 @@ class Side:
     conn: list[str]  # pgbench's connection arguments
     env: dict[str, str] | None
     ids: tuple[int, int]  # the server user's uid and gid there: pgbench runs as it
-    remote: bool
+    remote: bool  # not this machine's: its files are read through `host`
     local_uid: int  # the server user's uid on the server's host (owner of its frozen scripts)
     server: Host  # the server's host: the run's frozen scripts and logs are there
     calls: int = 0  # the agent's messages before this trial's window (RemoteHost.calls)
@@ -96,9 +97,10 @@ def opened(trial: TrialContext, trial_dir: Path) -> Iterator[Side]:
     host), for the length of its measured window: a client host's trial folder is removed
     after it, on every path."""
     cs, uid = trial.run.client_side, trial.cluster.uid
-    if cs is None:
+    if cs is None:  # beside the server: on another host, its files are read through it
         yield Side(trial.run.host, trial_dir, trial.cluster.pgbench_conn_args(), None,
-                   (uid, trial.cluster.gid), False, uid, trial.run.host)  # fmt: skip
+                   (uid, trial.cluster.gid), trial.run.host is not LOCAL, uid,
+                   trial.run.host)  # fmt: skip
         return
     calls = int(getattr(cs.host, "calls", 0))
     folder = cs.host.private_dir(cs.workdir / "trials" / trial.id, 0o711)

@@ -11,8 +11,8 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
     client = "loadgen"                 # where pgbench runs
     standbys = ["replica1"]            # where standby s1 runs (s2, ... beyond the list: local)
 
-or the server on another host, measured from this machine (`server = "db1"`: the client
-stays here, the only layers are those whose every effect goes through the server's host:
+or the server on another host (`server = "db1"`: the client here, on its host, or on a
+third; the only layers are those whose every effect goes through the server's host:
 server settings, the cluster and the workload; `REMOTE_SERVER_LAYERS`).
 
 Nothing here can make ssh run something else: the destination may not start with "-" or
@@ -157,13 +157,8 @@ REMOTE_SERVER_LAYERS = ("server", "cluster", "workload")
 
 
 def _server_elsewhere(source: Source, r: RolesTable) -> None:
-    """A server on another host is measured from this machine: the client runs here and
-    reaches it over TCP; standbys and other client hosts need the server here."""
-    if r.client != LOCAL:
-        raise source.error(("roles", "client"), f"with the server on {r.server}, the client "
-                           "runs on this machine and reaches it over TCP",
-                           fix="remove roles.client, or run pgsweep on the database machine "
-                           "to place the client on another host")  # fmt: skip
+    """A server on another host: the client runs here (the default), beside it (its own
+    host) or on a third host, reaching it over TCP; standbys need the server here."""
     if r.standbys:
         raise source.error(("roles", "standbys"), f"with the server on {r.server}, standbys "
                            "cannot be placed", fix="remove roles.standbys, or run pgsweep on "
