@@ -449,7 +449,8 @@ def test_sysbench_and_pgreplay_run_on_the_client_host_a_replays_role_with_the_pa
 
 
 def _server_body(h: SimHost, duration: str = "2s", rounds: int = 2,
-                 client: SimHost | None = None, beside: bool = False) -> str:  # fmt: skip
+                 client: SimHost | None = None, beside: bool = False,
+                 extra: str = "") -> str:  # fmt: skip
     """The server on `h` (host db); pgbench here, on `client` (host loadgen), or beside it."""
     place = "" if client is None else f'{_host_table("loadgen", client)}'
     role = 'client = "loadgen"' if client else 'client = "db"' if beside else ""
@@ -469,6 +470,7 @@ def _server_body(h: SimHost, duration: str = "2s", rounds: int = 2,
         duration = "{duration}"
         rate = 200  # conftest.MECHANICS
         warmup = "0s"
+        {extra}
         [factors]
         server.synchronous_commit = ["on", "off"]
         [repeat]
@@ -557,11 +559,12 @@ def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machin
     assert not passfile.parent.exists()  # this run's work area here
 
 
-def test_pgbench_beside_a_server_on_another_host_runs_there(
+def test_pgbench_and_a_standby_beside_a_server_on_another_host_run_there(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
     h3 = hosts[2]
-    path = write_experiment(tmp_path, _server_body(h3, rounds=1, beside=True))
+    standby = '[replication]\nstandbys = 1\nmode = "sync"'
+    path = write_experiment(tmp_path, _server_body(h3, rounds=1, beside=True, extra=standby))
     res = pgsweep("run", str(path), "--results", str(tmp_path / "res"), timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = trials(tmp_path / "res")
@@ -570,8 +573,13 @@ def test_pgbench_beside_a_server_on_another_host_runs_there(
     assert argv[argv.index("-h") + 1].startswith("/tmp/pgsweep-")  # the socket there
     db = sqlite3.connect(tmp_path / "res" / "results.db")
     lines = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'log.lines'")]
-    db.close()
     assert len(lines) == 2 and all(v >= 100 for v in lines)  # its log, read through h3
+    for t in rows:  # its standby, made and streaming in sync beside it on h3
+        assert json.loads(t["effective_json"])["replication.state"] == "s1: streaming sync"
+    roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
+    assert roles["standbys"].startswith("beside the server: db (h3, root@")
+    assert roles["client"].startswith("db (h3, root@")
+    db.close()
     _nothing_left(h3)
 
 

@@ -112,7 +112,6 @@ ALLOWED = {
     ("layers/room.py", "_room"): PLAN,
     ("layers/room.py", "_device_bytes"): PLAN,
     ("layers/server_include.py", "_read"): INPUTS,
-    ("layers/standby_load.py", "_script_there"): INPUTS,
     ("layers/storage.py", "validate"): PLAN,
     ("layers/storage.py", "check_host"): PLAN,
     ("layers/storage.py", "coexist"): PLAN,

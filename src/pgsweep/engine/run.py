@@ -271,8 +271,8 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
         out["client.address"] = remotes[topo.client].hello.get("ssh_connection", "").split()[2]
     out["standbys"] = here if not topo.standbys else ", ".join(
         f"s{i}: {named(n)}" for i, n in enumerate(topo.standbys, 1))  # fmt: skip
-    if topo.remote_server:  # [replication] is refused there
-        out["standbys"] = f"none (the server is on host {topo.server})"
+    if topo.remote_server:  # its standbys run beside it
+        out["standbys"] = f"beside the server: {named(topo.server)}"
     return out
 
 

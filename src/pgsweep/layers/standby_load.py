@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..host import bounded, safefs
+from ..host import bounded
 from ..host.api import Host
 from ..postgres import pgbench
 from ..postgres.cluster import Cluster
@@ -71,8 +71,9 @@ class StandbyLoad:
         w = self.workload
         if w.builtin or standby.host is trial.run.host:
             return w
-        text = safefs.read_owned(Path(w.script), trial.run.host.ids(trial.run.user)[0],
-                                 limit=1 << 20)  # fmt: skip
+        # the run's frozen copy, on the server's host (by descriptor, the server user's)
+        text = trial.run.host.read_owned(Path(w.script), trial.run.host.ids(trial.run.user)[0],
+                                         1 << 20)  # fmt: skip
         standby.host.write_file(copy, text, 0o400, standby.host.ids(trial.run.user))
         return dataclasses.replace(w, script=str(copy))
 

@@ -13,7 +13,7 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
 
 or the server on another host (`server = "db1"`: the client here, on its host, or on a
 third; the only layers are those whose every effect goes through the server's host:
-server settings, the cluster and the workload; `REMOTE_SERVER_LAYERS`).
+server settings, the cluster, the workload and standbys beside it; `REMOTE_SERVER_LAYERS`).
 
 Nothing here can make ssh run something else: the destination may not start with "-" or
 hold a space, and the files are absolute paths checked before use (`check_files`)."""
@@ -151,14 +151,15 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
 
 
 # the layers a server on another host runs with: each acts only through the server's host
-# (the others check or claim this machine before the run, or place standbys and builds
-# by this machine's addresses and cache)
-REMOTE_SERVER_LAYERS = ("server", "cluster", "workload")
+# (its standbys beside it there); the others check or claim this machine before the run
+# (devices, kernel values and their lock, the build cache)
+REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication")
 
 
 def _server_elsewhere(source: Source, r: RolesTable) -> None:
     """A server on another host: the client runs here (the default), beside it (its own
-    host) or on a third host, reaching it over TCP; standbys need the server here."""
+    host) or on a third host, reaching it over TCP; its standbys run beside it there
+    (placing them on other hosts needs the server here)."""
     if r.standbys:
         raise source.error(("roles", "standbys"), f"with the server on {r.server}, standbys "
                            "cannot be placed", fix="remove roles.standbys, or run pgsweep on "

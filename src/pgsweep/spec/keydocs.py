@@ -303,9 +303,10 @@ KEYS: dict[str, Doc] = {
     "roles.server": ("Where the server runs: local (pgsweep's machine), or a [hosts] name. "
                      "A server on another host listens on its address as this machine "
                      "reached it; the client (this machine by default, its own host, or a "
-                     "third) reaches it over TCP with the run's password; the file may "
-                     "hold only [server], [cluster] and [workload] tables and factors (the "
-                     "other layers check or change this machine) and no roles.standbys.",
+                     "third) reaches it over TCP with the run's password; its standbys run "
+                     "beside it there; the file may hold only [server], [cluster], "
+                     "[workload] and [replication] tables and factors (the other layers "
+                     "check or change this machine) and no roles.standbys.",
                      "local", "local or a [hosts] name"),
     "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
                      "or a [hosts] name. It reaches the server over TCP with the run's "
