@@ -149,6 +149,11 @@ def _shard(args: argparse.Namespace) -> Shard | None:
 def _run_fleet(args: argparse.Namespace, exp: spec.Experiment, console: Console) -> int:
     from .engine import fleet, plans
 
+    if exp.topology.remote_server:  # a shard runs on each group's server host itself
+        raise exp.source.error(("roles", "server"), "--inventory runs each shard on its "
+                               "group's database machine: roles.server is that machine",
+                               fix="remove roles.server (a group's client and standby "
+                               "hosts are its copies of [hosts])")  # fmt: skip
     if args.shard or args.group or args.results is None:
         raise PgsweepError("--inventory runs every shard itself, into its --results folder",
                            fix="pgsweep run FILE --inventory INV --results DIR [--resume] "

@@ -623,6 +623,40 @@ def test_the_controller_killed_leaves_nothing_on_the_servers_or_the_clients_host
     assert not list(state_dir.glob("*.undo"))
 
 
+def test_a_lost_server_host_fails_that_trial_and_stops_the_run_resumably(
+    hosts: list[SimHost], tmp_path: Path, state_dir: Path
+) -> None:
+    """The connection to the server's host cut mid-trial: that trial fails, the run stops
+    there (exit 3, resumable: its clusters went with the agent), the agent puts its host
+    back, and the run's journal keeps the host for `pgsweep restore`."""
+    h3 = hosts[2]
+    path = write_experiment(tmp_path, _server_body(h3, duration="4s", rounds=1))
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while _pgbench_here(h3.address) is None:
+            assert time.monotonic() < deadline and run.poll() is None, "no pgbench here"
+            time.sleep(0.05)
+        _cut_ssh_to(run, h3)
+        out, err = run.communicate(timeout=300)
+    finally:
+        _stop(run)
+    assert run.returncode == 3, out + err
+    assert "Traceback" not in err and "internal error" not in err.lower(), err
+    assert re.search(r"stopped: host db \(root@\S+\), the server's, was lost", out), out
+    assert "resume with: pgsweep run" in out
+    rows = trials(tmp_path / "res")
+    assert [r["status"] for r in rows] == ["failed"], rows  # the second never started
+    deadline = time.monotonic() + 30  # the agent saw its connection end: it cleans up
+    while len(h3.pids()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _nothing_left(h3)
+    assert list(state_dir.glob("*.hosts.undo"))  # kept: restore asks h3 again
+    restore = pgsweep("restore", timeout=300)
+    assert restore.returncode == 0, restore.stdout + restore.stderr
+    assert not list(state_dir.glob("*.undo"))
+
+
 def test_a_host_whose_key_is_unknown_is_refused_at_plan(
     hosts: list[SimHost], tmp_path: Path
 ) -> None:

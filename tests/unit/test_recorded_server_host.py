@@ -72,3 +72,33 @@ def test_a_client_host_that_cannot_reach_the_servers_address_is_refused_at_plan(
     assert client.asked == ("10.0.0.12", 22, 1)  # the server's sshd, where this machine met it
     assert caught.value.what.startswith("host loadgen cannot reach host db at 10.0.0.12")
     assert "No route to host" in caught.value.what
+
+
+def test_the_hba_line_admits_one_address_of_either_family() -> None:
+    from pgsweep.postgres.access import ClientAccess
+
+    assert ClientAccess("10.0.0.12", "10.0.0.1").hba_line() == (
+        "host all pgsweep 10.0.0.1/32 scram-sha-256\n")
+    # /32 of an IPv6 address would admit 2**96 of them
+    assert ClientAccess("2001:db8::12", "2001:db8::1", "replication").hba_line() == (
+        "host replication pgsweep 2001:db8::1/128 scram-sha-256\n")
+    with pytest.raises(ValueError):
+        ClientAccess("10.0.0.12", "10.0.0.0/8").hba_line()  # never a network
+
+
+def test_a_passfile_line_escapes_what_libpq_reads_as_separators() -> None:
+    from pgsweep.postgres.access import passfile_line
+
+    assert passfile_line("10.0.0.12", 5433, "ab12") == "10.0.0.12:5433:*:*:ab12\n"
+    assert passfile_line("2001:db8::12", 5433, "ab12") == "2001\\:db8\\:\\:12:5433:*:*:ab12\n"
+    assert passfile_line("h", 1, "a:b\\c") == "h:1:*:*:a\\:b\\\\c\n"
+
+
+def test_the_servers_host_must_see_this_machine_by_an_address_of_its_own() -> None:
+    seen = SimpleNamespace(hello={"ssh_connection": "127.0.0.1 50122 10.0.0.12 22"})
+    clients.seen_directly(seen, "host db (root@db1)")  # type: ignore[arg-type]
+    # through a jump host or NAT: the address the server would admit is not this machine's
+    jumped = SimpleNamespace(hello={"ssh_connection": "192.0.2.77 50122 10.0.0.12 22"})
+    with pytest.raises(PgsweepError) as caught:
+        clients.seen_directly(jumped, "host db (root@db1)")  # type: ignore[arg-type]
+    assert "sees this machine as 192.0.2.77" in caught.value.what

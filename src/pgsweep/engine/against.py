@@ -48,6 +48,11 @@ def frozen_file(folder: Path) -> Path:
 def combine(before: Experiment, after: Experiment, folder: Path) -> Experiment:
     """One experiment holding both files' configurations under the factor run.against."""
     where = str(after.source.path)
+    for exp in (before, after):  # each file's checks saw its own [roles] only
+        if exp.topology.remote_server:
+            raise exp.source.error(("roles", "server"), "--against cannot combine runs with "
+                                   "a server on another host yet", fix="run both files and "
+                                   f"use `pgsweep compare {folder} NEW_DIR`")  # fmt: skip
     if before.binaries.bindir != after.binaries.bindir:
         raise PgsweepError(
             f"{folder} ran PostgreSQL from {before.binaries.bindir}, this file from "

@@ -23,6 +23,7 @@ from ..host.remote import RemoteHost
 from ..layers.context import HostSide
 from ..layers.workload_tools import PACKAGES as TOOL_PACKAGES
 from ..layers.workload_tools import program
+from ..postgres.access import passfile_line
 from ..spec import Experiment, hosts
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
@@ -91,6 +92,23 @@ def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
                            f"{name}") from None
     if "server" in roles:
         same_postgres(host, exp, where)
+        if exp.topology.client == hosts.LOCAL:
+            seen_directly(host, where)
+
+
+def seen_directly(host: RemoteHost, where: str) -> None:
+    """The address the server's host sees this machine connect from is this machine's own
+    (its server admits that address alone: through a jump host or NAT it would be the
+    jump host's or the gateway's, which others share)."""
+    controller = host.hello["ssh_connection"].split()[0]
+    try:
+        LOCAL.free_port([controller])  # binds only to an address this machine has
+    except OSError:
+        raise PgsweepError(f"{where} sees this machine as {controller}, an address this "
+                           "machine does not have (a jump host or NAT between them); its "
+                           "server would admit that address", fix="reach the server's "
+                           "host directly, or run pgsweep on a machine that does (or on the "
+                           "database machine)") from None
 
 
 def same_postgres(host: Host, exp: Experiment, where: str) -> None:
@@ -118,7 +136,10 @@ def programs(exp: Experiment, roles: list[str]) -> dict[str, Path]:
     if "standby" in roles and any(getattr(c.get("workload"), "standby_script", None)
                                   for c in exp.configurations.values()):  # fmt: skip
         out["pgbench"] = exp.binaries.bindir / "pgbench"  # the read load runs beside it
-    if "client" in roles:
+    if "server" in roles and any(getattr(c.get("replication"), "standbys", 0)
+                                 for c in exp.configurations.values()):  # fmt: skip
+        out["pg_basebackup"] = exp.binaries.bindir / "pg_basebackup"  # standbys beside it
+    if "client" in roles or "server" in roles:  # a tool's load phase runs beside the server
         tools = {getattr(c.get("workload"), "tool", "pgbench")
                  for c in exp.configurations.values()}  # fmt: skip
         found = {t: program(t) for t in sorted(tools - {"pgbench"})}
@@ -171,7 +192,7 @@ def server_elsewhere(server: RemoteHost, client: RemoteHost | None, run_name: st
         return made, host_side(client, run_name, user, password, port, address=own)
     LOCAL.private_dir(here / "trials", 0o711)
     passfile = here / "passfile"
-    LOCAL.write_file(passfile, f"{own}:{port}:*:*:{password}\n", 0o600, LOCAL.ids(user))
+    LOCAL.write_file(passfile, passfile_line(own, port, password), 0o600, LOCAL.ids(user))
     return made, HostSide(LOCAL, here, own, controller, port, passfile,
                           scram_verifier(password), password)  # fmt: skip
 
@@ -204,7 +225,7 @@ def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str
     passfile = workdir / "passfile"  # the server user's, 0600, in a folder only root changes
     # any role: pgbench's and sysbench's is pgsweep, a replay's sessions' their log's own
     # (the server's hba admits each by name, from this host's address alone)
-    host.write_file(passfile, f"{controller}:{port}:*:*:{password}\n", 0o600,
+    host.write_file(passfile, passfile_line(controller, port, password), 0o600,
                     host.ids(user))  # fmt: skip
     return HostSide(host, workdir, controller, own, port, passfile, scram_verifier(password),
                     password, Path(area["socket_root"]), epoch)

@@ -171,7 +171,9 @@ def preflight(exp: Experiment, results: Path) -> Path:
     configs = all_settings(exp)
     for layer in exp.layers:
         layer.check_host(where, [c[layer.name] for c in configs], exp.grant)
-        if isinstance(layer, ResourceLayer):  # after the devices' own checks
+        # after the devices' own checks; a server on another host: its room is there, and
+        # not checked before the run (this version reads no filesystem's room through a host)
+        if isinstance(layer, ResourceLayer) and not exp.topology.remote_server:
             layer.check_room(configs, where)
     return where
 

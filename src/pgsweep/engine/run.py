@@ -84,9 +84,19 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
             if fresh:
                 safefs.remove_tree(results)
             raise
+        try:
+            ctx = _context(exp, remotes, area)  # a server's host: its work area, its port
+        except BaseException:
+            clients.close_all(remotes)  # each agent removes what it made
+            journal.UndoJournal.for_this_run(LOCAL, "hosts").discard()
+            area.remove()
+            store.close()
+            if fresh:
+                safefs.remove_tree(results)
+            raise
         notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
         notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
-        outcome = _run(exp, plan, store, area, reporter, notes, remotes)
+        outcome = _run(exp, plan, store, area, reporter, notes, ctx, roles(exp, remotes))
     outcome.failed = store.failed_count()
     store.close()
     if not list(workarea.registry_dir().glob(f"{area.run}.*undo")):
@@ -95,14 +105,9 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
 
 
 def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
-         reporter: Reporter, notes: list[str],
-         remotes: dict[str, RemoteHost]) -> Outcome:  # fmt: skip
+         reporter: Reporter, notes: list[str], ctx: RunContext,
+         placed: dict[str, str]) -> Outcome:  # fmt: skip
     """Trials, then cleanup, which a further signal cannot cut short."""
-    try:
-        ctx = _context(exp, remotes, area)
-    except BaseException:
-        clients.close_all(remotes)
-        raise
     resources = Resources([la for la in exp.layers if isinstance(la, ResourceLayer)], ctx,
                           not plan.keep_alive)  # fmt: skip
     # every trial, or the rounds of this run's shard
@@ -112,7 +117,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         if not store.has_environment("host"):
             host = environment.host(ctx.host, exp.binaries, ctx.private, exp.user)
             store.save_environment("host", host)
-            store.save_environment("roles", roles(exp, remotes))
+            store.save_environment("roles", placed)
         if exp.shard is not None and not store.has_environment("fleet"):
             store.save_environment("fleet", shard_facts(exp))
         if exp.notes and not store.has_environment("notes"):  # what runs otherwise than written
@@ -143,7 +148,8 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
         outcome.lost = str(exc)
     finally:
         with signals_ignored():
-            _clean_up(exp, resources, ctx, area, reporter)
+            lost = _clean_up(exp, resources, ctx, area, reporter)
+    outcome.lost = outcome.lost or lost
     return outcome
 
 
@@ -243,12 +249,19 @@ def _keep(exp: Experiment, ctx: RunContext, run_name: str) -> None:
 def _close_hosts(ctx: RunContext) -> None:
     for side in _sides(ctx):  # each agent stops what ran there and removes its work area
         assert isinstance(side.host, RemoteHost)
-        side.host.close()
+        _close(side.host)
 
 
 def _close_server(ctx: RunContext) -> None:
     if isinstance(ctx.host, RemoteHost):  # after its layers put it back
-        ctx.host.close()
+        _close(ctx.host)
+
+
+def _close(host: RemoteHost) -> None:
+    host.close()
+    if not host.closed_cleanly:  # this run's journal keeps the host for `pgsweep restore`
+        raise HostLost(f"host {host.name} ({host.target.ssh}): its agent did not end by "
+                       "itself; `pgsweep restore` here asks that host to put itself back")
 
 
 def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
@@ -277,15 +290,20 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
-              area: workarea.WorkArea, reporter: Reporter) -> None:  # fmt: skip
+              area: workarea.WorkArea, reporter: Reporter) -> str | None:  # fmt: skip
     """Servers and clusters, then filesystems, then every layer's kernel values, then the
-    work area; each step even when an earlier one failed."""
+    work area; each step even when an earlier one failed. Returns why a host was lost
+    (its agent puts it back as its connection ends; the run's journal keeps it for
+    `pgsweep restore`), and raises the first other failure."""
     first: BaseException | None = None
+    lost: str | None = None
 
     def step(action: Callable[[], object]) -> None:
-        nonlocal first
+        nonlocal first, lost
         try:
             action()
+        except HostLost as exc:  # the steps through that host fail alike: the first says why
+            lost = lost or str(exc)
         except Exception as exc:  # the remaining steps still run; the first failure is raised
             first = first or exc
 
@@ -299,9 +317,10 @@ def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
     for layer in reversed(exp.layers):
         step(partial(layer.finish_run, ctx))
     step(partial(_close_server, ctx))
-    if first is None:  # every agent put its host back: nothing left for `pgsweep restore`
+    if first is None and lost is None:  # every agent put its host back: nothing to restore
         step(journal.UndoJournal.for_this_run(LOCAL, "hosts").discard)
     step(area.remove)
     step(reporter.finished)
     if first is not None:
         raise first
+    return lost

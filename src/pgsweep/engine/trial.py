@@ -7,6 +7,7 @@ stored as failed with its reason; the run goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import psycopg
 
 from ..errors import PgsweepError
+from ..host.api import HostLost
 from ..layers.base import Layer
 from ..layers.context import Demand, RunContext, Server, TrialContext, TrialFailure
 from ..plan import Configuration, Trial
@@ -25,7 +27,7 @@ from .folder import now
 from .resources import Resources
 
 # What a trial's failure usually looks like; anything else is stored with its traceback.
-TRIAL_ERRORS = (ServerError, pgbench.ParseError, OSError, psycopg.Error, PgsweepError)
+TRIAL_ERRORS = (ServerError, pgbench.ParseError, OSError, psycopg.Error, PgsweepError, HostLost)
 
 
 def run_trial(
@@ -70,7 +72,8 @@ def run_trial(
         if ctx is not None:
             ctx.server.settings = None  # whatever runs now is unknown: start it afresh
     _finish(record, ctx, events, log_offset, trial_dir)
-    run.host.remove_tree(trial_dir)
+    with contextlib.suppress(HostLost):  # its agent removes its work area as it ends; the
+        run.host.remove_tree(trial_dir)  # engine stops the run before the next trial
     if calls is not None:  # the agent's cost of a whole trial (bench/remote_client.py)
         record.metrics["server.agent_calls"] = float(getattr(run.host, "calls", 0) - calls)
     return record

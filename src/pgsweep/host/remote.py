@@ -113,6 +113,9 @@ class RemoteHost(Host):
         self._next = 0
         self.hello: dict[str, Any] = {}
         self.calls = 0  # messages this run sent (the agent's cost, bench/agent)
+        # close() saw the agent end by itself, its host put back (False: killed, or it
+        # had ended before: its host may hold what `pgsweep restore` puts back)
+        self.closed_cleanly = False
 
     # ---- the connection ------------------------------------------------------------
     def open(self) -> RemoteHost:
@@ -154,11 +157,14 @@ class RemoteHost(Host):
         with contextlib.suppress(OSError, ValueError):
             wire.write_frame(proc.stdin, wire.Frame(wire.BYE, 0, {}))  # type: ignore[arg-type]
             proc.stdin.close()  # type: ignore[union-attr]
+        ended = proc.poll() is None  # still there to be told
         try:
             proc.wait(timeout=60)  # the agent cleans up, then exits
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            ended = False
+        self.closed_cleanly = ended and proc.returncode == 0
 
     def _exchange(self, kind: int, payload: Any) -> Any:
         with self._lock:

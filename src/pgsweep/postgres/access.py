@@ -4,6 +4,7 @@ private link (`Listen`: replication.network); and the names pg_hba.conf can hold
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 ROLE = "pgsweep"  # the superuser role initdb creates
@@ -34,7 +35,23 @@ class ClientAccess:
             if not hba_name_ok(role):
                 raise ServerError(f"the role name {role!r} cannot be written in pg_hba.conf")
         users = ",".join([ROLE, *(f'"{r}"' for r in self.roles)])
-        return f"host {self.database} {users} {self.peer}/32 scram-sha-256\n"
+        return f"host {self.database} {users} {one_address(self.peer)} scram-sha-256\n"
+
+
+def one_address(address: str) -> str:
+    """An address as pg_hba.conf admits it alone: /32 for IPv4, /128 for IPv6 (ValueError
+    for anything that is not one address)."""
+    ip = ipaddress.ip_address(address)
+    return f"{ip}/{ip.max_prefixlen}"
+
+
+def passfile_line(address: str, port: int, password: str) -> str:
+    """A libpq password file line for `address`:`port`, any database and user: a colon or
+    backslash in a field is escaped (an IPv6 address holds colons)."""
+    def esc(field: str) -> str:
+        return field.replace("\\", "\\\\").replace(":", "\\:")
+
+    return f"{esc(address)}:{port}:*:*:{esc(password)}\n"
 
 
 def hba_name_ok(name: str) -> bool:

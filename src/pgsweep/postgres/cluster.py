@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import PgsweepError
 from ..host import proc, safefs
-from ..host.api import Connection, Host
+from ..host.api import Connection, Host, HostLost
 from ..host.local import LOCAL
 from ..host.proc import RunAs
 from .access import ROLE, ClientAccess, Listen, ServerError
@@ -101,7 +101,7 @@ class Cluster:
             raw = self.host.read_owned(self.logfile, self.uid, limit=64 * 1024, tail=True)
         except FileNotFoundError:
             return ""
-        except (OSError, safefs.UnsafePath) as exc:
+        except (OSError, safefs.UnsafePath, HostLost) as exc:
             return f"(server log not read: {exc})"
         return "\n".join(raw.decode(errors="replace").splitlines()[-lines:])
 
@@ -112,7 +112,7 @@ class Cluster:
         """The server log written after `offset` (at most `limit` bytes)."""
         try:
             return self.host.read_owned(self.logfile, self.uid, limit, offset=offset)
-        except (OSError, safefs.UnsafePath):
+        except (OSError, safefs.UnsafePath, HostLost):  # the trial's failure says why
             return b""
 
     def conninfo(self, dbname: str = "postgres") -> dict[str, Any]:

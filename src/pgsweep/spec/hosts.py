@@ -168,7 +168,8 @@ def _server_elsewhere(source: Source, r: RolesTable) -> None:
 
 def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
                         layer_names: list[str], factor_layers: set[str]) -> None:  # fmt: skip
-    """Exit 2 for a table or factor of a layer a server on another host cannot run."""
+    """Exit 2 for a table, factor or key a server on another host cannot run: a layer that
+    checks or changes this machine, or a key read on this machine (`HERE_ONLY`)."""
     if not topo.remote_server:
         return
     for name in layer_names:
@@ -180,6 +181,34 @@ def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
                            expected=f"only {', '.join(REMOTE_SERVER_LAYERS)} tables and factors",
                            fix=f"remove [{name}] and its factors, or run pgsweep on the "
                            'database machine (roles.server = "local")')  # fmt: skip
+    factors: dict[str, Any] = doc["factors"] if isinstance(doc.get("factors"), dict) else {}
+    for (table, key), why in HERE_ONLY.items():
+        given = _given(doc.get(table), key) or _given(factors.get(table), key)
+        if given is None or (key == "size" and "%" not in str(given)):
+            continue
+        where = (table, key) if _given(doc.get(table), key) is not None else (
+            "factors", table, key)  # fmt: skip
+        raise source.error(where, f"{table}.{key} {why}, and the server runs on host "
+                           f"{topo.server}", fix=f"remove {table}.{key}, or run pgsweep on "
+                           'the database machine (roles.server = "local")')  # fmt: skip
+
+
+def _given(table: Any, key: str) -> Any:
+    return table.get(key) if isinstance(table, dict) and table.get(key) not in (None, False) \
+        else None
+
+
+# keys whose value is read or measured on this machine (a server on another host would
+# get this machine's file, RAM or tools), or that put the server where a client on
+# another host cannot reach it
+HERE_ONLY = {
+    ("cluster", "from"): "names a dump pgsweep reads here",
+    ("cluster", "size"): "as a share of RAM is of this machine's",
+    ("experiment", "cpu_profile"): "profiles with this machine's perf",
+    ("experiment", "io_latency"): "times this machine's block requests",
+    ("replication", "network"): "puts the primary in a network namespace, where its client "
+                                "over TCP cannot reach it",
+}
 
 
 def check_host_options(pairs: list[str], fleet: bool) -> None:
@@ -224,7 +253,16 @@ def redirect(topo: Topology, pairs: list[str]) -> Topology:
 
 def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]) -> None:
     """A standby on another host streams over the real network: no namespace link stands
-    in for it there."""
+    in for it there; and a primary in a namespace (replication.network) cannot be reached
+    by a client on another host."""
+    if topo.remote:
+        for config in configs:
+            r = config.get("replication")
+            if r is not None and r.standbys and r.network:
+                raise source.error(("replication", "network"), "replication.network puts the "
+                                   "primary in a network namespace here, where the client on "
+                                   f"host {topo.client} cannot reach it",
+                                   fix="remove replication.network, or roles.client")  # fmt: skip
     placed = [n for n in range(1, len(topo.standbys) + 1) if topo.standby_host(n) != LOCAL]
     if not placed:
         return
