@@ -275,21 +275,31 @@ def test_the_controller_killed_mid_trial_leaves_nothing_on_any_host(
     try:
         _wait_for_pgbench(h1)
         assert _postgres_on(h2)  # the standby streams from its own host
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
-        deadline = time.monotonic() + 30  # each agent notices its stdin end and cleans up
-        while (len(h1.pids()) > 1 or len(h2.pids()) > 1) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        _nothing_left(h1)
-        _nothing_left(h2)
+        _killed_leaves_nothing(run, [h1, h2])
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        restore = pgsweep("restore", timeout=300)
+        restore = _restore_after(run)
     assert restore.returncode == 0, restore.stdout + restore.stderr
     assert not [d for d in postmasters().values() if str(tmp_path) in d]
     assert not list(state_dir.glob("*.undo"))
+
+
+def _killed_leaves_nothing(run: subprocess.Popen[str], touched: list[SimHost]) -> None:
+    """kill -9 the controller: each agent notices its stdin end and puts its host back."""
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(len(h.pids()) > 1 for h in touched) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for h in touched:
+        _nothing_left(h)
+
+
+def _restore_after(run: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    """`pgsweep restore` once the run is gone (killed here if an assertion failed first)."""
+    if run.poll() is None:
+        run.kill()
+        run.wait()
+    return pgsweep("restore", timeout=300)
 
 
 def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
@@ -607,18 +617,9 @@ def test_the_controller_killed_leaves_nothing_on_the_servers_or_the_clients_host
         assert admitted.stdout.strip() == "1", admitted.stderr
         refused = _answered(lambda: _psql(h2, h3.address, port, password), deadline)
         assert refused.returncode != 0 and "no pg_hba.conf entry" in refused.stderr, refused
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
-        deadline = time.monotonic() + 30  # each agent notices its stdin end and cleans up
-        while (len(h1.pids()) > 1 or len(h3.pids()) > 1) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        _nothing_left(h1)
-        _nothing_left(h3)
+        _killed_leaves_nothing(run, [h1, h3])
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        restore = pgsweep("restore", timeout=300)
+        restore = _restore_after(run)
     assert restore.returncode == 0, restore.stdout + restore.stderr
     assert not list(state_dir.glob("*.undo"))
 

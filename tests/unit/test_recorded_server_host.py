@@ -102,3 +102,17 @@ def test_the_servers_host_must_see_this_machine_by_an_address_of_its_own() -> No
     with pytest.raises(PgsweepError) as caught:
         clients.seen_directly(jumped, "host db (root@db1)")  # type: ignore[arg-type]
     assert "sees this machine as 192.0.2.77" in caught.value.what
+
+
+def test_a_resumed_run_measures_the_server_where_its_first_trials_did(tmp_path: Path) -> None:
+    from pgsweep.engine.run import same_server
+
+    here = "local (vm)"
+    there = "db (h3, root@10.0.0.13; pgsweep 0.1.0)"
+    same_server(None, there, tmp_path)  # a new folder records where
+    same_server(here, here, tmp_path)
+    same_server(there, "db (h3, root@10.9.9.9; pgsweep 0.1.0)", tmp_path)  # reached otherwise
+    for was, now in ((here, there), (there, here), (there, "db (h4, root@10.0.0.13; x)")):
+        with pytest.raises(PgsweepError) as caught:
+            same_server(was, now, tmp_path)
+        assert caught.value.what.startswith(f"{tmp_path} measured the server on ")

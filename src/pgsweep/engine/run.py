@@ -5,6 +5,7 @@ error, Ctrl-C, SIGTERM or SIGHUP, and a second signal cannot cut that short."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..collect import environment
+from ..errors import PgsweepError
 from ..host import areaprocs, journal, proc, safefs, workarea
 from ..host.api import HostLost
 from ..host.local import LOCAL
@@ -76,6 +78,13 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         except BaseException:
             clients.close_all(remotes)
             raise
+        placed = roles(exp, remotes)
+        try:
+            same_server(store.environment_value("roles", "server"), placed["server"], results)
+        except BaseException:
+            store.close()
+            clients.close_all(remotes)
+            raise
         try:
             area = workarea.WorkArea.create(results, exp.user)
         except BaseException:
@@ -96,7 +105,7 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
             raise
         notes = [f"removed leftovers of an earlier run: {d}" for d in stale]
         notes += [f"could not put back what an earlier run left: {d}" for d in unrestored]
-        outcome = _run(exp, plan, store, area, reporter, notes, ctx, roles(exp, remotes))
+        outcome = _run(exp, plan, store, area, reporter, notes, ctx, placed)
     outcome.failed = store.failed_count()
     store.close()
     if not list(workarea.registry_dir().glob(f"{area.run}.*undo")):
@@ -287,6 +296,26 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
     if topo.remote_server:  # its standbys run beside it
         out["standbys"] = f"beside the server: {named(topo.server)}"
     return out
+
+
+def same_server(stored: str | None, now: str, results: Path) -> None:
+    """A resumed run measures the server where its first trials did: the same [roles]
+    server name and the same machine (the hostname it reported); exit 2 otherwise."""
+    if stored is None:
+        return
+    was, then = _server_identity(stored), _server_identity(now)
+    if was != then:
+        raise PgsweepError(f"{results} measured the server on {was[0]} (hostname {was[1]}); "
+                           f"this run would measure it on {then[0]} (hostname {then[1]})",
+                           fix="resume with the same roles.server and the host it named "
+                           "(its ssh or --host), or start a new results folder")  # fmt: skip
+
+
+def _server_identity(text: str) -> tuple[str, str]:
+    """(roles name, hostname) of a `roles` server entry: "local (HOST)" or
+    "NAME (HOST, DEST; pgsweep V)"."""
+    m = re.match(r"(\S+) \(([^,;)]*)", text)
+    return (m[1], m[2]) if m else (text, "?")
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,

@@ -282,6 +282,11 @@ class Store:
         self._put_environment(scope, values)
         self.db.execute("COMMIT")
 
+    def environment_value(self, scope: str, name: str) -> str | None:
+        row = self.db.execute("SELECT value FROM environment WHERE scope = ? AND name = ?",
+                              (scope, name)).fetchone()  # fmt: skip
+        return None if row is None else str(row[0])
+
     def has_environment(self, scope: str) -> bool:
         return (
             self.db.execute(
