@@ -107,12 +107,14 @@ def test_the_servers_host_must_see_this_machine_by_an_address_of_its_own() -> No
 def test_a_resumed_run_measures_the_server_where_its_first_trials_did(tmp_path: Path) -> None:
     from pgsweep.engine.run import same_server
 
-    here = "local (vm)"
-    there = "db (h3, root@10.0.0.13; pgsweep 0.1.0)"
-    same_server(None, there, tmp_path)  # a new folder records where
-    same_server(here, here, tmp_path)
-    same_server(there, "db (h3, root@10.9.9.9; pgsweep 0.1.0)", tmp_path)  # reached otherwise
-    for was, now in ((here, there), (there, here), (there, "db (h4, root@10.0.0.13; x)")):
+    def now(host: str, hostname: str) -> dict[str, str]:
+        return {"server.host": host, "server.hostname": hostname}
+
+    same_server((None, None), now("db", "h3"), tmp_path)  # a new (or older) folder
+    same_server(("local", "vm"), now("local", "vm"), tmp_path)
+    same_server(("db", "h3"), now("db", "h3"), tmp_path)  # reached at another address
+    for was, then in ((("local", "vm"), now("db", "h3")), (("db", "h3"), now("local", "vm")),
+                      (("db", "h3"), now("db", "h4"))):  # fmt: skip
         with pytest.raises(PgsweepError) as caught:
-            same_server(was, now, tmp_path)
+            same_server(was, then, tmp_path)
         assert caught.value.what.startswith(f"{tmp_path} measured the server on ")

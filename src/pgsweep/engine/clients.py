@@ -184,10 +184,10 @@ def server_elsewhere(server: RemoteHost, client: RemoteHost | None, run_name: st
     area = server.work_area(run_name, user)
     made = ServerArea(Path(area["workdir"]), Path(area["private"]), Path(area["socket_root"]),
                       area["run"], Path(area["registry"]))  # fmt: skip
+    if client is server:  # no TCP: neither a port nor a password
+        return made, None
     password = secrets.token_hex(16)
     port = free_port(server, [own])
-    if client is server:
-        return made, None
     if client is not None:
         return made, host_side(client, run_name, user, password, port, address=own)
     LOCAL.private_dir(here / "trials", 0o711)

@@ -5,7 +5,6 @@ error, Ctrl-C, SIGTERM or SIGHUP, and a second signal cannot cut that short."""
 from __future__ import annotations
 
 import json
-import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Protocol
 from ..collect import environment
 from ..errors import PgsweepError
 from ..host import areaprocs, journal, proc, safefs, workarea
-from ..host.api import HostLost
+from ..host.api import Host, HostLost
 from ..host.local import LOCAL
 from ..host.remote import RemoteHost
 from ..layers.base import ResourceLayer
@@ -80,7 +79,9 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
             raise
         placed = roles(exp, remotes)
         try:
-            same_server(store.environment_value("roles", "server"), placed["server"], results)
+            stored = (store.environment_value("roles", "server.host"),
+                      store.environment_value("roles", "server.hostname"))
+            same_server(stored, placed, results)
         except BaseException:
             store.close()
             clients.close_all(remotes)
@@ -216,23 +217,27 @@ def _context(exp: Experiment, remotes: dict[str, RemoteHost],
     side, every other host journaled first: should this run be killed and an agent not
     have put its host back, `pgsweep restore` here asks it to."""
     undo = journal.UndoJournal.for_this_run(LOCAL, "hosts")
-    for host in remotes.values():
-        undo.record({"remote_host": host.name, **host.target.entry()})
+    for opened in remotes.values():
+        undo.record({"remote_host": opened.name, **opened.target.entry()})
     topo = exp.topology
-    common = dict(canonical=exp.canonical, builds=exp.builds, grant=exp.grant,
-                  cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)  # fmt: skip
+    host: Host = LOCAL
+    workdir, private, sockets, run_id = area.workdir, area.private, area.socket_root, area.run
+    registry = workarea.registry()
+    standbys: tuple[HostSide | None, ...] = ()  # a server elsewhere: its standbys beside it
     if topo.remote_server:
-        server = remotes[topo.server]
+        server = host = remotes[topo.server]
         there, client = clients.server_elsewhere(server, remotes.get(topo.client),
                                                  area.results.name, exp.user, area.workdir)
-        return RunContext(exp.binaries, exp.user, there.workdir, there.private,
-                          there.socket_root, host=server, client_side=client,
-                          run_id=there.run_id, registry=there.registry, **common)  # type: ignore[arg-type]
-    sides = clients.host_sides(remotes, area.results.name, exp.user)
-    return RunContext(exp.binaries, exp.user, area.workdir, area.private, area.socket_root,
-                      host=LOCAL, client_side=sides.get(topo.client),
-                      standby_sides=tuple(sides.get(n) for n in topo.standbys),
-                      run_id=area.run, registry=workarea.registry(), **common)  # type: ignore[arg-type]
+        workdir, private, sockets, run_id = (there.workdir, there.private, there.socket_root,
+                                             there.run_id)  # fmt: skip
+        registry = there.registry
+    else:
+        sides = clients.host_sides(remotes, area.results.name, exp.user)
+        client, standbys = sides.get(topo.client), tuple(sides.get(n) for n in topo.standbys)
+    return RunContext(exp.binaries, exp.user, workdir, private, sockets, exp.canonical,
+                      exp.builds, host=host, client_side=client, standby_sides=standbys,
+                      run_id=run_id, registry=registry, grant=exp.grant,
+                      cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)
 
 
 def _sides(ctx: RunContext) -> list[HostSide]:
@@ -286,7 +291,11 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
                 f"pgsweep {hello.get('version', '?')})")  # fmt: skip
 
     topo = exp.topology
-    out = {"server": named(topo.server), "client": named(topo.client)}
+    out = {"server": named(topo.server), "client": named(topo.client),
+           # what a resumed run compares (same_server): the role's host and its hostname
+           "server.host": topo.server,
+           "server.hostname": str(remotes[topo.server].hello.get("hostname", "?"))
+           if topo.server in remotes else socket.gethostname()}  # fmt: skip
     if topo.server in remotes:
         out["server.address"] = remotes[topo.server].hello["ssh_connection"].split()[2]
     if topo.client in remotes:
@@ -298,24 +307,18 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
     return out
 
 
-def same_server(stored: str | None, now: str, results: Path) -> None:
+def same_server(stored: tuple[str | None, str | None], now: dict[str, str],
+                results: Path) -> None:
     """A resumed run measures the server where its first trials did: the same [roles]
-    server name and the same machine (the hostname it reported); exit 2 otherwise."""
-    if stored is None:
-        return
-    was, then = _server_identity(stored), _server_identity(now)
-    if was != then:
+    server host and the same machine (the hostname it reported); exit 2 otherwise. A
+    folder from before these were recorded is not compared."""
+    was = stored
+    then = (now["server.host"], now["server.hostname"])
+    if None not in was and was != then:
         raise PgsweepError(f"{results} measured the server on {was[0]} (hostname {was[1]}); "
                            f"this run would measure it on {then[0]} (hostname {then[1]})",
                            fix="resume with the same roles.server and the host it named "
                            "(its ssh or --host), or start a new results folder")  # fmt: skip
-
-
-def _server_identity(text: str) -> tuple[str, str]:
-    """(roles name, hostname) of a `roles` server entry: "local (HOST)" or
-    "NAME (HOST, DEST; pgsweep V)"."""
-    m = re.match(r"(\S+) \(([^,;)]*)", text)
-    return (m[1], m[2]) if m else (text, "?")
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
