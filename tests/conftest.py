@@ -51,11 +51,13 @@ MECHANICS = "rate = 200"
 
 @pytest.fixture(scope="module", autouse=True)
 def _work_areas_on_tmpfs(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A module that sets WORK_ON_TMPFS = True (its tests are about mechanics, reports and
-    statistics, not about what a disk does) has its runs' work areas made on tmpfs through
-    PGSWEEP_WORK_BASE: restoring a snapshot and initdb's fsyncs cost memory speed there.
-    Modules about storage, devices, the os layer and safety keep the default /var/tmp."""
-    if not getattr(request.module, "WORK_ON_TMPFS", False) or not TMPFS.is_dir():
+    """Every module's runs make their work areas on tmpfs (PGSWEEP_WORK_BASE), unless it
+    sets WORK_ON_DISK = True: those about storage, devices, the os layer, safety and what a
+    disk's syncs cost keep the default /var/tmp. This machine's root filesystem is ext4
+    without a journal, whose inode allocator skips every inode deleted in the last few
+    minutes (recently_deleted): with the suite making and removing clusters all the time,
+    creating a file there cost more CPU than anything PostgreSQL did (perf, stop 38)."""
+    if getattr(request.module, "WORK_ON_DISK", False) or not TMPFS.is_dir():
         yield
         return
     with pytest.MonkeyPatch.context() as mp:
@@ -72,10 +74,10 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def open_base(module: str) -> str:
-    """Where a folder open to the server user is made: on tmpfs for a module about
-    mechanics (WORK_ON_TMPFS: a results folder the server user can pass through holds its
-    run's work area, whose snapshot restores cost a disk's unlinks otherwise), else /tmp."""
-    tmpfs = getattr(sys.modules[module], "WORK_ON_TMPFS", False) and TMPFS.is_dir()
+    """Where a folder open to the server user is made: on tmpfs (a results folder the server
+    user can pass through holds its run's work area: see _work_areas_on_tmpfs), or /tmp for
+    a module with WORK_ON_DISK."""
+    tmpfs = not getattr(sys.modules[module], "WORK_ON_DISK", False) and TMPFS.is_dir()
     return str(TMPFS) if tmpfs else "/tmp"
 
 

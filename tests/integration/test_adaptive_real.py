@@ -54,7 +54,6 @@ server.commit_siblings = [5, 10, 0]
 """
 
 NO_CHANGE = ("futility", "every interval inside")
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 @pytest.fixture(scope="module")

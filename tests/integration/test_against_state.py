@@ -31,7 +31,6 @@ rounds = 2
 """
 WITH_STANDBY = '[replication]\nstandbys = 1\nmode = "sync"\n'
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from conftest import leftovers, pgsweep, requires_pg, trials, write_experiment
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 SCRIPT = "\\shell sh -c 'dd if=/dev/zero bs=1 count=1 seek=100G 2>/dev/null'\nSELECT 1;\n"
 
 

@@ -29,7 +29,6 @@ HERE = Path(__file__).resolve().parents[1]
 SUITE_BUILD = (HERE / "data" / "suite-build.toml").read_text()
 BUILD_TABLE = SUITE_BUILD[SUITE_BUILD.index("[build]") :]
 INSTALLED_PGBENCH = "/usr/lib/postgresql/15/bin/pgbench"
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 FOLDERS: dict[str, Path] = {}  # results of earlier tests here, for `compare`
 pytestmark = [requires_pg, pytest.mark.skipif(os.geteuid() != 0, reason="builds as root")]

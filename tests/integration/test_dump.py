@@ -33,7 +33,6 @@ from pgsweep.postgres import binaries as pgbin
 from pgsweep.postgres.cluster import Cluster
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 ROWS = 20_000
 SCHEMA = f"""

@@ -22,6 +22,8 @@ import pytest
 
 from conftest import pgsweep, requires_pg, run_shared, trials
 
+WORK_ON_DISK = True  # see conftest: filesystems on loop devices
+
 EXPERIMENT = """
 [experiment]
 name = "engine-aa"

@@ -23,6 +23,8 @@ from conftest import pgsweep, requires_pg, run_shared
 from pgsweep.collect import perf
 from pgsweep.outputs import flamegraph
 
+WORK_ON_DISK = True  # see conftest: WAL syncs and I/O waits a disk has and tmpfs has not
+
 ROUNDS = 4
 EXPERIMENT = f"""
 [experiment]
@@ -147,7 +149,9 @@ def test_explain_names_the_mechanism_first(results: Path) -> None:
     rows = {r["key"]: r for r in json.loads(pgsweep(
         "explain", str(results), "--config", "c02", "--json").stdout)["rows"]}
     woke = rows["cpu.walwriter.voluntary_switches"]
-    assert woke["after_value"] > 10 * woke["before_value"], woke
+    # several times as often (about 10x idle; 9.8x once under another process's load,
+    # stop 37): a figure of another process type, or the sides swapped, is near 1x or below
+    assert woke["after_value"] > 5 * woke["before_value"], woke
     # the model's estimate is a rise too (a ratio above 1, or a difference above 0)
     assert woke["change_value"] > (1 if woke["scale"] == "ratio" else 0), woke
     walsync = next(line for line in table if line.startswith("waits on IO:WALSync"))

@@ -18,7 +18,6 @@ from conftest import have_postgres, leftovers, pgsweep, requires_pg, trials, wri
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 
-WORK_ON_TMPFS = True  # mechanics and statistics, not disks
 
 BODY = """
 [experiment]

@@ -44,7 +44,6 @@ rounds = {rounds}
 """
 SLOW = "commit_delay = 10000\ncommit_siblings = 0\n"  # µs; 0: delay even a lone commit
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 def against(tmp_path_factory: pytest.TempPathFactory, name: str, body: str,

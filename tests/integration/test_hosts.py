@@ -31,7 +31,6 @@ import pytest
 from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True
 ROOT = Path(__file__).resolve().parents[2]
 PGSWEEP = str(ROOT / ".venv" / "bin" / "pgsweep")
 

@@ -18,7 +18,6 @@ from pgsweep.layers import hugepages
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="huge page pools need root")
 
-WORK_ON_TMPFS = True  # see conftest: shared memory pages, not disks
 
 
 def _pools() -> dict[int, int]:

@@ -20,7 +20,6 @@ import pytest
 from conftest import open_base, pgsweep, requires_pg, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,6 @@ rounds = 1
 workload.latency_log = ["auto", 0.5, "off"]
 """
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from pgsweep.postgres import binaries as pgbin
 from pgsweep.postgres import pgreplay
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 CAPTURE = """
 listen_addresses = ''
 unix_socket_directories = '{sockets}'

@@ -24,6 +24,8 @@ import pytest
 
 from conftest import SERVER_USER, pgsweep, requires_pg, write_experiment
 
+WORK_ON_DISK = True  # see conftest: results folders where a user's runs put them
+
 pytestmark = [
     requires_pg,
     pytest.mark.postgres,

@@ -30,7 +30,6 @@ rounds = 2
 cluster.scale = [1, 2]
 """
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 pytestmark = requires_pg
 
 

@@ -56,7 +56,6 @@ replication.mode = ["async", "sync"]
 replication.bandwidth = ["1mbit", "10gbit"]
 """
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 def _ours() -> list[str]:

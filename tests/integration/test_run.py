@@ -21,7 +21,6 @@ from pgsweep.host.workarea import run_tag
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 def _artifact(results: Path, trial_id: str, name: str) -> str:

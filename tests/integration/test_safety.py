@@ -29,6 +29,8 @@ from conftest import (
     write_experiment,
 )
 
+WORK_ON_DISK = True  # see conftest: planted links and devices where a user's runs put them
+
 pytestmark = [
     requires_pg,
     pytest.mark.postgres,

@@ -22,7 +22,6 @@ import pytest
 from conftest import DATA, open_base, pgsweep, requires_pg, run_shared, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from pgsweep.postgres import binaries as pgbin
 from pgsweep.postgres.cluster import Cluster
 
 pytestmark = [requires_pg, pytest.mark.postgres]
-WORK_ON_TMPFS = True
 MANAGED = {"config_file", "data_directory", "hba_file", "ident_file", "external_pid_file",
            "unix_socket_permissions"}  # fmt: skip
 
@@ -119,13 +118,16 @@ def test_a_stock_postgresql_conf_in_server_runs(tmp_path: Path, state_dir: Path)
 
 
 def _plan_error(tmp_path: Path, body: str) -> str:
-    before = set(os.listdir("/tmp"))
+    # the scratch clusters under the work areas' base, their sockets under /tmp
+    bases = ("/tmp", os.environ.get("PGSWEEP_WORK_BASE", "/var/tmp"))
+    before = {b: set(os.listdir(b)) for b in bases}
     servers = set(postmasters())
     path = write_experiment(tmp_path, body)
     res = pgsweep("plan", str(path))
     assert res.returncode == 2, res.stdout + res.stderr
     assert set(postmasters()) <= servers  # the scratch server is gone
-    assert not [n for n in set(os.listdir("/tmp")) - before if n.startswith("pgsweep-start")]
+    for b in bases:
+        assert not [n for n in set(os.listdir(b)) - before[b] if n.startswith("pgsweep-start")]
     return res.stderr
 
 

@@ -24,6 +24,8 @@ from pgsweep.collect import blockio
 from pgsweep.host import mounts as pgsweep_mounts
 from pgsweep.host import proc
 
+WORK_ON_DISK = True  # see conftest: filesystems on loop devices backed by the disk's files
+
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mkfs, mount and losetup need root")
 
 

@@ -29,7 +29,6 @@ from conftest import pgsweep, requires_pg, run_shared, trials
 from pgsweep.layers.workload_tools import program
 
 pytestmark = [requires_pg, pytest.mark.postgres]  # sysbench: scripts/setup.sh installs it
-WORK_ON_TMPFS = True  # see conftest: mechanics, not disks
 TABLES, ROWS, SECONDS, ROUNDS = 2, 1_000, 2, 4
 BODY = f"""
     [experiment]

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from ..errors import PgsweepError
 from ..host.api import Host, scratch_path
+from ..host.local import LOCAL
 from ..host.proc import RunAs
+from ..host.workarea import fallback_base
 from .access import ServerError
 from .binaries import Binaries
 from .cluster import Cluster
@@ -57,27 +59,37 @@ class StartChecker:
         self.host = host
         self.binaries = binaries
         self.user = user
-        self._dir: Path | None = None
+        self._dir: Path | None = None  # the scratch clusters
+        self._sockets: Path | None = None  # their sockets: a short path under /tmp
         self._clusters: dict[tuple[str, ...], Cluster] = {}
         self._seen: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], dict[str, str]] = {}
         self._running: tuple[Cluster, tuple[tuple[str, str], ...]] | None = None
 
     def __enter__(self) -> StartChecker:
-        self._dir = self.host.private_dir(scratch_path("pgsweep-start-"), 0o711)
+        # here, the clusters go where runs make their work areas (PGSWEEP_WORK_BASE, or
+        # /var/tmp), not among /tmp's small files: an initdb is about a thousand of them
+        base = fallback_base() if self.host is LOCAL else Path("/tmp")
+        self._dir = self.host.private_dir(scratch_path("pgsweep-start-", base), 0o711)
+        try:
+            self._sockets = self.host.private_dir(scratch_path("pgsweep-start-"), 0o711)
+        except BaseException:
+            self.host.remove_tree(self._dir)
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         for cluster in self._clusters.values():
             cluster.destroy()
-        if self._dir is not None:
-            self.host.remove_tree(self._dir)
+        for tree in (self._dir, self._sockets):
+            if tree is not None:
+                self.host.remove_tree(tree)
 
     def _cluster(self, initdb_options: tuple[str, ...]) -> Cluster:
-        assert self._dir is not None, "StartChecker outside `with`"
+        assert self._dir and self._sockets, "StartChecker outside `with`"
         if initdb_options not in self._clusters:
             n = len(self._clusters) + 1
-            cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}", self._dir / f"s{n}",
-                              host=self.host)  # fmt: skip
+            cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}",
+                              self._sockets / f"s{n}", host=self.host)  # fmt: skip
             self._clusters[initdb_options] = cluster
             try:
                 cluster.create(["--no-sync", *initdb_options])
