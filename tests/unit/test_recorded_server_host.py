@@ -104,17 +104,31 @@ def test_the_servers_host_must_see_this_machine_by_an_address_of_its_own() -> No
     assert "sees this machine as 192.0.2.77" in caught.value.what
 
 
-def test_a_resumed_run_measures_the_server_where_its_first_trials_did(tmp_path: Path) -> None:
-    from pgsweep.engine.run import same_server
+def test_a_resumed_run_puts_every_role_where_its_first_trials_did(tmp_path: Path) -> None:
+    from pgsweep.engine.run import same_places
 
-    def now(host: str, hostname: str) -> dict[str, str]:
-        return {"server.host": host, "server.hostname": hostname}
+    def now(**hosts: tuple[str, str]) -> dict[str, str]:
+        out = {}
+        for role, (host, hostname) in hosts.items():
+            out |= {f"{role}.host": host, f"{role}.hostname": hostname}
+        return out
 
-    same_server((None, None), now("db", "h3"), tmp_path)  # a new (or older) folder
-    same_server(("local", "vm"), now("local", "vm"), tmp_path)
-    same_server(("db", "h3"), now("db", "h3"), tmp_path)  # reached at another address
-    for was, then in ((("local", "vm"), now("db", "h3")), (("db", "h3"), now("local", "vm")),
-                      (("db", "h3"), now("db", "h4"))):  # fmt: skip
+    def stored(**hosts: tuple[str, str]) -> dict[str, str | None]:
+        return dict(now(**hosts))
+
+    here = ("local", "vm")
+    same_places({}, now(server=("db", "h3")), tmp_path)  # a new (or older) folder
+    same_places(stored(server=here), now(server=here, client=("gen", "h5")), tmp_path)
+    same_places(stored(server=("db", "h3"), s1=("sb", "h6")),  # reached at other addresses
+                now(server=("db", "h3"), s1=("sb", "h6")), tmp_path)  # fmt: skip
+    moved = [(stored(server=here), now(server=("db", "h3")), "the server on local"),
+             (stored(server=("db", "h3")), now(server=here), "the server on db"),
+             (stored(server=("db", "h3")), now(server=("db", "h4")), "the server on db"),
+             (stored(server=here, client=("gen", "h5")), now(server=here, client=here),
+              "the client on gen (hostname h5)"),
+             (stored(s1=("sb", "h6"), s2=("sc", "h7")), now(s1=("sb", "h6"), s2=("sb", "h6")),
+              "standby s2 on sc (hostname h7)")]  # fmt: skip
+    for was, then, said in moved:
         with pytest.raises(PgsweepError) as caught:
-            same_server(was, then, tmp_path)
-        assert caught.value.what.startswith(f"{tmp_path} measured the server on ")
+            same_places(was, then, tmp_path)
+        assert caught.value.what.startswith(f"{tmp_path} ran {said}"), caught.value.what

@@ -79,9 +79,8 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
             raise
         placed = roles(exp, remotes)
         try:
-            stored = (store.environment_value("roles", "server.host"),
-                      store.environment_value("roles", "server.hostname"))
-            same_server(stored, placed, results)
+            stored = {k: store.environment_value("roles", k) for k in placed}
+            same_places(stored, placed, results)
         except BaseException:
             store.close()
             clients.close_all(remotes)
@@ -291,34 +290,46 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
                 f"pgsweep {hello.get('version', '?')})")  # fmt: skip
 
     topo = exp.topology
-    out = {"server": named(topo.server), "client": named(topo.client),
-           # what a resumed run compares (same_server): the role's host and its hostname
-           "server.host": topo.server,
-           "server.hostname": str(remotes[topo.server].hello.get("hostname", "?"))
-           if topo.server in remotes else socket.gethostname()}  # fmt: skip
+    out = {"server": named(topo.server), "client": named(topo.client)}
+    for role, name in (("server", topo.server), ("client", topo.client)):
+        out |= _place(role, name, remotes)
     if topo.server in remotes:
         out["server.address"] = remotes[topo.server].hello["ssh_connection"].split()[2]
     if topo.client in remotes:
         out["client.address"] = remotes[topo.client].hello.get("ssh_connection", "").split()[2]
     out["standbys"] = here if not topo.standbys else ", ".join(
         f"s{i}: {named(n)}" for i, n in enumerate(topo.standbys, 1))  # fmt: skip
+    for i, name in enumerate(topo.standbys, 1):
+        out |= _place(f"s{i}", name, remotes)
     if topo.remote_server:  # its standbys run beside it
         out["standbys"] = f"beside the server: {named(topo.server)}"
     return out
 
 
-def same_server(stored: tuple[str | None, str | None], now: dict[str, str],
-                results: Path) -> None:
-    """A resumed run measures the server where its first trials did: the same [roles]
-    server host and the same machine (the hostname it reported); exit 2 otherwise. A
-    folder from before these were recorded is not compared."""
-    was = stored
-    then = (now["server.host"], now["server.hostname"])
-    if None not in was and was != then:
-        raise PgsweepError(f"{results} measured the server on {was[0]} (hostname {was[1]}); "
-                           f"this run would measure it on {then[0]} (hostname {then[1]})",
-                           fix="resume with the same roles.server and the host it named "
-                           "(its ssh or --host), or start a new results folder")  # fmt: skip
+def _place(role: str, name: str, remotes: dict[str, RemoteHost]) -> dict[str, str]:
+    """What a resumed run compares (same_places): the role's host and its hostname."""
+    hostname = (str(remotes[name].hello.get("hostname", "?")) if name in remotes
+                else socket.gethostname())  # fmt: skip
+    return {f"{role}.host": name, f"{role}.hostname": hostname}
+
+
+def same_places(stored: dict[str, str | None], now: dict[str, str], results: Path) -> None:
+    """A resumed run puts every role where its first trials had it: the same [roles] host
+    and the same machine (the hostname it reported) for the server, the client and each
+    standby; exit 2 otherwise (its rounds would compare trials of another setup). A role
+    a folder did not record (an older folder, or a standby it did not have) is not
+    compared, nor one it recorded that this run lacks (the plan's own check says so)."""
+    for key in sorted(k for k in now if k.endswith(".host")):
+        role = key.removesuffix(".host")
+        was = (stored.get(key), stored.get(f"{role}.hostname"))
+        then = (now[key], now[f"{role}.hostname"])
+        if None in was or was == then:
+            continue
+        what = {"server": "the server", "client": "the client"}.get(role, f"standby {role}")
+        raise PgsweepError(f"{results} ran {what} on {was[0]} (hostname {was[1]}); "
+                           f"this run would run it on {then[0]} (hostname {then[1]})",
+                           fix="resume with the same [roles] and the hosts they name (their "
+                           "ssh or --host), or start a new results folder")  # fmt: skip
 
 
 def _clean_up(exp: Experiment, resources: Resources, ctx: RunContext,
