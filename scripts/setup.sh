@@ -82,5 +82,7 @@ warm='import pgsweep.cli, pgsweep.analysis, pgsweep.outputs.html, pgsweep.output
 warm+=', pgsweep.engine.run, pgsweep.collect.txlog, pgsweep.engine.against'
 warm+=', pgsweep.analysis.trial_length'
 [ "${1:-}" = "--dev" ] && warm+=', pytest'
+# pyarrow loads pandas, when it is installed, for an export (3 s of compiling otherwise)
+warm+=$'\nimport importlib.util\nif importlib.util.find_spec("pandas"): import pandas'
 env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "$warm"
 echo "setup: ready (.venv/bin/pgsweep)" >&2
