@@ -44,7 +44,9 @@ fi
 # - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts (sshd in namespaces of
 #   their own, each module on a free subnet; their leftovers are their own hosts'
 #   namespaces, and test_replication does not count their links: sshhosts.harness_link);
-#   beside test_hosts, modules told apart by tag; after test_fleet_hosts, test_nonroot (it
+#   beside test_hosts, test_report (told apart by tag; test_gate and test_lost_baseline
+#   went to the build lane, which ended 2.5 minutes before this one in ci93);
+#   after test_fleet_hosts, test_nonroot (it
 #   looks only at what the account "nobody" owns; there the lanes end within a minute of
 #   each other), then the builds' recording-host test and the dry run's standbys (plans
 #   with scratch servers of their own: the lane that ended first had room);
@@ -79,9 +81,9 @@ build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_against_state.py)
-ssh=(tests/integration/test_hosts.py tests/integration/test_report.py
-     tests/integration/test_lost_baseline.py tests/integration/test_gate.py)
+       tests/integration/test_pgreplay.py tests/integration/test_against_state.py
+       tests/integration/test_gate.py tests/integration/test_lost_baseline.py)
+ssh=(tests/integration/test_hosts.py tests/integration/test_report.py)
 fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py
        tests/unit/test_recorded_builds.py tests/unit/test_dry_standbys.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
