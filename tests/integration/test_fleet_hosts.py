@@ -80,6 +80,8 @@ def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
                      "ansible_python_interpreter=/usr/bin/python3"
                      + f" pgsweep_host_timeout={host_timeout}"
+                     # asked every 5 s (default 30): shards of a few seconds show progress
+                     + " pgsweep_progress_interval=5"
                      # no one answers there: give up after 2 s, not Ansible's 10
                      + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"

@@ -1,7 +1,7 @@
 """The fleet's progress watcher on job events captured from a real ansible-runner run
 (tests/data/fleet-events): each group's latest answer reaches the callback, the answers
 it has read while the task was asked again are removed (a fleet of days keeps a small
-folder: one per host every 5 s otherwise), and the task's last result, which the
+folder: one per host every 30 s otherwise), and the task's last result, which the
 dispatch reads afterwards for how the play went, is kept."""
 
 from __future__ import annotations

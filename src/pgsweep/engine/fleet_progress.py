@@ -18,7 +18,10 @@ from typing import Any
 
 from ..host.local import LOCAL
 
-PROGRESS_S = 5  # how often each host is asked, unless the inventory says (INTERVAL)
+# how often each host is asked, unless the inventory says (INTERVAL). Each question runs
+# Ansible's module and `pgsweep progress` on the host being measured, about 1 CPU-s:
+# every 5 s that was up to a fifth of a core taken from its trials; every 30 s, 3%.
+PROGRESS_S = 30
 # inventory variable pgsweep_progress_interval: seconds between two questions, 1 at least
 INTERVAL = f"{{{{ [pgsweep_progress_interval | default({PROGRESS_S}) | int, 1] | max }}}}"
 TASK = "progress"  # the play's task that asks
@@ -82,7 +85,7 @@ class EventWatcher(threading.Thread):
 
 def _asked_again(event: dict[str, Any]) -> bool:
     """One of the progress task's answers while the shard still ran (Ansible's `until`
-    retry): one per host every PROGRESS_S seconds, 17,280 a day, each a file of a few kB.
+    retry): one per host every PROGRESS_S seconds, 2,880 a day, each a file of a few kB.
     Only the task's last result (runner_on_ok or _failed) says how the play went on."""
     data = event.get("event_data", {})
     return event.get("event") == "runner_retry" and data.get("task") == TASK
