@@ -153,3 +153,23 @@ def test_a_level_no_server_starts_with_is_refused_at_plan(tmp_path: Path) -> Non
     """)  # fmt: skip
     assert "exp.toml:4: server.shared_preload_libraries" in err, err
     assert 'could not access file "pg_stat_statement"' in err
+
+
+def test_the_start_checks_clusters_go_under_the_work_base_and_their_sockets_under_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An initdb is about a thousand files: under PGSWEEP_WORK_BASE (where runs make their
+    work areas), not /tmp; the sockets keep a short path under /tmp. Both go at the end."""
+    from pgsweep.postgres.startcheck import StartChecker
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (tmp_path / "out").mkdir()
+    monkeypatch.setenv("PGSWEEP_WORK_BASE", str(base))
+    binaries = pgbin.inspect(pgbin.locate("auto", where="test"), tmp_path / "out")
+    with StartChecker(binaries, None, LOCAL) as checker:
+        made = [checker._dir, checker._sockets]
+        assert made[0] is not None and made[0].parent == base
+        assert made[1] is not None and made[1].parent == Path("/tmp")
+        assert oct(made[0].stat().st_mode & 0o777) == "0o711" and made[0].stat().st_uid == 0
+    assert not any(p.exists() for p in made if p is not None)
