@@ -173,3 +173,44 @@ def test_the_start_checks_clusters_go_under_the_work_base_and_their_sockets_unde
         assert made[1] is not None and made[1].parent == Path("/tmp")
         assert oct(made[0].stat().st_mode & 0o777) == "0o711" and made[0].stat().st_uid == 0
     assert not any(p.exists() for p in made if p is not None)
+
+
+def test_the_start_check_copies_a_template_kept_in_the_build_cache(
+    tmp_path: Path, open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first check makes the template (root's 0711 folder, the data directory the
+    server user's, a `ready` mark root wrote); the next copies it instead of running
+    initdb: a template spoiled on purpose (another PG_VERSION) fails that check's start in
+    the server's words. `builds --prune` removes the templates, and the check after makes
+    a good one again. A link the server user planted in the template is removed with it,
+    never followed."""
+    from pgsweep.postgres.startcheck import TEMPLATES, StartChecker
+
+    cache = open_dir / "cache"  # the server user passes to the cache's templates
+    monkeypatch.setenv("PGSWEEP_CACHE_DIR", str(cache))
+    user = RunAs(SERVER_USER) if os.geteuid() == 0 else None
+    (tmp_path / "out").mkdir()
+    binaries = pgbin.inspect(pgbin.locate("auto", where="test"), tmp_path / "out", user)
+
+    def check() -> object:
+        with StartChecker(binaries, user, LOCAL) as checker:
+            return checker.shown({"work_mem": "5MB"}, ("--data-checksums",))
+
+    assert check() == {"work_mem": "5120"}
+    (home,) = (cache / TEMPLATES).iterdir()
+    assert (home / "ready").stat().st_uid == 0 and oct(home.stat().st_mode & 0o777) == "0o711"
+    data = home / "data"
+    assert data.stat().st_uid != 0 or user is None
+    assert (data / "global" / "pg_control").is_file()
+    version = data / "PG_VERSION"
+    LOCAL.run(["sh", "-c", f"echo 99 > {version}; ln -s /etc/shadow {data}/planted"],
+              out=tmp_path / "out" / "spoil.out", user=user)  # fmt: skip
+    spoiled = check()
+    assert "incompatible" in " ".join(getattr(spoiled, "messages", [])), spoiled
+    res = pgsweep("builds", "--prune")
+    assert res.returncode == 0 and f"removed {cache / TEMPLATES}" in res.stdout, res.stdout
+    assert not (cache / TEMPLATES).exists()
+    assert check() == {"work_mem": "5120"}  # made again, from initdb
+    assert (cache / TEMPLATES / home.name / "ready").exists()
+    assert not (cache / TEMPLATES / home.name / "data" / "planted").exists()
+    assert Path("/etc/shadow").is_file() and not Path("/etc/shadow").is_symlink()

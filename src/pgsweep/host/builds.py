@@ -113,6 +113,26 @@ def open_cache(create: bool = True) -> Path | None:
     return real
 
 
+def ccache_dir(root: Path) -> Path:
+    """Where builds keep ccache's cache: `$PGSWEEP_CCACHE_DIR` (a folder that outlives the
+    build cache, as the test suite's does: a tmpfs cache made and removed each time), else
+    the build cache's ccache/. Refused (exit 2) when another user could swap a part of it."""
+    named = os.environ.get("PGSWEEP_CCACHE_DIR")
+    if not named:
+        return root / "ccache"
+    if not Path(named).is_absolute():
+        raise PgsweepError(f"PGSWEEP_CCACHE_DIR={named} is not an absolute path",
+                           where="PGSWEEP_CCACHE_DIR",
+                           fix="name ccache's folder by an absolute path")  # fmt: skip
+    why = safefs.untrusted_link(Path(named))
+    if why:  # before making anything: a folder made through another user's link is theirs
+        raise PgsweepError(f"ccache's folder {named} is not safe for root to write in: {why}",
+                           where="PGSWEEP_CCACHE_DIR", fix="point PGSWEEP_CCACHE_DIR elsewhere")
+    if not os.path.lexists(named):
+        os.makedirs(named, 0o755)  # mkdir never follows a link planted at the last name
+    return safefs.trusted_dir(Path(named), "ccache's folder", "PGSWEEP_CCACHE_DIR")
+
+
 def compiler_version(scratch: Path) -> str:
     res = proc.run(["cc", "--version"], out=scratch / "cc.out", timeout=30)
     return res.stdout.splitlines()[0].strip() if res.ok and res.stdout else "unknown"
@@ -151,7 +171,9 @@ def entries(root: Path) -> list[tuple[str, Build | None, dict[str, object]]]:
     """Every entry of the cache: (name, the finished build or None, facts: size, age)."""
     out: list[tuple[str, Build | None, dict[str, object]]] = []
     for d in sorted(root.iterdir()):
-        if d.name in ("sources", "ccache") or d.is_symlink() or not d.is_dir():  # logs: prune
+        # logs: prune; scratch-clusters: the start check's templates (postgres/startcheck)
+        if d.name in ("sources", "ccache", "scratch-clusters") or d.is_symlink() \
+                or not d.is_dir():  # fmt: skip
             continue
         build = lookup(root, d.name)
         size = sum(p.lstat().st_size for p in d.rglob("*") if not p.is_symlink())
@@ -180,6 +202,9 @@ def prune(root: Path, keys: list[str], leftovers: bool, unused_days: float | Non
             gone += [n for n, b in names.items()
                      if b and n not in gone and _last_used(root / n) < cutoff]  # fmt: skip
         gone += [p.name for p in root.glob("*.failed.log") if not p.is_symlink()]
+        templates = root / "scratch-clusters"  # remade by the next start check that needs one
+        if templates.is_dir() and not templates.is_symlink():
+            gone.append(templates.name)
     removed = []
     for name in gone:
         key = name.removeprefix(".building-").split("-")[0].removesuffix(".failed.log")
@@ -353,7 +378,7 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
     env = {"CC": "cc", **({"CFLAGS": spec.cflags} if spec.cflags else {})}
     if shutil.which("ccache"):
         safefs.write_file(root / "ccache.conf", "", 0o644)
-        env |= {"CC": "ccache cc", "CCACHE_DIR": str(root / "ccache"),
+        env |= {"CC": "ccache cc", "CCACHE_DIR": str(ccache_dir(root)),
                 "CCACHE_CONFIGPATH": str(root / "ccache.conf")}  # fmt: skip
     stage = work / "stage"
     for name, argv, timeout in compile_steps(spec, final, stage):

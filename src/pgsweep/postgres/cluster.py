@@ -153,6 +153,19 @@ class Cluster:
     # ---- life cycle ----------------------------------------------------------------
     def create(self, initdb_options: list[str]) -> None:
         self.make_dirs()
+        self.initdb(initdb_options)
+
+    def create_from(self, template: Path) -> None:
+        """`create`, with the data directory a copy of `template`: a data directory of the
+        server user's that initdb made with the same binaries and options (nothing of a
+        cluster's own is in it: the files pgsweep writes are written here)."""
+        self.make_dirs()
+        self._copy(template, self.datadir)
+        self.write_access_files()
+        self.write_settings({})
+
+    def initdb(self, initdb_options: list[str]) -> None:
+        """initdb into the empty data directory `make_dirs` made, then pgsweep's files."""
         argv = [self.binaries.path("initdb"), "-D", str(self.datadir), "-U", ROLE]
         argv += ["--auth-local=trust", "--auth-host=reject", "--encoding=UTF8", "--locale=C"]
         argv += ["--no-instructions", *initdb_options]

@@ -6,13 +6,17 @@ that only fails at start (`wal_level = minimal` beside the default `max_wal_send
 unknown library in `shared_preload_libraries`, two settings that only clash together) and
 a value the server derives or formats when it runs (`wal_buffers = -1` runs as 1/32 of
 shared_buffers; `log_file_mode` reads back in octal; `archive_command` as "(disabled)")
-are only seen by a real start. A scratch cluster (initdb --no-sync, about half a second,
-once per set of initdb options) is started with each distinct set of settings (about a
-quarter of a second each) on a private socket and stopped again; nothing else is touched.
+are only seen by a real start. A scratch cluster (once per set of initdb options) is
+started with each distinct set of settings (about a quarter of a second each) on a private
+socket and stopped again; nothing else is touched. On this machine its data directory is a
+copy of a template kept in the build cache (`scratch-clusters/`, one per binaries, initdb
+options and server user, made by the first check that needs it): a copy costs about a
+tenth of an initdb's CPU, and every `plan` and `run` with server settings makes one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Collection, Mapping
@@ -34,6 +38,9 @@ from .cluster import Cluster
 DERIVED = "\x00derived"
 # pg_settings.source of a value the server computed itself after reading the file
 DERIVED_SOURCES = {"override", "default"}
+# the build cache's folder of scratch data directories (host/builds.entries skips it;
+# `pgsweep builds --prune` removes it, and the next check makes what it needs again)
+TEMPLATES = "scratch-clusters"
 
 
 @dataclass(frozen=True)
@@ -91,12 +98,55 @@ class StartChecker:
             cluster = Cluster(self.binaries, self.user, self._dir / f"c{n}",
                               self._sockets / f"s{n}", host=self.host)  # fmt: skip
             self._clusters[initdb_options] = cluster
+            template = self._template(initdb_options)
             try:
-                cluster.create(["--no-sync", *initdb_options])
+                if template is not None:
+                    try:
+                        cluster.create_from(template)
+                    except ServerError:  # pruned while copied: the check goes on without
+                        self.host.remove_tree(cluster.root)
+                        template = None
+                if template is None:
+                    cluster.create(["--no-sync", *initdb_options])
             except ServerError as exc:
                 raise PgsweepError(f"a scratch initdb {' '.join(initdb_options)} failed: {exc}",
                                    fix="check the cluster.* keys") from None  # fmt: skip
         return self._clusters[initdb_options]
+
+    def _template(self, initdb_options: tuple[str, ...]) -> Path | None:
+        """The kept data directory initdb made with these binaries, options and server user
+        (made now when there is none), or None where none is kept: another host (and the
+        recording one: `plan --commands` shows an initdb), no usable build cache, or another
+        check making it right now. The check then runs initdb itself."""
+        if self.host is not LOCAL:
+            return None
+        try:
+            cache = self.host.build_cache(self.host.ids(self.user)[0], create=True)
+        except PgsweepError:
+            return None
+        if cache is None:
+            return None
+        home = cache / TEMPLATES / template_key(self.binaries, initdb_options,
+                                                self.host.ids(self.user)[0])  # fmt: skip
+        if self.host.lstat(home / "ready") is not None:
+            return home / "data"
+        if self.host.lstat(home) is not None:
+            return None  # another check is making it (or died doing so: --prune clears it)
+        assert self._sockets is not None, "StartChecker outside `with`"
+        made = Cluster(self.binaries, self.user, home, self._sockets / "template",
+                       host=self.host)  # fmt: skip
+        try:
+            self.host.private_dir_once(home.parent, 0o711)
+            made.make_dirs()  # claims it: a folder that exists is refused
+        except (OSError, PgsweepError):
+            return None
+        try:
+            made.initdb(["--no-sync", *initdb_options])
+        except ServerError:
+            self.host.remove_tree(home)
+            return None  # the check's own initdb says why
+        self.host.write_file(home / "ready", "", 0o644)
+        return home / "data"
 
     def shown(
         self,
@@ -130,6 +180,15 @@ class StartChecker:
         if self._running is not None:
             self._running[0].stop()
             self._running = None
+
+
+def template_key(binaries: Binaries, initdb_options: tuple[str, ...], uid: int) -> str:
+    """Names what a template's data directory depends on: the binaries (their folder,
+    version and postgres file's size), the initdb options and the server user who owns
+    it."""
+    st = LOCAL.lstat(Path(binaries.path("postgres")))
+    ident = (str(binaries.bindir), binaries.version, st and st.size, initdb_options, uid)
+    return hashlib.sha256(repr(ident).encode()).hexdigest()[:16]
 
 
 def _reload(cluster: Cluster) -> None:
