@@ -24,6 +24,9 @@ if [ "${1:-}" = "--dev" ]; then  # the HTML report is tested in a real headless 
     command -v zfs-fuse >/dev/null || need+=(zfs-fuse)
     # the build layer's tests compile PostgreSQL from Debian's source (no readline or zlib)
     command -v cc >/dev/null && command -v make >/dev/null || need+=(build-essential)
+    # pgsweep compiles through ccache when it is installed; the suite keeps its cache
+    # between runs (scripts/test.sh): a second run's compile is mostly cache hits
+    command -v ccache >/dev/null || need+=(ccache)
     command -v git >/dev/null || need+=(git)
     # remote hosts are tested as sshd in network namespaces (tests/sshhosts.py)
     [ -x /usr/sbin/sshd ] || need+=(openssh-server)

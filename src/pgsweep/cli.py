@@ -5,38 +5,40 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, spec
-from .cli_read import (
-    EXPORT_FORMATS,
-    EXPORT_WHAT,
-    REPORT_FORMATS,
-    cmd_compare,
-    cmd_explain,
-    cmd_export,
-    cmd_progress,
-    cmd_report,
-    cmd_show,
-)
-from .cli_run import cmd_merge, cmd_plan, cmd_run, cmd_stop
-from .core import printable
+from . import __version__
+from .core import EXPORT_FORMATS, EXPORT_WHAT, REPORT_FORMATS, printable
 from .errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     PgsweepError,
 )
-from .host import journal
-from .host.local import LOCAL
-from .outputs import show
+
+Command = Callable[[argparse.Namespace, Console], int]
+
+
+def _lazy(module: str, name: str) -> Command:
+    """A command whose module is imported when it runs: the experiment file's models, the
+    engine and the analysis cost about a second of CPU to import, and `pgsweep --version`,
+    `progress`, `facts` and `agent` (what a fleet's or a remote host's SSH session runs,
+    on the host being measured) need none of it."""
+
+    def command(args: argparse.Namespace, console: Console) -> int:
+        return int(getattr(importlib.import_module(module, __package__), name)(args, console))
+
+    command.__name__ = name
+    return command
 
 
 @functools.cache  # one per process: main() may be called many times in one (the tests)
@@ -197,6 +199,9 @@ def _console() -> Console:
 
 
 def cmd_cleanup(args: argparse.Namespace, console: Console) -> int:
+    from .host import journal
+    from .host.local import LOCAL
+
     done, failed = journal.recover_stale(LOCAL)
     for line in done + failed:
         console.print(line, markup=False)
@@ -221,6 +226,7 @@ def _gate_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    from . import spec
     from .outputs import doctor
 
     if args.host:
@@ -242,6 +248,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_facts(args: argparse.Namespace, console: Console) -> int:
+    from . import spec
     from .collect import hostfacts
 
     facts = hostfacts.gather(spec.server_bindir(args.file))
@@ -252,6 +259,7 @@ def cmd_facts(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_builds(args: argparse.Namespace, console: Console) -> int:
     from .host import builds
+    from .outputs import show
 
     root = builds.open_cache(create=False)
     if root is None:
@@ -272,6 +280,15 @@ def cmd_schema(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_progress(args: argparse.Namespace, console: Console) -> int:
+    from .engine import watch
+
+    p = watch.progress(args.results)
+    text = watch.as_json(p) if args.json else watch.line(p)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_agent(args: argparse.Namespace, console: Console) -> int:
     from .host import agent
 
@@ -280,22 +297,22 @@ def cmd_agent(args: argparse.Namespace, console: Console) -> int:
 
 COMMANDS = {
     "builds": cmd_builds,
-    "plan": cmd_plan,
-    "run": cmd_run,
-    "show": cmd_show,
+    "plan": _lazy(".cli_run", "cmd_plan"),
+    "run": _lazy(".cli_run", "cmd_run"),
+    "show": _lazy(".cli_read", "cmd_show"),
     "cleanup": cmd_cleanup,
     "restore": cmd_cleanup,
     "doctor": cmd_doctor,
     "facts": cmd_facts,
     "progress": cmd_progress,
-    "stop": cmd_stop,
+    "stop": _lazy(".cli_run", "cmd_stop"),
     "agent": cmd_agent,
-    "export": cmd_export,
-    "explain": cmd_explain,
-    "report": cmd_report,
-    "compare": cmd_compare,
+    "export": _lazy(".cli_read", "cmd_export"),
+    "explain": _lazy(".cli_read", "cmd_explain"),
+    "report": _lazy(".cli_read", "cmd_report"),
+    "compare": _lazy(".cli_read", "cmd_compare"),
     "schema": cmd_schema,
-    "merge": cmd_merge,
+    "merge": _lazy(".cli_run", "cmd_merge"),
 }
 
 

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from .analysis import Analysis
 
 # The analysis modules load scipy and pyarrow (a second each): commands import them when used.
-REPORT_FORMATS = ("terminal", "markdown", "html", "json")
-EXPORT_FORMATS = ("csv", "json", "parquet")
-EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices",
-               "tool", "profiles", "io_latency")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
@@ -191,10 +187,3 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def cmd_progress(args: argparse.Namespace, console: Console) -> int:
-    from .engine import watch
-
-    p = watch.progress(args.results)
-    text = watch.as_json(p) if args.json else watch.line(p)
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
-    return EXIT_OK

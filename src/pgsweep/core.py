@@ -7,6 +7,12 @@ from enum import IntEnum
 
 Value = str | int | float | bool
 
+# what `report --format`, `export --format` and `export --what` take (the CLI's parser)
+REPORT_FORMATS = ("terminal", "markdown", "html", "json")
+EXPORT_FORMATS = ("csv", "json", "parquet")
+EXPORT_WHAT = ("trials", "samples", "latency", "standbys", "waits", "cpu", "devices",
+               "tool", "profiles", "io_latency")
+
 
 class Cost(IntEnum):
     """What changing a key between two trials costs, cheapest first. The planner groups

@@ -80,8 +80,10 @@ def _inventory(folder: Path, hosts: list[SimHost], beta: int = 1, gamma_up: bool
                      f"ansible_ssh_common_args='{args}' pgsweep_bin={PGSWEEP} "
                      "ansible_python_interpreter=/usr/bin/python3"
                      + f" pgsweep_host_timeout={host_timeout}"
-                     # asked every 5 s (default 30): shards of a few seconds show progress
-                     + " pgsweep_progress_interval=5"
+                     # asked every 10 s (default 30): shards of under a minute show
+                     # progress; each question costs its host about 1 CPU-s, and the
+                     # hosts here share this machine's two cores with the other lanes
+                     + " pgsweep_progress_interval=10"
                      # no one answers there: give up after 2 s, not Ansible's 10
                      + (" ansible_ssh_timeout=2" if group == "gamma" else "") + "\n")  # fmt: skip
     path = folder / "inventory.ini"

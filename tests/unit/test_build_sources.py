@@ -81,6 +81,29 @@ def test_cache_refuses_a_folder_of_another_user_or_open_to_others(
     assert builds.open_cache() == fresh and oct(fresh.stat().st_mode & 0o777) == "0o755"
 
 
+def test_ccache_folder_named_apart_is_checked_like_the_cache(
+    sticky: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PGSWEEP_CCACHE_DIR: absolute, made 0755 when missing, never through another user's
+    link or folder; unset, it is the build cache's ccache/."""
+    assert builds.ccache_dir(tmp_path) == tmp_path / "ccache"
+    monkeypatch.setenv("PGSWEEP_CCACHE_DIR", "relative/ccache")
+    with pytest.raises(PgsweepError, match="not an absolute path"):
+        builds.ccache_dir(tmp_path)
+    target = sticky / "target"
+    target.mkdir()
+    link = sticky / "ccache"
+    os.symlink(target, link)
+    os.lchown(link, *_uid())
+    monkeypatch.setenv("PGSWEEP_CCACHE_DIR", str(link / "cc"))
+    with pytest.raises(PgsweepError, match="not safe for root to write in"):
+        builds.ccache_dir(tmp_path)
+    assert list(target.iterdir()) == []
+    fresh = tmp_path / "kept" / "ccache"
+    monkeypatch.setenv("PGSWEEP_CCACHE_DIR", str(fresh))
+    assert builds.ccache_dir(tmp_path) == fresh and oct(fresh.stat().st_mode & 0o777) == "0o755"
+
+
 def test_a_cache_entry_not_ours_is_not_a_build(tmp_path: Path) -> None:
     entry = tmp_path / "0123456789abcdef"
     (entry / "prefix" / "bin").mkdir(parents=True)
