@@ -44,6 +44,7 @@ shared_buffers = "64MB"
 script = "select-only"
 clients = 1
 duration = "2s"
+rate = 200  # conftest.MECHANICS
 warmup = "0s"
 [repeat]
 rounds = 2

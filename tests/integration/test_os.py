@@ -76,6 +76,7 @@ def _experiment(duration: str = "1s", rounds: int = 1) -> str:
     script = "select-only"
     clients = 1
     duration = "{duration}"
+    rate = 200  # conftest.MECHANICS
     warmup = "0s"
     [os]
     read_ahead_kb = {int(read_setting(queue / "read_ahead_kb")) // 2 + 4}
@@ -145,6 +146,7 @@ scale = 1
 [workload]
 clients = 1
 duration = "1s"
+rate = 200  # conftest.MECHANICS
 warmup = "0s"
 [repeat]
 rounds = 1

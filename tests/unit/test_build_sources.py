@@ -86,6 +86,7 @@ def test_ccache_folder_named_apart_is_checked_like_the_cache(
 ) -> None:
     """PGSWEEP_CCACHE_DIR: absolute, made 0755 when missing, never through another user's
     link or folder; unset, it is the build cache's ccache/."""
+    monkeypatch.delenv("PGSWEEP_CCACHE_DIR", raising=False)  # scripts/test.sh sets one
     assert builds.ccache_dir(tmp_path) == tmp_path / "ccache"
     monkeypatch.setenv("PGSWEEP_CCACHE_DIR", "relative/ccache")
     with pytest.raises(PgsweepError, match="not an absolute path"):

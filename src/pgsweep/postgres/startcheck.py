@@ -127,7 +127,7 @@ class StartChecker:
         if cache is None:
             return None
         home = cache / TEMPLATES / template_key(self.binaries, initdb_options,
-                                                self.host.ids(self.user)[0])  # fmt: skip
+                                                self.host.ids(self.user)[0], self.host)  # fmt: skip
         if self.host.lstat(home / "ready") is not None:
             return home / "data"
         if self.host.lstat(home) is not None:
@@ -182,11 +182,12 @@ class StartChecker:
             self._running = None
 
 
-def template_key(binaries: Binaries, initdb_options: tuple[str, ...], uid: int) -> str:
+def template_key(binaries: Binaries, initdb_options: tuple[str, ...], uid: int,
+                 host: Host) -> str:
     """Names what a template's data directory depends on: the binaries (their folder,
     version and postgres file's size), the initdb options and the server user who owns
     it."""
-    st = LOCAL.lstat(Path(binaries.path("postgres")))
+    st = host.lstat(Path(binaries.path("postgres")))
     ident = (str(binaries.bindir), binaries.version, st and st.size, initdb_options, uid)
     return hashlib.sha256(repr(ident).encode()).hexdigest()[:16]
 
