@@ -333,8 +333,13 @@ def test_a_host_whose_key_is_unknown_is_refused_and_its_key_not_learned(
     res = pgsweep("run", str(write_experiment(tmp_path, BODY)), "--inventory", str(inv),
                   "--groups", "alpha,beta", "--results", str(tmp_path / "fleet"))  # fmt: skip
     assert res.returncode == 3, res.stderr + res.stdout
+    # each group fails at its first task; ssh's own words reach Ansible's message unless
+    # Ansible was still writing to the ssh that had refused (then a broken pipe: under
+    # load in stop 39's CI), so at least one group names the host key
     for group in ("alpha", "beta"):
-        assert re.search(rf"{group}: .*Host key verification failed", res.stdout, re.S), res.stdout
+        assert re.search(rf"{group}: pgsweep version: .*(Host key verification failed|"
+                         r"Broken pipe)", res.stdout, re.S), res.stdout  # fmt: skip
+    assert "Host key verification failed" in res.stdout, res.stdout
     assert "no group's shard came back" in res.stdout
     assert empty.read_text() == ""
     assert not _others(hosts[0]) and not _others(hosts[1])
