@@ -175,15 +175,15 @@ def test_the_start_checks_clusters_go_under_the_work_base_and_their_sockets_unde
     assert not any(p.exists() for p in made if p is not None)
 
 
-def test_the_start_check_copies_a_template_kept_in_the_build_cache(
+def test_the_start_check_copies_a_template_a_run_kept_in_the_build_cache(
     tmp_path: Path, open_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first check makes the template (root's 0711 folder, the data directory the
-    server user's, a `ready` mark root wrote); the next copies it instead of running
-    initdb: a template spoiled on purpose (another PG_VERSION) fails that check's start in
-    the server's words. `builds --prune` removes the templates, and the check after makes
-    a good one again. A link the server user planted in the template is removed with it,
-    never followed."""
+    """A check (plan's, or a refused file's) makes no template; a run whose checks passed
+    makes one (root's 0711 folder, the data directory the server user's, a `ready` mark
+    root wrote), and the next check copies it instead of running initdb: a template
+    spoiled on purpose (another PG_VERSION) fails that check's start in the server's
+    words. `builds --prune` removes the templates, and checks run initdb again. A link the
+    server user planted in the template is removed with it, never followed."""
     from pgsweep.postgres.startcheck import TEMPLATES, StartChecker
 
     cache = open_dir / "cache"  # the server user passes to the cache's templates
@@ -197,6 +197,36 @@ def test_the_start_check_copies_a_template_kept_in_the_build_cache(
             return checker.shown({"work_mem": "5MB"}, ("--data-checksums",))
 
     assert check() == {"work_mem": "5120"}
+    bad = write_experiment(tmp_path, """
+        [experiment]
+        name = "t"
+        [cluster]
+        data_checksums = true
+        [server]
+        shared_preload_libraries = "no_such_library"
+        """, "bad.toml")  # fmt: skip
+    refused = pgsweep("plan", str(bad))
+    assert refused.returncode == 2 and "does not start" in refused.stderr, refused.stderr
+    assert pgsweep("run", str(bad), "--results", str(tmp_path / "no")).returncode == 2
+    assert not cache.exists()  # neither the check nor a refused file made anything
+    good = write_experiment(tmp_path, """
+        [experiment]
+        name = "t"
+        [cluster]
+        scale = 1
+        data_checksums = true
+        [server]
+        work_mem = "5MB"
+        [workload]
+        duration = "1s"
+        rate = 200  # conftest.MECHANICS
+        warmup = "0s"
+        [repeat]
+        rounds = 1
+        """, "good.toml")  # fmt: skip
+    assert pgsweep("plan", str(good)).returncode == 0 and not cache.exists()
+    res = pgsweep("run", str(good), "--results", str(tmp_path / "res"))
+    assert res.returncode == 0, res.stderr + res.stdout
     (home,) = (cache / TEMPLATES).iterdir()
     assert (home / "ready").stat().st_uid == 0 and oct(home.stat().st_mode & 0o777) == "0o711"
     data = home / "data"
@@ -210,7 +240,6 @@ def test_the_start_check_copies_a_template_kept_in_the_build_cache(
     res = pgsweep("builds", "--prune")
     assert res.returncode == 0 and f"removed {cache / TEMPLATES}" in res.stdout, res.stdout
     assert not (cache / TEMPLATES).exists()
-    assert check() == {"work_mem": "5120"}  # made again, from initdb
-    assert (cache / TEMPLATES / home.name / "ready").exists()
-    assert not (cache / TEMPLATES / home.name / "data" / "planted").exists()
+    assert check() == {"work_mem": "5120"}  # from initdb again
+    assert not (cache / TEMPLATES).exists()
     assert Path("/etc/shadow").is_file() and not Path("/etc/shadow").is_symlink()

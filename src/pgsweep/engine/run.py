@@ -21,6 +21,7 @@ from ..host.remote import RemoteHost
 from ..layers.base import ResourceLayer
 from ..layers.context import HostSide, RunContext
 from ..plan import Configuration, Plan, Trial
+from ..postgres import startcheck
 from ..spec import Experiment
 from ..store import Results, Store, TrialRecord
 from . import buildprep, clients
@@ -123,6 +124,7 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
     mine = plan.shard_trials(exp.shard.k) if exp.shard is not None else list(plan.trials)
     outcome = Outcome(area.results, len(mine), 0)
     try:
+        keep_start_templates(exp, ctx.host)
         if not store.has_environment("host"):
             host = environment.host(ctx.host, exp.binaries, ctx.private, exp.user)
             store.save_environment("host", host)
@@ -160,6 +162,15 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
             lost = _clean_up(exp, resources, ctx, area, reporter)
     outcome.lost = outcome.lost or lost
     return outcome
+
+
+def keep_start_templates(exp: Experiment, host: Host) -> None:
+    """The checks passed: keep the installed binaries' initdb for the next start checks
+    (postgres/startcheck.keep_templates; `plan` never makes one)."""
+    options = {tuple(c["cluster"].initdb_options()) for c in exp.configurations.values()
+               if c.get("server") and ("build" not in c or c["build"].spec is None)}  # fmt: skip
+    if options:  # a check started a server with them (layers/server_start)
+        startcheck.keep_templates(exp.binaries, exp.user, options, host)
 
 
 def _trials(

@@ -10,8 +10,8 @@ are only seen by a real start. A scratch cluster (once per set of initdb options
 started with each distinct set of settings (about a quarter of a second each) on a private
 socket and stopped again; nothing else is touched. On this machine its data directory is a
 copy of a template kept in the build cache (`scratch-clusters/`, one per binaries, initdb
-options and server user, made by the first check that needs it): a copy costs about a
-tenth of an initdb's CPU, and every `plan` and `run` with server settings makes one.
+options and server user, made by a `run` whose checks passed): a copy costs about a tenth
+of an initdb's CPU, and every `plan` and `run` with server settings makes one.
 """
 
 from __future__ import annotations
@@ -115,38 +115,19 @@ class StartChecker:
 
     def _template(self, initdb_options: tuple[str, ...]) -> Path | None:
         """The kept data directory initdb made with these binaries, options and server user
-        (made now when there is none), or None where none is kept: another host (and the
-        recording one: `plan --commands` shows an initdb), no usable build cache, or another
-        check making it right now. The check then runs initdb itself."""
+        (keep_templates), or None: none kept, or another host (and the recording one:
+        `plan --commands` shows an initdb). The check then runs initdb itself."""
         if self.host is not LOCAL:
             return None
+        uid = self.host.ids(self.user)[0]
         try:
-            cache = self.host.build_cache(self.host.ids(self.user)[0], create=True)
-        except PgsweepError:
+            cache = self.host.build_cache(uid, create=False)
+        except (OSError, PgsweepError):
             return None
         if cache is None:
             return None
-        home = cache / TEMPLATES / template_key(self.binaries, initdb_options,
-                                                self.host.ids(self.user)[0], self.host)  # fmt: skip
-        if self.host.lstat(home / "ready") is not None:
-            return home / "data"
-        if self.host.lstat(home) is not None:
-            return None  # another check is making it (or died doing so: --prune clears it)
-        assert self._sockets is not None, "StartChecker outside `with`"
-        made = Cluster(self.binaries, self.user, home, self._sockets / "template",
-                       host=self.host)  # fmt: skip
-        try:
-            self.host.private_dir_once(home.parent, 0o711)
-            made.make_dirs()  # claims it: a folder that exists is refused
-        except (OSError, PgsweepError):
-            return None
-        try:
-            made.initdb(["--no-sync", *initdb_options])
-        except ServerError:
-            self.host.remove_tree(home)
-            return None  # the check's own initdb says why
-        self.host.write_file(home / "ready", "", 0o644)
-        return home / "data"
+        home = cache / TEMPLATES / template_key(self.binaries, initdb_options, uid, self.host)
+        return home / "data" if self.host.lstat(home / "ready") is not None else None
 
     def shown(
         self,
@@ -180,6 +161,37 @@ class StartChecker:
         if self._running is not None:
             self._running[0].stop()
             self._running = None
+
+
+def keep_templates(binaries: Binaries, user: RunAs | None,
+                   initdb_options: Collection[tuple[str, ...]], host: Host) -> None:  # fmt: skip
+    """The data directories later start checks copy, made once per binaries, initdb options
+    and server user in the build cache: by `run`, once its checks passed (never by `plan`,
+    which leaves the machine as it was, nor for a file refused). Only on this machine;
+    nothing is made where one is kept or being made, or where the cache is not usable."""
+    if host is not LOCAL:
+        return
+    uid = host.ids(user)[0]
+    try:
+        cache = host.build_cache(uid, create=True)
+    except (OSError, PgsweepError):  # no usable cache (a HOME the user cannot write): none
+        return
+    for options in initdb_options:
+        home = cache / TEMPLATES / template_key(binaries, options, uid, host) if cache else None
+        if home is None or host.lstat(home) is not None:
+            continue  # made, or another run is making it (or died doing so: --prune)
+        made = Cluster(binaries, user, home, home / "socket", host=host)
+        try:
+            host.private_dir_once(home.parent, 0o711)
+            made.make_dirs()  # claims it: a folder that exists is refused
+        except (OSError, PgsweepError):
+            continue
+        try:
+            made.initdb(["--no-sync", *options])
+        except ServerError:
+            host.remove_tree(home)  # the run's own clusters will say why
+            continue
+        host.write_file(home / "ready", "", 0o644)
 
 
 def template_key(binaries: Binaries, initdb_options: tuple[str, ...], uid: int,
