@@ -185,5 +185,3 @@ def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     finally:
         store.close()
     return EXIT_OK
-
-

@@ -115,19 +115,11 @@ class StartChecker:
 
     def _template(self, initdb_options: tuple[str, ...]) -> Path | None:
         """The kept data directory initdb made with these binaries, options and server user
-        (keep_templates), or None: none kept, or another host (and the recording one:
-        `plan --commands` shows an initdb). The check then runs initdb itself."""
-        if self.host is not LOCAL:
+        (keep_templates), or None (none kept): the check then runs initdb itself."""
+        home = _template_home(self.binaries, self.user, initdb_options, self.host, False)
+        if home is None or self.host.lstat(home / "ready") is None:
             return None
-        uid = self.host.ids(self.user)[0]
-        try:
-            cache = self.host.build_cache(uid, create=False)
-        except (OSError, PgsweepError):
-            return None
-        if cache is None:
-            return None
-        home = cache / TEMPLATES / template_key(self.binaries, initdb_options, uid, self.host)
-        return home / "data" if self.host.lstat(home / "ready") is not None else None
+        return home / "data"
 
     def shown(
         self,
@@ -169,15 +161,8 @@ def keep_templates(binaries: Binaries, user: RunAs | None,
     and server user in the build cache: by `run`, once its checks passed (never by `plan`,
     which leaves the machine as it was, nor for a file refused). Only on this machine;
     nothing is made where one is kept or being made, or where the cache is not usable."""
-    if host is not LOCAL:
-        return
-    uid = host.ids(user)[0]
-    try:
-        cache = host.build_cache(uid, create=True)
-    except (OSError, PgsweepError):  # no usable cache (a HOME the user cannot write): none
-        return
     for options in initdb_options:
-        home = cache / TEMPLATES / template_key(binaries, options, uid, host) if cache else None
+        home = _template_home(binaries, user, options, host, True)
         if home is None or host.lstat(home) is not None:
             continue  # made, or another run is making it (or died doing so: --prune)
         made = Cluster(binaries, user, home, home / "socket", host=host)
@@ -192,6 +177,23 @@ def keep_templates(binaries: Binaries, user: RunAs | None,
             host.remove_tree(home)  # the run's own clusters will say why
             continue
         host.write_file(home / "ready", "", 0o644)
+
+
+def _template_home(binaries: Binaries, user: RunAs | None, initdb_options: tuple[str, ...],
+                   host: Host, create: bool) -> Path | None:  # fmt: skip
+    """The template's folder in the build cache (`create`: the cache made if missing), or
+    None: another host (and the recording one: `plan --commands` shows an initdb), or no
+    usable cache (a HOME the user cannot write, one the server user cannot reach)."""
+    if host is not LOCAL:
+        return None
+    uid = host.ids(user)[0]
+    try:
+        cache = host.build_cache(uid, create=create)
+    except (OSError, PgsweepError):
+        return None
+    if cache is None:
+        return None
+    return cache / TEMPLATES / template_key(binaries, initdb_options, uid, host)
 
 
 def template_key(binaries: Binaries, initdb_options: tuple[str, ...], uid: int,
