@@ -105,15 +105,17 @@ def _pgbench_on(h: SimHost) -> bool:
 
 
 def _postgres_on(h: SimHost) -> bool:
-    """A postmaster runs in the host's own network namespace."""
-    return any(_program_on(pid, b"postgres") for pid in h.pids())
+    """A postmaster runs in the host's own network namespace (a server on a data folder,
+    not `postgres --version`, which plan's checks run on a standby's or server's host)."""
+    return any(_program_on(pid, b"postgres", b"-D") for pid in h.pids())
 
 
-def _program_on(pid: int, name: bytes) -> bool:
+def _program_on(pid: int, name: bytes, *args: bytes) -> bool:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(name)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return argv[0].endswith(name) and all(a in argv for a in args)
 
 
 def _wait_for_pgbench(h: SimHost, timeout: float = 120) -> None:
@@ -568,28 +570,63 @@ def test_the_server_on_another_host_is_measured_from_here_and_admits_this_machin
     assert not passfile.parent.exists()  # this run's work area here
 
 
-def test_pgbench_and_a_standby_beside_a_server_on_another_host_run_there(
+def test_a_server_elsewhere_streams_to_a_standby_beside_it_and_one_on_another_host(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
-    h3 = hosts[2]
-    standby = '[replication]\nstandbys = 1\nmode = "sync"'
-    path = write_experiment(tmp_path, _server_body(h3, rounds=1, beside=True, extra=standby))
-    res = pgsweep("run", str(path), "--results", str(tmp_path / "res"), timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
+    """The server on h3 with pgbench beside it; s1 beside it too, s2 on h2 (host replica),
+    cloned and streaming over the bridge to h3's address, which h3's server alone listens
+    on and admits h2 for replication only."""
+    _, h2, h3 = hosts
+    standby = (f'{_host_table("replica", h2)}\n[replication]\nstandbys = 2\nmode = "sync"\n'
+               'sync_standbys = "FIRST 1"')
+    body = _server_body(h3, rounds=1, beside=True, extra=standby).replace(
+        'client = "db"', 'client = "db"\nstandbys = ["db", "replica"]')
+    path = write_experiment(tmp_path, body)
+    plan = pgsweep("plan", str(path), "--commands")
+    assert plan.returncode == 0, plan.stderr
+    assert "standby: host replica (h2) reached and checked" in plan.stdout
+    assert re.search(rf"host replica \(standby s2, .*over TCP to {re.escape(h3.address)}:",
+                     plan.stdout), plan.stdout  # fmt: skip
+    run = _start(path, tmp_path / "res")
+    try:
+        deadline = time.monotonic() + 120
+        while not _postgres_on(h2):  # s2's postmaster, in h2's own namespace
+            assert time.monotonic() < deadline and run.poll() is None, "no standby on h2"
+            time.sleep(0.1)
+        listening = [a for a in _listeners(h3) if not a.endswith(":22")]  # not its sshd
+        assert len(listening) == 1 and listening[0].startswith(f"{h3.address}:"), listening
+        port = int(listening[0].rsplit(":", 1)[1])
+        passfile = _on(h2, "sh", "-c", "'cat /var/tmp/pgsweep-work-*/passfile'").strip()
+        assert passfile.startswith(f"{h3.address}:{port}:*:*:"), passfile
+        # h2 is admitted for replication alone: a session from there is not
+        plain = _answered(lambda: _psql(h2, h3.address, port, passfile.rsplit(":", 1)[1]),
+                          deadline)  # fmt: skip
+        assert plain.returncode != 0 and "no pg_hba.conf entry" in plain.stderr, plain.stderr
+        out, err = run.communicate(timeout=300)
+    finally:
+        _stop(run)
+    assert run.returncode == 0, out + err
     rows = trials(tmp_path / "res")
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     argv = json.loads(rows[0]["pgbench_argv"])
     assert argv[argv.index("-h") + 1].startswith("/tmp/pgsweep-")  # the socket there
     db = sqlite3.connect(tmp_path / "res" / "results.db")
     lines = [v for (v,) in db.execute("SELECT value FROM metric WHERE name = 'log.lines'")]
-    assert len(lines) == 2 and all(v >= 100 for v in lines)  # its log, read through h3
-    for t in rows:  # its standby, made and streaming in sync beside it on h3
-        assert json.loads(t["effective_json"])["replication.state"] == "s1: streaming sync"
+    (standby_cpu,) = db.execute("SELECT count(*) FROM counter "
+                                "WHERE name LIKE 'standby.replica.host.cpu.%'")  # fmt: skip
     roles = dict(db.execute("SELECT name, value FROM environment WHERE scope = 'roles'"))
-    assert roles["standbys"].startswith("beside the server: db (h3, root@")
-    assert roles["client"].startswith("db (h3, root@")
     db.close()
+    assert len(lines) == 2 and all(v >= 100 for v in lines)  # its log, read through h3
+    assert standby_cpu[0] >= 2 * 8  # h2's own counters, each trial
+    for t in rows:  # both made and streaming: s1 the synchronous one
+        effective = json.loads(t["effective_json"])
+        assert effective["replication.state"] == "s1: streaming sync, s2: streaming potential"
+        assert 0 < float(effective["replication.rtt_ms"]) < 50  # from h2 to h3
+    assert roles["standbys"].startswith("s1: db (h3, root@") and ", s2: replica (h2, " in \
+        roles["standbys"]
+    assert roles["client"].startswith("db (h3, root@")
     _nothing_left(h3)
+    _nothing_left(h2)
 
 
 def test_the_controller_killed_leaves_nothing_on_the_servers_or_the_clients_host(

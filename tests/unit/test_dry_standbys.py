@@ -122,3 +122,40 @@ def test_a_standby_host_plan_found_no_address_of_is_named_not_walked_here(
     assert "-S pgsweep_s" not in out  # no base backup shown
     shown = _section(out, "not shown")
     assert "the standbys, all of them" in shown and "standby s2 on host far" in shown
+
+
+ELSEWHERE = """
+[hosts.db]
+ssh = "root@10.9.9.2"
+[hosts.far]
+ssh = "root@10.9.9.3"
+[roles]
+server = "db"
+standbys = ["db", "far"]
+"""
+
+
+def test_a_server_elsewhere_has_one_standby_beside_it_and_one_on_a_host_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """[roles] server on db, s1 beside it (its name) and s2 on far: s2 is cloned on far over
+    TCP to db's address as this machine reached it, which db alone listens on and admits
+    far's address (and this machine's, the client's) from."""
+    reached = {"db": "10.9.9.1 50000 10.9.9.2 22", "far": "10.9.9.1 41000 10.9.9.3 22"}
+    out = _commands(tmp_path, BODY + ELSEWHERE, reached)
+    assert re.search(r"host far \(standby s2, through `pgsweep agent` over ssh\): over TCP to "
+                     r"10\.9\.9\.2:5432 \(a port free on db when the run starts\), as the "
+                     r"server admits from 10\.9\.9\.3 alone", out), out  # fmt: skip
+    assert "this machine (the client): the tool over TCP to 10.9.9.2:5432" in out
+    first = _section(out, "the first with new cluster")
+    here, there = first.split("\n    on host far:\n")
+    assert "-S pgsweep_s1" in here and "-S pgsweep_s2" not in here  # s1 beside it on db
+    work = "/var/tmp/pgsweep-work-r-DRYRUN"  # far's agent's work area
+    assert re.search(rf"pg_basebackup -h 10\.9\.9\.2 -p 5432 -U pgsweep -D {work}/"
+                     r"standbys/cluster-1-1-s2/data .*-S pgsweep_s2", there), there
+    assert "-c listen_addresses=10.9.9.2 " in here
+    assert "standby s2 on host far" not in _section(out, "not shown")  # walked, not named
+    # far not reached by plan: its standby is named, and none is walked as if beside db
+    unreached = _commands(tmp_path, BODY + ELSEWHERE, {"db": reached["db"]})
+    assert "-S pgsweep_s" not in unreached
+    assert "standby s2 on host far" in _section(unreached, "not shown")

@@ -68,10 +68,28 @@ def test_a_client_host_that_cannot_reach_the_servers_address_is_refused_at_plan(
     server = SimpleNamespace(name="db", hello={"ssh_connection": "10.0.0.1 50122 10.0.0.12 22"})
     client = _Cut("loadgen", users={None: (0, 0)})
     with pytest.raises(PgsweepError) as caught:
-        clients.reaches(client, server)  # type: ignore[arg-type]
+        clients.reaches(client, server, ["client", "standby"])  # type: ignore[arg-type]
     assert client.asked == ("10.0.0.12", 22, 1)  # the server's sshd, where this machine met it
-    assert caught.value.what.startswith("host loadgen cannot reach host db at 10.0.0.12")
+    assert caught.value.what.startswith("host loadgen (client and standby) cannot reach host "
+                                        "db at 10.0.0.12")  # fmt: skip
     assert "No route to host" in caught.value.what
+    assert "beside the server (roles names db)" in str(caught.value.fix)
+
+
+def test_a_server_elsewhere_reaches_each_other_roles_host_over_tcp() -> None:
+    """Which hosts reach a server on another host over TCP (`elsewhere`): the client's
+    (this machine's too) and each standby's of its own, once each; never the server's own."""
+    from pgsweep.spec.hosts import Topology
+
+    def topo(client: str, *standbys: str) -> Topology:
+        return Topology(client=client, standbys=standbys, server="db")
+
+    assert clients.elsewhere(topo("local")) == ["local"]
+    assert clients.elsewhere(topo("db", "db")) == []  # all beside it: no TCP at all
+    assert clients.elsewhere(topo("gen", "db", "far", "gen")) == ["gen", "far"]
+    assert clients.elsewhere(Topology(client="gen", standbys=("far",))) == []  # server here
+    t = topo("db", "db", "far")
+    assert [t.standby_elsewhere(n) for n in (1, 2, 3)] == [False, True, False]  # s3: beside
 
 
 def test_the_hba_line_admits_one_address_of_either_family() -> None:

@@ -44,12 +44,21 @@ def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
         for name in names:
             opened[name] = RemoteHost(topo.hosts[name]).open()
             check(opened[name], exp, roles_on(exp, name))
-        if topo.remote_server and topo.client not in (hosts.LOCAL, topo.server):
-            reaches(opened[topo.client], opened[topo.server])
+        for name in elsewhere(topo):
+            if name != hosts.LOCAL:
+                reaches(opened[name], opened[topo.server], roles_on(exp, name))
     except BaseException:
         close_all(opened)
         raise
     return opened
+
+
+def elsewhere(topo: hosts.Topology) -> list[str]:
+    """A server on another host: the hosts its other roles run on (local: this machine's
+    client), those that reach it over TCP; none when the server is here."""
+    if not topo.remote_server:
+        return []
+    return [n for n in dict.fromkeys([topo.client, *topo.standbys]) if n != topo.server]
 
 
 def roles_on(exp: Experiment, name: str) -> list[str]:
@@ -90,10 +99,10 @@ def check(host: RemoteHost, exp: Experiment, roles: list[str]) -> None:
         raise PgsweepError(f"{where}: pgbench runs there as {name}, who does not exist "
                            f"there ({exc})", fix=f"make the user there: useradd --system "
                            f"{name}") from None
-    if "server" in roles:
+    if "server" in roles or "standby" in roles:  # a standby streams from the same major
         same_postgres(host, exp, where)
-        if exp.topology.client == hosts.LOCAL:
-            seen_directly(host, where)
+    if "server" in roles and exp.topology.client == hosts.LOCAL:
+        seen_directly(host, where)
 
 
 def seen_directly(host: RemoteHost, where: str) -> None:
@@ -173,42 +182,48 @@ class ServerArea:
     registry: Path
 
 
-def server_elsewhere(server: RemoteHost, client: RemoteHost | None, run_name: str,
-                     user: RunAs | None, here: Path) -> tuple[ServerArea, HostSide | None]:
-    """A server on another host: the run's work area there, and its client's side: this
-    machine's (`client` None; the passfile in `here`, this run's local work area), another
-    host's (`client`), or none when the client is the server's own host (pgbench beside
-    it). The server listens on its own address as this machine reached it, on a port free
-    there, and admits the client's address alone."""
+def server_elsewhere(opened: dict[str, RemoteHost], topo: hosts.Topology, run_name: str,
+                     user: RunAs | None, here: Path) -> tuple[ServerArea, dict[str, HostSide]]:
+    """A server on another host: the run's work area there, and the side of each host its
+    other roles run on (`elsewhere`): this machine's, as the client (the passfile in
+    `here`, this run's local work area), or another host's (the client, standbys); none
+    for roles beside it. The server listens on its own address as this machine reached
+    it, on a port free there, and admits each side's address alone, all with one password
+    made for the run."""
+    server = opened[topo.server]
     controller, _, own, _ = server.hello["ssh_connection"].split()
     area = server.work_area(run_name, user)
     made = ServerArea(Path(area["workdir"]), Path(area["private"]), Path(area["socket_root"]),
                       area["run"], Path(area["registry"]))  # fmt: skip
-    if client is server:  # no TCP: neither a port nor a password
-        return made, None
+    names = elsewhere(topo)
+    if not names:  # no TCP: neither a port nor a password
+        return made, {}
     password = secrets.token_hex(16)
     port = free_port(server, [own])
-    if client is not None:
-        return made, host_side(client, run_name, user, password, port, address=own)
-    LOCAL.private_dir(here / "trials", 0o711)
-    passfile = here / "passfile"
-    LOCAL.write_file(passfile, passfile_line(own, port, password), 0o600, LOCAL.ids(user))
-    return made, HostSide(LOCAL, here, own, controller, port, passfile,
-                          scram_verifier(password), password)  # fmt: skip
+    sides = {n: host_side(opened[n], run_name, user, password, port, address=own)
+             for n in names if n != hosts.LOCAL}  # fmt: skip
+    if hosts.LOCAL in names:
+        LOCAL.private_dir(here / "trials", 0o711)
+        passfile = here / "passfile"
+        LOCAL.write_file(passfile, passfile_line(own, port, password), 0o600, LOCAL.ids(user))
+        sides[hosts.LOCAL] = HostSide(LOCAL, here, own, controller, port, passfile,
+                                      scram_verifier(password), password)  # fmt: skip
+    return made, sides
 
 
-def reaches(client: RemoteHost, server: RemoteHost) -> None:
-    """Read-only, at `plan`: the client's host reaches the server's at the address this
+def reaches(other: RemoteHost, server: RemoteHost, roles: list[str]) -> None:
+    """Read-only, at `plan`: another role's host reaches the server's at the address this
     machine reached it by (a TCP connection to its sshd there: the server will listen on
     that address)."""
     own, port = server.hello["ssh_connection"].split()[2:]
     try:
-        client.tcp_rtt(own, int(port), probes=1)
+        other.tcp_rtt(own, int(port), probes=1)
     except (OSError, RuntimeError) as exc:
-        raise PgsweepError(f"host {client.name} cannot reach host {server.name} at {own}, "
-                           f"the address the server will listen on ({exc})",
-                           fix="place the client on a host on the server's network, or "
-                           "leave roles.client out to run pgbench on this machine") from None
+        what = " and ".join(roles)
+        raise PgsweepError(f"host {other.name} ({what}) cannot reach host {server.name} at "
+                           f"{own}, the address the server will listen on ({exc})",
+                           fix=f"place the {what} on a host on the server's network, or "
+                           f"beside the server (roles names {server.name})") from None
 
 
 def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str, port: int,

@@ -57,10 +57,12 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     topo = exp.topology
     if topo.remote_server:
         host = DryHost(users, exp.canonical, topo.server)
-        workdir, sockets, me = drysides.server_elsewhere(exp, results, reached, host)
-        run = _run_context(exp, results, host, {}, me, (), (workdir, sockets))
-        beside = ", and pgbench beside it" if me is None else ""
-        head = [*drysides.server_lines(exp, run), "", f"host {topo.server} (the server{beside}, "
+        workdir, sockets, others = drysides.server_elsewhere(exp, results, reached, host)
+        run = _run_context(exp, results, host, {}, others.get(topo.client),
+                           tuple(others.get(n) for n in topo.standbys), (workdir, sockets))
+        beside = ", and pgbench beside it" if topo.client == topo.server else ""
+        head = [*drysides.server_lines(exp, run), *drysides.lines(exp, run), "",
+                f"host {topo.server} (the server{beside}, "
                 "through `pgsweep agent` over ssh; its reads are shown from this machine's, "
                 "its own may differ):"]  # fmt: skip
     else:
@@ -187,8 +189,9 @@ def _trial(exp: Experiment, resources: Resources, run: RunContext, trial_id: str
 def _standbys_walked(exp: Experiment, run: RunContext) -> bool:
     """Every standby's host has its side here (a host `plan` did not find an address of
     would otherwise be walked as if its standbys ran beside the primary)."""
-    return all(name == "local" or run.standby_side(i) is not None
-               for i, name in enumerate(exp.topology.standbys, 1))  # fmt: skip
+    topo = exp.topology
+    return all(not topo.standby_elsewhere(i) or run.standby_side(i) is not None
+               for i in range(1, len(topo.standbys) + 1))  # fmt: skip
 
 
 def _window(trial: TrialContext, folder: Path) -> list[str]:
@@ -358,7 +361,7 @@ def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str
         lines.append("the standbys, all of them: a standby's host has no address `plan` "
                      "found")  # fmt: skip
     for i, name in enumerate(exp.topology.standbys, 1):
-        if name != "local" and run.standby_side(i) is None:  # plan did not reach it
+        if exp.topology.standby_elsewhere(i) and run.standby_side(i) is None:  # not reached
             lines.append(f"standby s{i} on host {name}: its agent's work area, pg_basebackup "
                          "and the standby's server there over TCP, and the server's listener "
                          "and hba replication line for that host alone")  # fmt: skip

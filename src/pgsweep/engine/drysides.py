@@ -15,7 +15,7 @@ from ..host.local import LOCAL
 from ..host.recording import Effect
 from ..layers.context import HostSide, RunContext
 from ..spec import Experiment
-from .clients import free_port, scram_verifier
+from .clients import elsewhere, free_port, scram_verifier
 from .dryhost import DRY, DryHost
 
 
@@ -39,46 +39,51 @@ def sides(exp: Experiment, results: Path, client: str | None, reached: Mapping[s
 
 
 def server_elsewhere(exp: Experiment, results: Path, reached: Mapping[str, str],
-                     here: DryHost) -> tuple[Path, Path, HostSide | None]:  # fmt: skip
+                     here: DryHost) -> tuple[Path, Path, dict[str, HostSide]]:  # fmt: skip
     """A server on another host as `run` places it: the work area and socket folder its
-    agent makes there, and its client's side (this machine, or another host: over TCP to
-    the server's address as this machine reached it, admitted from the client's address
-    alone; None: pgbench beside it on its host)."""
+    agent makes there, and the side of each host its other roles run on (this machine as
+    its client, the client's host, standbys' hosts: over TCP to the server's address as
+    this machine reached it, each admitted from its own address alone; none for a role
+    beside the server)."""
     topo = exp.topology
     own = reached[topo.server].split()[2]
     name = results.resolve().name
     there = Path("/var/tmp") / f"pgsweep-work-{name}-{DRY}"  # an agent's, as on any host
     sockets = Path(f"/tmp/pgsweep-{name}-{DRY}")
-    if topo.client == topo.server:
-        return there, sockets, None
-    if topo.client != "local":
-        peer = reached[topo.client].split()[2]
-        client = HostSide(DryHost(here.users, here.canonical, topo.client), there, own, peer,
-                          SERVER_PORT, there / "passfile", scram_verifier(DRY), DRY)
-        return there, sockets, client
-    base = workarea.work_base(results, exp.user)
-    prefix = (".pgsweep-work-" if base == results
-              else f"pgsweep-work-{results.name}-{workarea.run_tag(results)}-")  # fmt: skip
-    mine = base.resolve() / f"{prefix}{DRY}"  # this run's own work area, here
-    controller = reached[topo.server].split()[0]
-    return there, sockets, HostSide(DryHost(here.users, here.canonical, "local (this machine)"),
-                                    mine, own, controller, SERVER_PORT, mine / "passfile",
-                                    scram_verifier(DRY), DRY)  # fmt: skip
+    out: dict[str, HostSide] = {}
+    for other in elsewhere(topo):
+        if other != "local":
+            found = reached.get(other, "").split()
+            if len(found) != 4:  # not reached: named in "not shown"
+                continue
+            peer = found[2]
+            out[other] = HostSide(DryHost(here.users, here.canonical, other, here.streaming),
+                                  there, own, peer, SERVER_PORT, there / "passfile",
+                                  scram_verifier(DRY), DRY, sockets)  # fmt: skip
+            continue
+        base = workarea.work_base(results, exp.user)
+        prefix = (".pgsweep-work-" if base == results
+                  else f"pgsweep-work-{results.name}-{workarea.run_tag(results)}-")  # fmt: skip
+        mine = base.resolve() / f"{prefix}{DRY}"  # this run's own work area, here
+        controller = reached[topo.server].split()[0]
+        out[other] = HostSide(DryHost(here.users, here.canonical, "local (this machine)"),
+                              mine, own, controller, SERVER_PORT, mine / "passfile",
+                              scram_verifier(DRY), DRY)  # fmt: skip
+    return there, sockets, out
 
 
 SERVER_PORT = 5432  # shown for the port a run finds free on the server's host
 
 
 def server_lines(exp: Experiment, run: RunContext) -> list[str]:
-    """A server on another host: its client's part (this machine's, or another host's)."""
+    """A server on another host: this machine's part as its client (another host's is in
+    `lines`)."""
     side, server = run.client_side, exp.topology.server
-    if side is None:
+    if side is None or not side.host.name.startswith("local"):
         return []
-    where = ("this machine (the client)" if side.host.name.startswith("local") else
-             f"host {side.host.name} (the client, through `pgsweep agent` over ssh)")  # fmt: skip
-    return ["", f"{where}: the tool over TCP to {side.address}:{side.port} (a port free on "
-            f"{server} when the run starts), as the server admits from {side.peer} alone, "
-            "with scram-sha-256 and a password made for the run:",
+    return ["", f"this machine (the client): the tool over TCP to {side.address}:{side.port} "
+            f"(a port free on {server} when the run starts), as the server admits from "
+            f"{side.peer} alone, with scram-sha-256 and a password made for the run:",
             f"  before the first trial: make {side.workdir}/trials (root, 0711); write "
             f"{side.passfile} (0600, the server user's): {side.address}:{side.port}:*:*:(the "
             "run's password)",
@@ -116,9 +121,12 @@ def lines(exp: Experiment, run: RunContext) -> list[str]:
         roles = ["the client"] if side is run.client_side else []
         roles += [f"standby s{i}" for i, s in enumerate(run.standby_sides, 1) if s is side]
         work = side.workdir
+        port = (f"a port free on {exp.topology.server} when the run starts"
+                if exp.topology.remote_server else
+                f"a port free when the run starts; {side.port} now")  # fmt: skip
         out += ["", f"host {side.host.name} ({', '.join(roles)}, through `pgsweep agent` over "
-                f"ssh): over TCP to {side.address}:{side.port} (a port free when the run "
-                f"starts; {side.port} now), as the server admits from {side.peer} alone, "
+                f"ssh): over TCP to {side.address}:{side.port} ({port}), as the server "
+                f"admits from {side.peer} alone, "
                 "with scram-sha-256 and a password made for the run:",
                 f"  before the first trial: make {work} (root, 0711; in that host's "
                 "PGSWEEP_WORK_BASE if it sets one) with trials/ and standbys/; "

@@ -233,17 +233,17 @@ def _context(exp: Experiment, remotes: dict[str, RemoteHost],
     host: Host = LOCAL
     workdir, private, sockets, run_id = area.workdir, area.private, area.socket_root, area.run
     registry = workarea.registry()
-    standbys: tuple[HostSide | None, ...] = ()  # a server elsewhere: its standbys beside it
     if topo.remote_server:
-        server = host = remotes[topo.server]
-        there, client = clients.server_elsewhere(server, remotes.get(topo.client),
-                                                 area.results.name, exp.user, area.workdir)
+        host = remotes[topo.server]
+        there, sides = clients.server_elsewhere(remotes, topo, area.results.name, exp.user,
+                                                area.workdir)  # fmt: skip
         workdir, private, sockets, run_id = (there.workdir, there.private, there.socket_root,
                                              there.run_id)  # fmt: skip
         registry = there.registry
     else:
         sides = clients.host_sides(remotes, area.results.name, exp.user)
-        client, standbys = sides.get(topo.client), tuple(sides.get(n) for n in topo.standbys)
+    # a role beside the server has no side: the server's own host (or this machine's)
+    client, standbys = sides.get(topo.client), tuple(sides.get(n) for n in topo.standbys)
     return RunContext(exp.binaries, exp.user, workdir, private, sockets, exp.canonical,
                       exp.builds, host=host, client_side=client, standby_sides=standbys,
                       run_id=run_id, registry=registry, grant=exp.grant,
@@ -308,12 +308,11 @@ def roles(exp: Experiment, remotes: dict[str, RemoteHost]) -> dict[str, str]:
         out["server.address"] = remotes[topo.server].hello["ssh_connection"].split()[2]
     if topo.client in remotes:
         out["client.address"] = remotes[topo.client].hello.get("ssh_connection", "").split()[2]
-    out["standbys"] = here if not topo.standbys else ", ".join(
+    beside = here if not topo.remote_server else f"beside the server: {named(topo.server)}"
+    out["standbys"] = beside if not topo.standbys else ", ".join(
         f"s{i}: {named(n)}" for i, n in enumerate(topo.standbys, 1))  # fmt: skip
     for i, name in enumerate(topo.standbys, 1):
         out |= _place(f"s{i}", name, remotes)
-    if topo.remote_server:  # its standbys run beside it
-        out["standbys"] = f"beside the server: {named(topo.server)}"
     return out
 
 

@@ -9,11 +9,13 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
 
     [roles]
     client = "loadgen"                 # where pgbench runs
-    standbys = ["replica1"]            # where standby s1 runs (s2, ... beyond the list: local)
+    standbys = ["replica1"]            # where standby s1 runs (s2, ...: beside the server)
 
 or the server on another host (`server = "db1"`: the client here, on its host, or on a
-third; the only layers are those whose every effect goes through the server's host:
-server settings, the cluster, the workload and standbys beside it; `REMOTE_SERVER_LAYERS`).
+third; each standby beside it (`standbys` naming db1, and those beyond the list) or on a
+host of its own; the only layers are those whose every effect goes through the server's
+host: server settings, the cluster, the workload and replication;
+`REMOTE_SERVER_LAYERS`).
 
 Nothing here can make ssh run something else: the destination may not start with "-" or
 hold a space, and the files are absolute paths checked before use (`check_files`)."""
@@ -85,7 +87,9 @@ class RolesTable(BaseModel):
     client: str = Field(LOCAL, description="where the workload tool (pgbench, sysbench, "
                         "pgreplay) runs: local or a [hosts] name")
     standbys: list[str] = Field(default_factory=list, max_length=8,
-                                description="where standby s1, s2, ... runs")  # fmt: skip
+                                description="where standby s1, s2, ... runs: local or a "
+                                "[hosts] name; the server's own host (and beyond the list): "
+                                "beside the server")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,9 @@ class Topology:
     hosts: dict[str, Target] = field(default_factory=dict)
     client: str = LOCAL
     notes: tuple[str, ...] = ()
-    standbys: tuple[str, ...] = ()  # standby s1's host, s2's, ...; beyond the list: local
-    server: str = LOCAL  # the server's host (another: the client is this machine)
+    # standby s1's host, s2's, ...; beyond the list: the server's (beside it)
+    standbys: tuple[str, ...] = ()
+    server: str = LOCAL  # the server's host
 
     @property
     def remote(self) -> bool:
@@ -103,7 +108,11 @@ class Topology:
 
     def standby_host(self, number: int) -> str:
         """Where standby s`number` (1, 2, ...) runs."""
-        return self.standbys[number - 1] if number <= len(self.standbys) else LOCAL
+        return self.standbys[number - 1] if number <= len(self.standbys) else self.server
+
+    def standby_elsewhere(self, number: int) -> bool:
+        """Standby s`number` runs on a host of its own, not beside the server."""
+        return self.standby_host(number) != self.server
 
     @property
     def remote_server(self) -> bool:
@@ -151,19 +160,23 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
 
 
 # the layers a server on another host runs with: each acts only through the server's host
-# (its standbys beside it there); the others check or claim this machine before the run
+# (and its standbys' hosts); the others check or claim this machine before the run
 # (devices, kernel values and their lock, the build cache)
 REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication")
 
 
 def _server_elsewhere(source: Source, r: RolesTable) -> None:
     """A server on another host: the client runs here (the default), beside it (its own
-    host) or on a third host, reaching it over TCP; its standbys run beside it there
-    (placing them on other hosts needs the server here)."""
-    if r.standbys:
-        raise source.error(("roles", "standbys"), f"with the server on {r.server}, standbys "
-                           "cannot be placed", fix="remove roles.standbys, or run pgsweep on "
-                           "the database machine to place standbys on other hosts")  # fmt: skip
+    host) or on a third host, reaching it over TCP; each standby beside it (named by its
+    host) or on another host, streaming over the real network, but not on this machine."""
+    if LOCAL in r.standbys:
+        n = r.standbys.index(LOCAL) + 1
+        raise source.error(("roles", "standbys"), f"standby s{n} is placed on local (this "
+                           f"machine), and the server on host {r.server}: a standby here of a "
+                           "server elsewhere is not run in this version",
+                           expected=f'"{r.server}" (beside the server) or another [hosts] name',
+                           fix=f'write "{r.server}" to run s{n} beside the server, or a host '
+                           "of its own")  # fmt: skip
 
 
 def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
@@ -263,7 +276,7 @@ def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]
                                    "primary in a network namespace here, where the client on "
                                    f"host {topo.client} cannot reach it",
                                    fix="remove replication.network, or roles.client")  # fmt: skip
-    placed = [n for n in range(1, len(topo.standbys) + 1) if topo.standby_host(n) != LOCAL]
+    placed = [n for n in range(1, len(topo.standbys) + 1) if topo.standby_elsewhere(n)]
     if not placed:
         return
     for config in configs:

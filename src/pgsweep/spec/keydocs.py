@@ -52,9 +52,9 @@ TABLES: dict[str, str] = {
     "(`pgsweep agent`). A host no role names is not contacted. The files named are absolute "
     "paths checked before use: regular files no other user can change.",
     "roles": "Where a trial's roles run: every role is on `local` (the machine pgsweep runs "
-    "on) unless placed on a host [hosts] names. In this version the server and its standbys "
-    "run where pgsweep runs; the client (pgbench) may run elsewhere, over TCP with the run's "
-    "password.",
+    "on) unless placed on a host [hosts] names: the server, the client (the workload tool) "
+    "and each standby, each reaching the server over TCP with the run's password when it "
+    "is not beside it.",
 }
 
 KEYS: dict[str, Doc] = {
@@ -303,19 +303,22 @@ KEYS: dict[str, Doc] = {
     "roles.server": ("Where the server runs: local (pgsweep's machine), or a [hosts] name. "
                      "A server on another host listens on its address as this machine "
                      "reached it; the client (this machine by default, its own host, or a "
-                     "third) reaches it over TCP with the run's password; its standbys run "
-                     "beside it there; the file may hold only [server], [cluster], "
-                     "[workload] and [replication] tables and factors (the other layers "
-                     "check or change this machine) and no roles.standbys.",
+                     "third) reaches it over TCP with the run's password; each standby "
+                     "runs beside it (roles.standbys naming it, or beyond the list) or on "
+                     "a host of its own, not on this machine; the file may hold only "
+                     "[server], [cluster], [workload] and [replication] tables and factors "
+                     "(the other layers check or change this machine).",
                      "local", "local or a [hosts] name"),
     "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
                      "or a [hosts] name. It reaches the server over TCP with the run's "
                      "password; a replay's log is copied there and its sessions' roles are "
                      "admitted by name from that host alone.", "local",
                      "local or a [hosts] name"),
-    "roles.standbys": ("Where standby s1, s2, ... runs: local or a [hosts] name each; standbys "
-                       "beyond the list run local. A standby on another host streams over "
-                       "the real network (TCP, scram-sha-256 with the run's password).",
+    "roles.standbys": ("Where standby s1, s2, ... runs: a [hosts] name, or the server's own "
+                       "host (local for a server here) to run it beside the server; standbys "
+                       "beyond the list run beside the server. A standby on another host "
+                       "streams over the real network (TCP, scram-sha-256 with the run's "
+                       "password, admitted for replication alone).",
                        ["local", "replica1"], "a list of local or [hosts] names"),
     "report.alpha": ("The chance of any false \"different\" among a metric's verdicts.", 0.05,
                      ""),
