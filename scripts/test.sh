@@ -31,7 +31,8 @@ fi
 # SSH, made their lane the longest: ci39, 10m50s). Which module goes where is about
 # what it shares with the machine:
 # - machine (phase 1): modules that change kernel values, huge page pools, mounts, loop
-#   devices or cgroups, or compare every server, process, shared memory segment and
+#   devices or cgroups (test_remote_os: through a simulated host's agent, which holds the
+#   machine's kernel lock), or compare every server, process, shared memory segment and
 #   pgsweep folder on the machine before and after: no other lane's server may run beside
 #   them (it would be one of those, and a reserved huge page pool would be taken by it).
 #   A compile is none of those (tests/prebuild.py keeps its scratch off /tmp);
@@ -77,7 +78,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
-         tests/unit/test_bad_experiments.py
+         tests/unit/test_bad_experiments.py tests/integration/test_remote_os.py
          tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
 # 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done

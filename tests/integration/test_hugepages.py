@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pgsweep, requires_pg, trials, write_experiment
+from pgsweep.host.local import LOCAL
 from pgsweep.layers import hugepages
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="huge page pools need root")
@@ -58,7 +59,7 @@ os.huge_pages = {levels}
 def test_each_level_is_mapped_by_the_server_and_pools_restored(
     tmp_path: Path, state_dir: Path
 ) -> None:
-    levels = hugepages.offered()
+    levels = hugepages.offered(LOCAL)
     if "2MB" not in levels:
         pytest.skip("no 2 MB huge page pool")
     before = _pools()
@@ -149,7 +150,7 @@ def test_a_short_reservation_is_retried_after_making_room(
     """Ask for one 1 GB page more than the kernel gives right now: pgsweep drops the page
     cache (the trial warms up first), compacts memory and asks again; the trial runs if
     that made room, else fails saying what it got each time. Pools as they were after."""
-    if "1GB" not in hugepages.offered():
+    if "1GB" not in hugepages.offered(LOCAL):
         pytest.skip("no 1 GB huge page pool")
     got = _gigantic_pages_the_kernel_gives()
     if got >= 8 or _mem_available_gb() < got + 4:

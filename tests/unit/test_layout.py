@@ -108,7 +108,6 @@ DRY = "the dry run's own host (a Host): it reads this machine and changes nothin
 FLEET = "a fleet's controller: its folder here and Ansible (each group runs pgsweep there)"
 ALLOWED = {
     ("layers/build.py", "check_host"): PLAN,
-    ("layers/oslayer.py", "validate"): PLAN,
     ("layers/room.py", "_room"): PLAN,
     ("layers/room.py", "_device_bytes"): PLAN,
     ("layers/server_include.py", "_read"): INPUTS,

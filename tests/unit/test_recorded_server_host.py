@@ -150,3 +150,45 @@ def test_a_resumed_run_puts_every_role_where_its_first_trials_did(tmp_path: Path
         with pytest.raises(PgsweepError) as caught:
             same_places(was, then, tmp_path)
         assert caught.value.what.startswith(f"{tmp_path} ran {said}"), caught.value.what
+
+
+def _os_ctx(host: RecordingHost) -> SimpleNamespace:
+    def error(path: tuple[str, ...], what: str, **kw: object) -> PgsweepError:
+        return PgsweepError(what, where=".".join(path), **kw)  # type: ignore[arg-type]
+
+    return SimpleNamespace(host=host, source=SimpleNamespace(error=error))
+
+
+def test_a_server_elsewhere_has_its_os_checks_read_and_its_kernel_lock_taken_there() -> None:
+    """[os] beside a server on another host: what its kernel offers is read on that host
+    (the cgroup controller, the huge page pools, the THP menus), and the kernel lock is
+    taken by that host's agent, nothing on this machine."""
+    from pgsweep.host.kernelfiles import CGROUP_V1_MEMORY, THP_FILES, hugepage_pool
+    from pgsweep.layers.os_tables import OsSettings
+    from pgsweep.layers.oslayer import OsLayer, _offered
+
+    thp = str(THP_FILES["thp"])
+    bare = RecordingHost("db", files={thp: "always [madvise] never"}, users={None: (0, 0)})
+    with pytest.raises(PgsweepError) as caught:
+        _offered({"memory_limit": 2**30}, {}, _os_ctx(bare))  # type: ignore[arg-type]
+    assert "which host db does not have mounted" in caught.value.what
+    with pytest.raises(PgsweepError) as caught:
+        _offered({"huge_pages": "2MB"}, {}, _os_ctx(bare))  # type: ignore[arg-type]
+    assert caught.value.what.startswith("the kernel of host db has no pool of 2MB")
+    with pytest.raises(PgsweepError) as caught:
+        _offered({}, {"thp": ["never", "sometimes"]}, _os_ctx(bare))  # type: ignore[arg-type]
+    assert f"{thp} on host db offers no 'sometimes'" in caught.value.what
+    assert caught.value.where == "factors.os.thp"
+    full = RecordingHost("db", users={None: (0, 0)}, files={
+        thp: "always [madvise] never", str(CGROUP_V1_MEMORY / "memory.limit_in_bytes"): "-1"})
+    full.dirs.add(str(hugepage_pool(2048)))
+    _offered({"memory_limit": 2**30, "huge_pages": "2MB", "thp": "never"}, {},
+             _os_ctx(full))  # type: ignore[arg-type]  # fmt: skip
+    assert [e.kind for e in full.effects] == []  # read only
+    settings = OsSettings(True, None, {"thp": "never"}, None, None, False, None, {})
+    OsLayer().claim_host(full, [settings], "PID 1, /results")
+    (lock,) = full.effects
+    assert (lock.kind, lock.what) == ("kernel_lock", "/run/pgsweep-kernel.lock")
+    unused = OsSettings(False, None, {}, None, None, False, None, {})
+    OsLayer().claim_host(bare, [unused], "PID 1, /results")  # no [os]: no lock
+    assert bare.effects == []

@@ -25,6 +25,7 @@ from ..layers.workload_tools import PACKAGES as TOOL_PACKAGES
 from ..layers.workload_tools import program
 from ..postgres.access import passfile_line
 from ..spec import Experiment, hosts
+from . import plans
 
 SCRAM_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
 # what each role runs on its host, found at the same path as here
@@ -44,6 +45,10 @@ def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
         for name in names:
             opened[name] = RemoteHost(topo.hosts[name]).open()
             check(opened[name], exp, roles_on(exp, name))
+        if topo.remote_server:  # its layers' checks (the os layer's devices), through it
+            server = opened[topo.server]
+            plans.check_server_host(exp, server, Path(server.hello.get("work_base",
+                                                                        "/var/tmp")))
         for name in elsewhere(topo):
             if name != hosts.LOCAL:
                 reaches(opened[name], opened[topo.server], roles_on(exp, name))

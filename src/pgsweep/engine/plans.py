@@ -16,6 +16,8 @@ from typing import Any
 
 from ..errors import PgsweepError
 from ..host import safefs, workarea
+from ..host.api import Host
+from ..host.local import LOCAL
 from ..layers.base import ResourceLayer
 from ..plan import (
     Plan,
@@ -168,18 +170,30 @@ def preflight(exp: Experiment, results: Path) -> Path:
     area will be on."""
     results = safefs.trusted_target(results, "the results folder")
     where = existing(workarea.work_base(results, exp.user))
+    if exp.topology.remote_server:  # its host is checked once reached (check_server_host)
+        return where
     configs = all_settings(exp)
     for layer in exp.layers:
-        layer.check_host(where, [c[layer.name] for c in configs], exp.grant)
-        # after the devices' own checks; a server on another host: its room is there, and
-        # not checked before the run (this version reads no filesystem's room through a host)
-        if isinstance(layer, ResourceLayer) and not exp.topology.remote_server:
+        layer.check_host(LOCAL, where, [c[layer.name] for c in configs], exp.grant)
+        if isinstance(layer, ResourceLayer):  # after the devices' own checks
             layer.check_room(configs, where)
     return where
 
 
-def claim_host(exp: Experiment, results: Path) -> None:
-    """`run` only, after `preflight`: what one run at a time may hold on this machine."""
+def check_server_host(exp: Experiment, host: Host, where: Path) -> None:
+    """A server on another host, once its agent answers (`plan` too): every layer's checks
+    of that host, read through its agent; `where` is its agents' work base there (its
+    filesystems' room is not checked before the run: this version reads none through a
+    host)."""
     configs = all_settings(exp)
     for layer in exp.layers:
-        layer.claim_host([c[layer.name] for c in configs], f"PID {os.getpid()}, {results}")
+        layer.check_host(host, where, [c[layer.name] for c in configs], exp.grant)
+
+
+def claim_host(exp: Experiment, results: Path, host: Host) -> None:
+    """`run` only, after the read-only checks: what one run at a time may hold on the
+    server's host (this machine's, or the agent's there: held until it exits)."""
+    configs = all_settings(exp)
+    for layer in exp.layers:
+        layer.claim_host(host, [c[layer.name] for c in configs],
+                         f"PID {os.getpid()}, {results}")  # fmt: skip

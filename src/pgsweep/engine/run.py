@@ -67,13 +67,16 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         stale, unrestored = journal.recover_stale(LOCAL)
         check_results_folder(results, resume)
         where = preflight(exp, results)
-        claim_host(exp, results)  # e.g. one run at a time changes kernel settings
+        if not exp.topology.remote_server:  # e.g. one run at a time changes kernel settings
+            claim_host(exp, results, LOCAL)
         # builds before anything else is made (exit 2 for a setting one lacks leaves no
         # results folder), after every read-only check (no compile for a bad file)
         exp.builds = buildprep.prepare(exp, reporter.building, LOCAL)
         remotes = clients.open_hosts(exp)  # reached and checked before anything is made
         fresh = not results.exists()
         try:
+            if exp.topology.remote_server:  # held by its agent until it exits
+                claim_host(exp, results, remotes[exp.topology.server])
             plan, store = _open(exp, results, resume, where)
         except BaseException:
             clients.close_all(remotes)

@@ -103,6 +103,7 @@ class Agent:
     def _hello(self) -> dict[str, Any]:
         return {"protocol": wire.PROTOCOL, "version": __version__, "uid": os.geteuid(),
                 "hostname": socket.gethostname(),
+                "work_base": str(workarea.fallback_base()),  # where its work areas go
                 "ssh_connection": os.environ.get("SSH_CONNECTION", "")}  # fmt: skip
 
     def _call(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +188,10 @@ class Agent:
     def do_sync(self) -> None:
         self.host.sync()
 
+    def do_hold_kernel_lock(self, who: str) -> None:
+        """Held by this agent until it exits, as a local run holds it until it exits."""
+        self.host.hold_kernel_lock(who)
+
     def do_make_kernel_dir(self, path: str) -> None:
         from .journal import allowed
 
@@ -202,9 +207,9 @@ class Agent:
         self.host.chown(Path(path), uid, gid)
 
     def do_write_kernel(self, path: str, value: str) -> None:
-        from .journal import allowed
+        from .journal import writable
 
-        if not allowed(path) and not path.endswith(("drop_caches", "compact_memory")):
+        if not writable(path):
             raise OSError(f"pgsweep does not change {path}")
         self.host.write_kernel(Path(path), value)
 

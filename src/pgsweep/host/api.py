@@ -190,6 +190,12 @@ class Host(ABC):
         written directly."""
 
     @abstractmethod
+    def hold_kernel_lock(self, who: str) -> None:
+        """Take the host's kernel lock for as long as this host object's process lives (one
+        run at a time changes kernel values there; journal.hold_kernel_lock): PgsweepError
+        naming the run that holds it."""
+
+    @abstractmethod
     def make_kernel_dir(self, path: Path) -> None:
         """Make a directory in a kernel filesystem (a cgroup), which must not exist."""
 

@@ -55,6 +55,21 @@ ALLOWED = re.compile(
 )
 
 
+# what the os layer writes in a memory cgroup of its own (the limit, and the counters it
+# resets for each trial); the cgroup itself is journaled (ALLOWED), these go with it
+CGROUP_FILES = re.compile(r"^/sys/fs/cgroup/memory/pgsweep-[0-9-]+/"
+                          r"memory\.(limit_in_bytes|max_usage_in_bytes|failcnt)$")
+TRIGGERS = ("/proc/sys/vm/drop_caches", "/proc/sys/vm/compact_memory")  # written, not set
+
+
+def writable(path: str) -> bool:
+    """What an agent writes in the kernel's files when asked (`write_kernel`): what a
+    journal may set, a trigger, or a file of pgsweep's own memory cgroup; nothing else."""
+    if "/../" in path or path.endswith("/.."):
+        return False
+    return allowed(path) or path in TRIGGERS or CGROUP_FILES.fullmatch(path) is not None
+
+
 def allowed(path: str) -> bool:
     if "/../" in path or path.endswith("/.."):
         return False

@@ -4,6 +4,10 @@ huge page pools, sysctls, the page cache drop, the cgroup v1 memory controller."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .api import Host
 
 THP = Path("/sys/kernel/mm/transparent_hugepage")
 THP_FILES = {
@@ -23,6 +27,7 @@ def hugepage_pool(kb: int) -> Path:
     return HUGEPAGE_POOLS / f"hugepages-{kb}kB"
 
 
-def hugepage_levels() -> list[str]:
-    """The os.huge_pages levels this kernel has a pool for."""
-    return ["off", *(lv for lv, kb in HUGEPAGE_LEVELS.items() if hugepage_pool(kb).is_dir())]
+def hugepage_levels(host: Host) -> list[str]:
+    """The os.huge_pages levels the host's kernel has a pool for."""
+    return ["off", *(lv for lv, kb in HUGEPAGE_LEVELS.items()
+                     if (st := host.lstat(hugepage_pool(kb))) is not None and st.is_dir)]

@@ -124,6 +124,11 @@ class LocalHost(Host):
     def sync(self) -> None:
         os.sync()
 
+    def hold_kernel_lock(self, who: str) -> None:
+        from .journal import hold_kernel_lock
+
+        hold_kernel_lock(who)
+
     def write_kernel(self, path: Path, value: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # in place: no create
         try:

@@ -243,6 +243,9 @@ class RecordingHost(Host):
     def sync(self) -> None:
         self.effects.append(Effect("sync", "all filesystems"))
 
+    def hold_kernel_lock(self, who: str) -> None:
+        self.effects.append(Effect("kernel_lock", "/run/pgsweep-kernel.lock", {"who": who}))
+
     def write_kernel(self, path: Path, value: str) -> None:
         old = self.files.get(str(path))
         self.effects.append(Effect("write_kernel", str(path), {"old": old, "new": value}))

@@ -282,6 +282,9 @@ class RemoteHost(Host):
     def make_kernel_dir(self, path: Path) -> None:
         self.call("make_kernel_dir", path=str(path))
 
+    def hold_kernel_lock(self, who: str) -> None:
+        self.call("hold_kernel_lock", who=f"{who}, through host {self.name}'s agent")
+
     def chown(self, path: Path, uid: int, gid: int) -> None:
         self.call("chown", path=str(path), uid=uid, gid=gid)
 

@@ -114,16 +114,16 @@ class Layer(ABC):
         """After every layer validated its own keys: refuse combinations across layers, given
         every configuration's typed settings of every layer. Changes nothing."""
 
-    def check_host(self, where: Path, settings: list[Any],  # noqa: B027
+    def check_host(self, host: Host, where: Path, settings: list[Any],  # noqa: B027
                    grant: Grant | None = None) -> None:  # fmt: skip
-        """Before anything runs (`plan` too): refuse (PgsweepError, exit 2) what this
-        machine cannot do for any configuration's settings of this layer; `where` is on the
-        filesystem the work area will be on; `grant`: what the command line allows beyond
-        the file (--allow-device, --wipe). Read-only."""
+        """Before anything runs (`plan` too): refuse (PgsweepError, exit 2) what the server's
+        host cannot do for any configuration's settings of this layer; `where` is on the
+        filesystem the work area will be on there; `grant`: what the command line allows
+        beyond the file (--allow-device, --wipe). Read-only."""
 
-    def claim_host(self, settings: list[Any], who: str) -> None:  # noqa: B027
+    def claim_host(self, host: Host, settings: list[Any], who: str) -> None:  # noqa: B027
         """`run` only, after every read-only check and before anything is made: take what
-        one run at a time may hold on this machine (`who` says which run holds it)."""
+        one run at a time may hold on the server's host (`who` says which run holds it)."""
 
     def record_inputs(self, results: Path) -> None:  # noqa: B027
         """Copy what the run depends on beyond the file next to the results (scripts)."""

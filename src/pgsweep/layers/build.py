@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import sources
+from ..host.api import Host
 from ..host.blockdev import Grant
 from ..host.builds import Build, BuildSpec
 from ..postgres.binaries import Binaries
@@ -270,7 +271,7 @@ class BuildLayer(ResourceLayer):
     def coexist(self, configs: Sequence[Mapping[str, Any]], where: Any) -> str | None:
         return None
 
-    def check_host(self, where: Any, settings: list[BuildSettings],
+    def check_host(self, host: Host, where: Any, settings: list[BuildSettings],
                    grant: Grant | None = None) -> None:  # fmt: skip
         """The tools a build needs (plan says so before anything is fetched)."""
         specs = [s.spec for s in settings if s.spec is not None]

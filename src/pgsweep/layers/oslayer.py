@@ -15,12 +15,11 @@ from typing import Any
 from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError, internal
-from ..host import areaprocs, journal
+from ..host import areaprocs
 from ..host.api import Host
 from ..host.blockdev import Grant
 from ..host.journal import UndoJournal
 from ..host.kernelfiles import CGROUP_V1_MEMORY, DROP_CACHES, THP_FILES
-from ..host.local import LOCAL
 from ..postgres.binaries import Binaries
 from ..units import parse_size
 from . import hugepages, sysctls
@@ -58,45 +57,14 @@ class OsLayer(Layer):
         self.factor_keys = set(factors)
         if values["drop_caches"] != "never" or "drop_caches" in factors:
             self.used.add("drop_caches")
-        if self.used and os.geteuid() != 0:
+        if self.used and ctx.host.ids(None)[0] != 0:
             names = ", ".join(f"os.{k}" for k in sorted(self.used))
             raise ctx.source.error(
                 ("os",) if base else ("factors", "os"),
                 f"these os factors change the kernel and need root: {names}",
                 fix="run pgsweep as root, or remove the os settings",
             )
-        limits = [values.get("memory_limit"), *factors.get("memory_limit", [])]
-        if (
-            any(v is not None for v in limits)
-            and not (CGROUP_V1_MEMORY / "memory.limit_in_bytes").exists()
-        ):
-            raise ctx.source.error(
-                ("factors", "os", "memory_limit")
-                if "memory_limit" in factors
-                else ("os", "memory_limit"),
-                "os.memory_limit needs the cgroup v1 memory controller at "
-                f"{CGROUP_V1_MEMORY}, which this machine does not have mounted",
-                fix="mount it (mount -t cgroup -o memory cgroup /sys/fs/cgroup/memory) or "
-                "remove os.memory_limit; `pgsweep doctor` shows the cgroups here",
-            )
-        for level in [values.get("huge_pages"), *factors.get("huge_pages", [])]:
-            if level is not None and level not in hugepages.offered():
-                raise ctx.source.error(
-                    ("factors", "os", "huge_pages") if "huge_pages" in factors
-                    else ("os", "huge_pages"),
-                    f"this kernel has no pool of {level} huge pages "
-                    f"(no {hugepages.pool(hugepages.LEVELS[level])})",
-                    expected=f"one of {', '.join(hugepages.offered())}",
-                    fix="pick a size `pgsweep doctor` lists",
-                )  # fmt: skip
-        for key, path in THP_FILES.items():
-            for level in [values.get(key), *factors.get(key, [])]:
-                if level is not None and level not in menu(ctx.host, path):
-                    raise ctx.source.error(
-                        ("factors", "os", key) if key in factors else ("os", key),
-                        f"{path} offers no {level!r}",
-                        expected=f"one of {', '.join(menu(ctx.host, path))}",
-                    )
+        _offered(values, factors, ctx)
         for key in [k for k in values if k.startswith("sysctl.")]:
             sysctls.check_levels(key, [values[key]], ctx, in_factors=False)
         for key in [k for k in factors if k.startswith("sysctl.")]:
@@ -165,22 +133,23 @@ class OsLayer(Layer):
                     fix="raise the limit or lower shared_buffers in that configuration",
                 )  # fmt: skip
 
-    def claim_host(self, settings: list[OsSettings], who: str) -> None:
+    def claim_host(self, host: Host, settings: list[OsSettings], who: str) -> None:
         if any(s.used for s in settings):
-            journal.hold_kernel_lock(who)
+            host.hold_kernel_lock(who)
 
-    def check_host(self, where: Path, settings: list[OsSettings],
+    def check_host(self, host: Host, where: Path, settings: list[OsSettings],
                    grant: Grant | None = None) -> None:  # fmt: skip
         """Before anything runs: every scheduler level must be offered by the devices the
-        clusters will live on."""
-        queues = _queues(LOCAL, where)  # the machine pgsweep runs on: the server's
+        clusters will live on (on the server's host)."""
+        queues = _queues(host, where)
+        there = "" if host.name.startswith("local") else f" on host {host.name}"
         for s in settings:
             for dev, queue in queues.items():
-                offered = menu(LOCAL, queue / "scheduler")
+                offered = menu(host, queue / "scheduler")
                 if s.io_scheduler is not None and s.io_scheduler not in offered:
                     raise PgsweepError(
-                        f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}, which "
-                        f"holds {where}",
+                        f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}{there}, "
+                        f"which holds {where}",
                         where=str(queue / "scheduler"),
                         expected=f"one of {', '.join(offered)}",
                         fix="pick a scheduler the device lists (`modprobe` may add bfq/kyber)",
@@ -357,6 +326,40 @@ class OsRun:
     # kernel file -> (key, value before this run changed it): what a configuration that
     # leaves the key unset runs with
     originals: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _offered(values: dict[str, Value], factors: dict[str, list[Any]],
+             ctx: ValidationContext) -> None:  # fmt: skip
+    """What the server's host must offer for the file's levels: the cgroup v1 memory
+    controller, a pool of each huge page size, each THP menu's choice (read on that host:
+    this machine, or the server's other host through its agent)."""
+    host = ctx.host
+    where = "this machine" if host.name.startswith("local") else f"host {host.name}"
+
+    def at(key: str) -> tuple[str, ...]:
+        return ("factors", "os", key) if key in factors else ("os", key)
+
+    limits = [values.get("memory_limit"), *factors.get("memory_limit", [])]
+    if any(v is not None for v in limits) and \
+            host.lstat(CGROUP_V1_MEMORY / "memory.limit_in_bytes") is None:
+        raise ctx.source.error(at("memory_limit"), "os.memory_limit needs the cgroup v1 memory "
+                               f"controller at {CGROUP_V1_MEMORY}, which {where} does not "
+                               "have mounted", fix="mount it (mount -t cgroup -o memory cgroup "
+                               "/sys/fs/cgroup/memory) or remove os.memory_limit; `pgsweep "
+                               "doctor` shows the cgroups there")  # fmt: skip
+    offered = hugepages.offered(host)
+    for level in [values.get("huge_pages"), *factors.get("huge_pages", [])]:
+        if level is not None and level not in offered:
+            raise ctx.source.error(at("huge_pages"), f"the kernel of {where} has no pool of "
+                                   f"{level} huge pages (no "
+                                   f"{hugepages.pool(hugepages.LEVELS[level])})",
+                                   expected=f"one of {', '.join(offered)}",
+                                   fix="pick a size `pgsweep doctor` lists")  # fmt: skip
+    for key, path in THP_FILES.items():
+        for level in [values.get(key), *factors.get(key, [])]:
+            if level is not None and level not in menu(host, path):
+                raise ctx.source.error(at(key), f"{path} on {where} offers no {level!r}",
+                                       expected=f"one of {', '.join(menu(host, path))}")
 
 
 def _cgroup() -> Path:

@@ -21,6 +21,7 @@ from ..collect import devices
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host import blockdev
+from ..host.api import Host
 from ..units import parse_size
 from . import storage_build
 from .base import ResourceLayer, ValidationContext, check_subtable, check_table
@@ -163,7 +164,7 @@ class StorageLayer(ResourceLayer):
                 fix="give pg_wal a device of its own, or remove wal_device",
             )
 
-    def check_host(self, where: Path, settings: list[StorageSettings],
+    def check_host(self, host: Host, where: Path, settings: list[StorageSettings],
                    grant: blockdev.Grant | None = None) -> None:  # fmt: skip
         """Real devices: named on the command line, and not in use; zfs-fuse usable; each
         configuration's loop images fit. Read-only."""

@@ -43,7 +43,7 @@ def report() -> list[tuple[str, str, str]]:
     room = _gigantic_room()
     if room:
         rows.append(("huge pages", "1048576kB now", room))
-    rows.append(("huge pages", "os.huge_pages levels", ", ".join(hugepage_levels())))
+    rows.append(("huge pages", "os.huge_pages levels", ", ".join(hugepage_levels(LOCAL))))
     for key, path in THP_FILES.items():
         rows.append(("THP", key, path.read_text().strip() if path.exists() else "absent"))
     for queue in sorted(devices.SYS_BLOCK.glob("*/queue/scheduler")):

@@ -20,7 +20,6 @@ from typing import Any
 from ..core import Cost, Value
 from ..errors import PgsweepError
 from ..host.blockdev import Grant
-from ..host.local import LOCAL
 from ..host.proc import RunAs
 from ..layers import all_layers
 from ..layers.base import Layer, Source, ValidationContext
@@ -328,14 +327,15 @@ def load(path: Path) -> Experiment:
     rounds = (adaptive.max_rounds or adaptive.min_rounds) if adaptive else int(rep.rounds or 3)
     _check_size(source, factors, rounds)
     _check_baseline(source, report, factors)
-    _check_root(source, doc, factors, layers)
+    if not topo.remote_server:  # else its agent's, checked root when it is reached
+        _check_root(source, doc, factors, layers)
     user = resolve_user(pg.user, source)
     bindir = pgbin.locate(pg.bin, where=source.where("postgres", "bin"))
     with tempfile.TemporaryDirectory(prefix="pgsweep-inspect-") as scratch:
         binaries = pgbin.inspect(bindir, Path(scratch), user)
     base: dict[str, dict[str, Value]] = {}
-    with pgbin.ValueChecker(binaries, user) as checker:
-        ctx = ValidationContext(source, binaries, checker, user, host=LOCAL)
+    with pgbin.ValueChecker(binaries, user) as checker, hosts.asked(source, doc, topo) as host:
+        ctx = ValidationContext(source, binaries, checker, user, host=host)
         for layer in layers:
             table = doc.get(layer.name, {})
             if not isinstance(table, dict):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import PgsweepError
 from ..host import safefs
-from ..host.remote import Target
+from ..host.api import Host
+from ..host.local import LOCAL as LOCAL_HOST
+from ..host.remote import RemoteHost, Target
 from ..layers.base import Source
 from .tables import validated
 
@@ -162,7 +166,10 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
 # the layers a server on another host runs with: each acts only through the server's host
 # (and its standbys' hosts); the others check or claim this machine before the run
 # (devices, kernel values and their lock, the build cache)
-REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication")
+REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication", "os")
+# the layers whose checks read the server's host (kernel menus, pools, sysctl ranges): for
+# a server on another host, `asked` reaches it while the file is checked
+READS_HOST = ("os",)
 
 
 def _server_elsewhere(source: Source, r: RolesTable) -> None:
@@ -204,6 +211,24 @@ def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
         raise source.error(where, f"{table}.{key} {why}, and the server runs on host "
                            f"{topo.server}", fix=f"remove {table}.{key}, or run pgsweep on "
                            'the database machine (roles.server = "local")')  # fmt: skip
+
+
+@contextmanager
+def asked(source: Source, doc: dict[str, Any], topo: Topology) -> Iterator[Host]:
+    """The host a file's layer checks read: this machine, or for a server on another host
+    whose file has a layer that reads it (`READS_HOST`), that host through its agent (its
+    key files checked first), closed after the checks (RemoteHost.open: exit 2 naming the
+    host when it cannot be reached)."""
+    factors: dict[str, Any] = doc["factors"] if isinstance(doc.get("factors"), dict) else {}
+    if not topo.remote_server or not any(doc.get(n) or n in factors for n in READS_HOST):
+        yield LOCAL_HOST
+        return
+    check_files(source, topo)
+    host = RemoteHost(topo.hosts[topo.server]).open()
+    try:
+        yield host
+    finally:
+        host.close()
 
 
 def _given(table: Any, key: str) -> Any:

@@ -1,0 +1,168 @@
+"""[os] beside a server on another host ([roles] server): the kernel values and the kernel
+lock are that host's, changed and put back by its agent, with this machine's controller
+measuring (os.memory_limit's cgroup through an agent is covered on the recording host:
+here a process under a simulated host's sshd cannot move itself into a memory cgroup, the
+kernel answers EIO). One simulated host (sshd in a network namespace, see
+tests/sshhosts.py) changes real kernel values here: kernel values are global, so this
+module runs in the suite's machine lane, alone (scripts/test.sh)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import pgsweep, requires_pg, trials, write_experiment
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sshhosts import SimHost, ssh_hosts
+
+pytestmark = requires_pg
+PGSWEEP = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "pgsweep")
+SWAPPINESS = Path("/proc/sys/vm/swappiness")
+DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
+LOCK = Path("/run/pgsweep-kernel.lock")
+
+
+def _defrag() -> tuple[str, str]:
+    """THP defrag now, and another choice its menu offers."""
+    menu = DEFRAG.read_text().split()
+    now = next(c for c in menu if c.startswith("["))[1:-1]
+    return now, next(c for c in menu if not c.startswith("["))
+
+
+@pytest.fixture(scope="module")
+def db() -> Iterator[SimHost]:
+    with ssh_hosts(1) as made:
+        yield made[0]
+
+
+def _body(h: SimHost, duration: str, defrag: str) -> str:
+    return f"""
+        [experiment]
+        name = "remote-os"
+        seed = 5
+        [hosts.db]
+        ssh = "root@{h.address}"
+        identity_file = "{h.identity}"
+        known_hosts = "{h.known_hosts}"
+        pgsweep = "{PGSWEEP}"
+        [roles]
+        server = "db"
+        [cluster]
+        scale = 1
+        [workload]
+        script = "select-only"
+        duration = "{duration}"
+        rate = 200  # conftest.MECHANICS
+        warmup = "0s"
+        [os]
+        thp_defrag = "{defrag}"
+        [factors]
+        os.sysctl."vm.swappiness" = [7, 9]
+        [repeat]
+        rounds = 1
+    """
+
+
+def _start(path: Path, results: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
+                             "--results", str(results)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+
+
+def _lock_held() -> bool:
+    fd = os.open(LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _wait_for(what: str, ready: object, run: subprocess.Popen[str], seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():  # type: ignore[operator]
+        if run.poll() is not None:
+            raise AssertionError(f"the run ended before {what}: {run.communicate()}")
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
+
+
+def _nothing_left(h: SimHost) -> None:
+    deadline = time.monotonic() + 30
+    while len(h.pids()) > 1 and time.monotonic() < deadline:  # the agent puts back, exits
+        time.sleep(0.2)
+    assert len(h.pids()) == 1  # its sshd alone
+
+
+def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
+    db: SimHost, tmp_path: Path, state_dir: Path
+) -> None:
+    original, other = SWAPPINESS.read_text().strip(), _defrag()
+    assert original not in ("7", "9")
+    path = write_experiment(tmp_path, _body(db, "2s", other[1]))
+    plan = pgsweep("plan", str(path), "--commands")
+    assert plan.returncode == 0, plan.stderr
+    server_part = plan.stdout.split("host db (the server")[1]
+    assert "/proc/sys/vm/swappiness" in server_part and str(DEFRAG) in server_part
+    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)  # plan: nothing
+    run = _start(path, tmp_path / "res")
+    try:
+        _wait_for("swappiness set", lambda: SWAPPINESS.read_text().strip() in ("7", "9"), run)
+        assert _defrag()[0] == other[1]
+        # taken by the agent on db (this machine's kernel, here), while the run lasts
+        assert _lock_held() and "through host db's agent" in LOCK.read_text()
+        # a run here that changes kernel values is refused while db's agent holds the lock
+        here = write_experiment(tmp_path, '[experiment]\nname = "here"\n[os]\n'
+                                'sysctl."vm.swappiness" = 11\n[workload]\nduration = "1s"\n',
+                                "here.toml")  # fmt: skip
+        refused = pgsweep("run", str(here), "--results", str(tmp_path / "here"))
+        assert refused.returncode == 2 and "through host db's agent" in refused.stderr
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+            pgsweep("restore", timeout=300)
+    assert run.returncode == 0, out + err
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    effective = [json.loads(row["effective_json"]) for row in rows]  # read back on db
+    assert sorted(e["os.sysctl.vm.swappiness"] for e in effective) == ["7", "9"]
+    assert all(e["os.thp_defrag"] == other[1] for e in effective)
+    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)
+    assert not _lock_held()
+    _nothing_left(db)
+
+
+def test_the_controller_killed_leaves_the_servers_hosts_kernel_as_it_was(
+    db: SimHost, tmp_path: Path, state_dir: Path
+) -> None:
+    original, other = SWAPPINESS.read_text().strip(), _defrag()
+    path = write_experiment(tmp_path, _body(db, "30s", other[1]))
+    run = _start(path, tmp_path / "res")
+    try:
+        _wait_for("swappiness set", lambda: SWAPPINESS.read_text().strip() in ("7", "9"), run)
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        _nothing_left(db)  # the agent saw its stdin end, put db back and exited
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        restore = pgsweep("restore", timeout=300)
+    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)
+    assert not _lock_held()
+    assert restore.returncode == 0, restore.stdout + restore.stderr
