@@ -31,8 +31,7 @@ fi
 # SSH, made their lane the longest: ci39, 10m50s). Which module goes where is about
 # what it shares with the machine:
 # - machine (phase 1): modules that change kernel values, huge page pools, mounts, loop
-#   devices or cgroups (test_remote_os: through a simulated host's agent, which holds the
-#   machine's kernel lock), or compare every server, process, shared memory segment and
+#   devices or cgroups, or compare every server, process, shared memory segment and
 #   pgsweep folder on the machine before and after: no other lane's server may run beside
 #   them (it would be one of those, and a reserved huge page pool would be taken by it).
 #   A compile is none of those (tests/prebuild.py keeps its scratch off /tmp);
@@ -48,7 +47,9 @@ fi
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
 #   other, and no other lane makes any), and test_examples (plan refuses a ZFS experiment
-#   while a zfs-fuse pgsweep did not start runs: test_storage's);
+#   while a zfs-fuse pgsweep did not start runs: test_storage's); test_remote_os, whose
+#   simulated host's agent holds the machine's kernel lock, after test_storage (the one
+#   module of phase 2 that runs [os] here);
 # - build (phase 2): modules whose leftovers are told apart by their results folder's
 #   tag (conftest.leftovers);
 # - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts (sshd in namespaces of
@@ -78,7 +79,7 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
-         tests/unit/test_bad_experiments.py tests/integration/test_remote_os.py
+         tests/unit/test_bad_experiments.py
          tests/integration/test_server_levels.py tests/integration/test_plan_commands.py)
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
 # 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done
@@ -86,7 +87,7 @@ machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
 network=(tests/integration/test_replication.py
          tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py)
+         tests/unit/test_examples.py tests/integration/test_remote_os.py)
 build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py

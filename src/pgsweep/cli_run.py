@@ -50,8 +50,10 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     from .engine import clients
 
     remotes = clients.open_hosts(exp)  # every host reached and checked, read-only
-    clients.close_all(remotes)
-    reached = {n: str(h.hello.get("ssh_connection", "")) for n, h in remotes.items()}
+    try:
+        reached = clients.reached(exp, remotes)
+    finally:
+        clients.close_all(remotes)
     for name, host in remotes.items():
         roles = clients.roles_on(exp, name)
         programs = ", ".join(clients.programs_on(exp, name))

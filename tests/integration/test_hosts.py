@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -629,18 +630,47 @@ def test_a_server_elsewhere_streams_to_a_standby_beside_it_and_one_on_another_ho
     _nothing_left(h2)
 
 
+@contextmanager
+def _second_link(a: SimHost, b: SimHost) -> Iterator[str]:
+    """A link of their own between a and b (a second interface each), and a's route to b's
+    bridge address through it: a reaches b from its address on that link, not from the
+    one this machine reaches it at. Yields that address; the link goes afterwards."""
+    net = f"10.254.{os.getpid() % 250}"
+    subprocess.run(["ip", "link", "add", "x2", "netns", a.name, "type", "veth", "peer", "name",
+                    "x2", "netns", b.name], check=True)  # fmt: skip
+    try:
+        for h, end in ((a, 1), (b, 2)):
+            subprocess.run(["ip", "-n", h.name, "addr", "add", f"{net}.{end}/30", "dev", "x2"],
+                           check=True)  # fmt: skip
+            subprocess.run(["ip", "-n", h.name, "link", "set", "x2", "up"], check=True)
+        subprocess.run(["ip", "-n", a.name, "route", "add", f"{b.address}/32", "via",
+                        f"{net}.2"], check=True)  # fmt: skip
+        yield f"{net}.1"
+    finally:
+        subprocess.run(["ip", "-n", a.name, "link", "delete", "x2"], check=False)
+
+
 def test_the_controller_killed_leaves_nothing_on_the_servers_or_the_clients_host(
     hosts: list[SimHost], tmp_path: Path, state_dir: Path
 ) -> None:
+    """The client on a third host, h1, which reaches the server's host h3 over a link of
+    their own: the server admits h1's address on that link alone (where its connections
+    come from), not the one this machine reaches h1 at."""
     h1, h2, h3 = hosts
+    with _second_link(h1, h3) as second:
+        _killed_third_host(h1, h2, h3, second, tmp_path, state_dir)
+
+
+def _killed_third_host(h1: SimHost, h2: SimHost, h3: SimHost, second: str, tmp_path: Path,
+                       state_dir: Path) -> None:  # fmt: skip
     path = write_experiment(tmp_path, _server_body(h3, duration="20s", rounds=1, client=h1))
     plan = pgsweep("plan", str(path), "--commands")
     assert plan.returncode == 0, plan.stderr
-    assert f"as the server admits from {h1.address} alone" in plan.stdout
+    assert f"as the server admits from {second} alone" in plan.stdout
     assert "host loadgen (the client, through `pgsweep agent`" in plan.stdout
     run = _start(path, tmp_path / "res")
     try:
-        _wait_for_pgbench(h1)  # the third host, over the bridge to h3
+        _wait_for_pgbench(h1)  # the third host, over its own link to h3
         assert _postgres_on(h3)
         listening = [a for a in _listeners(h3) if not a.endswith(":22")]  # not its sshd
         assert len(listening) == 1 and listening[0].startswith(f"{h3.address}:"), listening

@@ -3,8 +3,9 @@ lock are that host's, changed and put back by its agent, with this machine's con
 measuring (os.memory_limit's cgroup through an agent is covered on the recording host:
 here a process under a simulated host's sshd cannot move itself into a memory cgroup, the
 kernel answers EIO). One simulated host (sshd in a network namespace, see
-tests/sshhosts.py) changes real kernel values here: kernel values are global, so this
-module runs in the suite's machine lane, alone (scripts/test.sh)."""
+tests/sshhosts.py) changes real kernel values here, and holds the machine's kernel lock:
+no other module of its phase runs [os] beside it (scripts/test.sh: the network lane, after
+test_storage)."""
 
 from __future__ import annotations
 
@@ -27,16 +28,9 @@ from sshhosts import SimHost, ssh_hosts
 
 pytestmark = requires_pg
 PGSWEEP = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "pgsweep")
-SWAPPINESS = Path("/proc/sys/vm/swappiness")
-DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
+EXPIRE = Path("/proc/sys/vm/dirty_expire_centisecs")  # no other test touches it
+WRITEBACK = Path("/proc/sys/vm/dirty_writeback_centisecs")  # nor this one
 LOCK = Path("/run/pgsweep-kernel.lock")
-
-
-def _defrag() -> tuple[str, str]:
-    """THP defrag now, and another choice its menu offers."""
-    menu = DEFRAG.read_text().split()
-    now = next(c for c in menu if c.startswith("["))[1:-1]
-    return now, next(c for c in menu if not c.startswith("["))
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +39,7 @@ def db() -> Iterator[SimHost]:
         yield made[0]
 
 
-def _body(h: SimHost, duration: str, defrag: str) -> str:
+def _body(h: SimHost, duration: str) -> str:
     return f"""
         [experiment]
         name = "remote-os"
@@ -65,9 +59,9 @@ def _body(h: SimHost, duration: str, defrag: str) -> str:
         rate = 200  # conftest.MECHANICS
         warmup = "0s"
         [os]
-        thp_defrag = "{defrag}"
+        sysctl."vm.dirty_writeback_centisecs" = 493
         [factors]
-        os.sysctl."vm.swappiness" = [7, 9]
+        os.sysctl."vm.dirty_expire_centisecs" = [2907, 2909]
         [repeat]
         rounds = 1
     """
@@ -100,6 +94,10 @@ def _wait_for(what: str, ready: object, run: subprocess.Popen[str], seconds: flo
         time.sleep(0.05)
 
 
+def _values() -> tuple[str, str]:
+    return EXPIRE.read_text().strip(), WRITEBACK.read_text().strip()
+
+
 def _nothing_left(h: SimHost) -> None:
     deadline = time.monotonic() + 30
     while len(h.pids()) > 1 and time.monotonic() < deadline:  # the agent puts back, exits
@@ -110,24 +108,24 @@ def _nothing_left(h: SimHost) -> None:
 def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
     db: SimHost, tmp_path: Path, state_dir: Path
 ) -> None:
-    original, other = SWAPPINESS.read_text().strip(), _defrag()
-    assert original not in ("7", "9")
-    path = write_experiment(tmp_path, _body(db, "2s", other[1]))
+    original = _values()
+    assert original[0] not in ("2907", "2909") and original[1] != "493"
+    path = write_experiment(tmp_path, _body(db, "2s"))
     plan = pgsweep("plan", str(path), "--commands")
     assert plan.returncode == 0, plan.stderr
     server_part = plan.stdout.split("host db (the server")[1]
-    assert "/proc/sys/vm/swappiness" in server_part and str(DEFRAG) in server_part
-    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)  # plan: nothing
+    assert str(EXPIRE) in server_part and str(WRITEBACK) in server_part
+    assert _values() == original  # plan: nothing
     run = _start(path, tmp_path / "res")
     try:
-        _wait_for("swappiness set", lambda: SWAPPINESS.read_text().strip() in ("7", "9"), run)
-        assert _defrag()[0] == other[1]
+        _wait_for("the expiry set", lambda: EXPIRE.read_text().strip() in ("2907", "2909"), run)
+        assert WRITEBACK.read_text().strip() == "493"
         # taken by the agent on db (this machine's kernel, here), while the run lasts
         assert _lock_held() and "through host db's agent" in LOCK.read_text()
         # a run here that changes kernel values is refused while db's agent holds the lock
-        here = write_experiment(tmp_path, '[experiment]\nname = "here"\n[os]\n'
-                                'sysctl."vm.swappiness" = 11\n[workload]\nduration = "1s"\n',
-                                "here.toml")  # fmt: skip
+        here = write_experiment(tmp_path, '[experiment]\nname = "here"\n[os]\nsysctl.'
+                                '"vm.dirty_expire_centisecs" = 2911\n[workload]\n'
+                                'duration = "1s"\n', "here.toml")  # fmt: skip
         refused = pgsweep("run", str(here), "--results", str(tmp_path / "here"))
         assert refused.returncode == 2 and "through host db's agent" in refused.stderr
         out, err = run.communicate(timeout=300)
@@ -140,9 +138,10 @@ def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
     rows = trials(tmp_path / "res")
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     effective = [json.loads(row["effective_json"]) for row in rows]  # read back on db
-    assert sorted(e["os.sysctl.vm.swappiness"] for e in effective) == ["7", "9"]
-    assert all(e["os.thp_defrag"] == other[1] for e in effective)
-    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)
+    assert sorted(e["os.sysctl.vm.dirty_expire_centisecs"] for e in effective) == ["2907",
+                                                                                 "2909"]
+    assert all(e["os.sysctl.vm.dirty_writeback_centisecs"] == "493" for e in effective)
+    assert _values() == original
     assert not _lock_held()
     _nothing_left(db)
 
@@ -150,11 +149,11 @@ def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
 def test_the_controller_killed_leaves_the_servers_hosts_kernel_as_it_was(
     db: SimHost, tmp_path: Path, state_dir: Path
 ) -> None:
-    original, other = SWAPPINESS.read_text().strip(), _defrag()
-    path = write_experiment(tmp_path, _body(db, "30s", other[1]))
+    original = _values()
+    path = write_experiment(tmp_path, _body(db, "30s"))
     run = _start(path, tmp_path / "res")
     try:
-        _wait_for("swappiness set", lambda: SWAPPINESS.read_text().strip() in ("7", "9"), run)
+        _wait_for("the expiry set", lambda: EXPIRE.read_text().strip() in ("2907", "2909"), run)
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
         _nothing_left(db)  # the agent saw its stdin end, put db back and exited
@@ -163,6 +162,6 @@ def test_the_controller_killed_leaves_the_servers_hosts_kernel_as_it_was(
             run.kill()
             run.wait()
         restore = pgsweep("restore", timeout=300)
-    assert (SWAPPINESS.read_text().strip(), _defrag()) == (original, other)
+    assert _values() == original
     assert not _lock_held()
     assert restore.returncode == 0, restore.stdout + restore.stderr

@@ -192,3 +192,30 @@ def test_a_server_elsewhere_has_its_os_checks_read_and_its_kernel_lock_taken_the
     unused = OsSettings(False, None, {}, None, None, False, None, {})
     OsLayer().claim_host(bare, [unused], "PID 1, /results")  # no [os]: no lock
     assert bare.effects == []
+
+
+def test_each_host_is_admitted_from_the_address_it_sends_from_to_the_server() -> None:
+    """A host with several interfaces reaches the server from its route's source, not
+    from the address this machine reached it at: `plan` shows (and `run` admits) that one;
+    the server's own host keeps its own address, where the server listens."""
+    from pgsweep.spec.hosts import Topology
+
+    asked: list[tuple[str, str]] = []
+
+    def host(name: str, ssh: str, source: str) -> SimpleNamespace:
+        def route(address: str) -> str:
+            asked.append((name, address))
+            return source
+
+        return SimpleNamespace(hello={"ssh_connection": ssh}, source_address=route)
+
+    opened = {"db": host("db", "10.0.0.1 5000 10.0.0.12 22", "unused"),
+              "gen": host("gen", "10.0.0.1 5001 10.0.0.11 22", "10.9.0.1")}  # fmt: skip
+    exp = SimpleNamespace(topology=Topology(client="gen", server="db"))
+    out = clients.reached(exp, opened)  # type: ignore[arg-type]
+    assert out == {"db": "10.0.0.1 5000 10.0.0.12 22", "gen": "10.0.0.1 5001 10.9.0.1 22"}
+    assert asked == [("gen", "10.0.0.12")]  # towards where the server listens
+    asked.clear()  # a server here: towards this machine's address as each host sees it
+    here = clients.reached(SimpleNamespace(topology=Topology(client="gen")),  # type: ignore[arg-type]
+                           {"gen": opened["gen"]})  # type: ignore[dict-item]  # fmt: skip
+    assert here == {"gen": "10.0.0.1 5001 10.9.0.1 22"} and asked == [("gen", "10.0.0.1")]

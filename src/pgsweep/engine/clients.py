@@ -216,6 +216,21 @@ def server_elsewhere(opened: dict[str, RemoteHost], topo: hosts.Topology, run_na
     return made, sides
 
 
+def reached(exp: Experiment, opened: dict[str, RemoteHost]) -> dict[str, str]:
+    """Each host's SSH_CONNECTION as `plan` shows a run's addresses from it (dryrun): for a
+    host reaching the server over TCP, its own address there is the one it sends from to
+    reach the server's listening address (host_side's)."""
+    out = {n: str(h.hello.get("ssh_connection", "")) for n, h in opened.items()}
+    server = exp.topology.server
+    for name, host in opened.items():
+        fields = out[name].split()
+        if name == server or len(fields) != 4:
+            continue
+        listens = out[server].split()[2] if server in opened else fields[0]
+        out[name] = " ".join([*fields[:2], host.source_address(listens), fields[3]])
+    return out
+
+
 def reaches(other: RemoteHost, server: RemoteHost, roles: list[str]) -> None:
     """Read-only, at `plan`: another role's host reaches the server's at the address this
     machine reached it by (a TCP connection to its sshd there: the server will listen on
@@ -235,9 +250,11 @@ def host_side(host: RemoteHost, run_name: str, user: RunAs | None, password: str
               epoch: int = 0, address: str | None = None) -> HostSide:  # fmt: skip
     """This run's side of one host: its work area (trials/ for pgbench, standbys/ for the
     standbys' data), and the passfile its roles reach the server with: at `address` (a
-    server on another host), else at this machine's address as that host reaches it."""
-    controller, _, own, _ = host.hello["ssh_connection"].split()
-    controller = address or controller
+    server on another host), else at this machine's address as that host reaches it. The
+    server admits the address that host sends from to reach it (its route's source: with
+    several interfaces, not always the one this machine reached it at)."""
+    controller = address or host.hello["ssh_connection"].split()[0]
+    own = host.source_address(controller)
     area = host.work_area(run_name, user)
     workdir = Path(area["workdir"])
     host.private_dir(workdir / "trials", 0o711)

@@ -300,6 +300,9 @@ class Agent:
     def do_free_port(self, addresses: list[str]) -> int:
         return self.host.free_port(addresses)
 
+    def do_source_address(self, address: str) -> str:
+        return self.host.source_address(address)
+
     def do_tcp_rtt(self, address: str, port: int, probes: int) -> float:
         return self.host.tcp_rtt(address, port, probes)
 

@@ -302,6 +302,11 @@ class Host(ABC):
         """The median time, in ms, to open a TCP connection to address:port from here."""
 
     @abstractmethod
+    def source_address(self, address: str) -> str:
+        """The address of this host's own that its kernel sends from to reach `address`
+        (a route's source: the one a server there sees this host's connections come from)."""
+
+    @abstractmethod
     def free_port(self, addresses: list[str]) -> int:
         """A TCP port free on each of `addresses` (this host's own), bound and let go;
         OSError when one cannot be bound at all."""

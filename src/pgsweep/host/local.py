@@ -193,6 +193,12 @@ class LocalHost(Host):
                 times.append((time.perf_counter() - began) * 1000)
         return float(statistics.median(times))
 
+    def source_address(self, address: str) -> str:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:  # connect() sends nothing
+            s.connect((address, 9))
+            return str(s.getsockname()[0])
+
     def free_port(self, addresses: list[str]) -> int:
         for _ in range(50):
             port = _bind(addresses[0], 0)

@@ -391,6 +391,9 @@ class RecordingHost(Host):
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return 0.1
 
+    def source_address(self, address: str) -> str:
+        return self.files.get(f"route-source:{address}", "192.0.2.10")  # scripted, else TEST-NET
+
     def free_port(self, addresses: list[str]) -> int:
         return 5433
 

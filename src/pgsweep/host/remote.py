@@ -351,6 +351,9 @@ class RemoteHost(Host):
         return PgsweepError(f"host {self.name} was asked for a [build]: a server on another "
                             "host runs without [build] in this version")
 
+    def source_address(self, address: str) -> str:
+        return str(self.call("source_address", address=address))
+
     def free_port(self, addresses: list[str]) -> int:
         return int(self.call("free_port", addresses=addresses))
 
