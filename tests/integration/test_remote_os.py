@@ -39,7 +39,18 @@ def db() -> Iterator[SimHost]:
         yield made[0]
 
 
-def _body(h: SimHost, duration: str) -> str:
+OS = """
+[os]
+sysctl."vm.dirty_writeback_centisecs" = 493
+"""
+OS_FACTOR = 'os.sysctl."vm.dirty_expire_centisecs" = [2907, 2909]'
+STORAGE = """
+[storage]
+device = "loop:1GiB"
+"""
+
+
+def _body(h: SimHost, duration: str, tables: str = OS, factor: str = OS_FACTOR) -> str:
     return f"""
         [experiment]
         name = "remote-os"
@@ -58,10 +69,9 @@ def _body(h: SimHost, duration: str) -> str:
         duration = "{duration}"
         rate = 200  # conftest.MECHANICS
         warmup = "0s"
-        [os]
-        sysctl."vm.dirty_writeback_centisecs" = 493
+        {tables}
         [factors]
-        os.sysctl."vm.dirty_expire_centisecs" = [2907, 2909]
+        {factor}
         [repeat]
         rounds = 1
     """
@@ -85,13 +95,32 @@ def _lock_held() -> bool:
     return False
 
 
-def _wait_for(what: str, ready: object, run: subprocess.Popen[str], seconds: float = 120) -> None:
+def _wait_for(what: str, ready: object, run: subprocess.Popen[str], seconds: float = 120,
+              every: float = 0.05) -> None:  # fmt: skip
     deadline = time.monotonic() + seconds
     while not ready():  # type: ignore[operator]
         if run.poll() is not None:
             raise AssertionError(f"the run ended before {what}: {run.communicate()}")
         assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.05)
+        time.sleep(every)
+
+
+def _mounts(h: SimHost) -> str:
+    """The mount table of the host's own mount namespace (its sshd's, where its agent
+    mounts), as a session there reads it."""
+    return subprocess.run(h.ssh_argv("cat", "/proc/self/mounts"), capture_output=True,
+                          text=True, timeout=30, check=True).stdout  # fmt: skip
+
+
+def _loops() -> list[str]:
+    """The machine's loop devices backed by a file (global: the hosts share the kernel)."""
+    out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True,
+                         text=True, timeout=30, check=True).stdout  # fmt: skip
+    return sorted(line for line in out.splitlines() if line.split()[1:])
+
+
+def _mounted(h: SimHost) -> bool:
+    return "/storage/mnt-1 " in _mounts(h)
 
 
 def _values() -> tuple[str, str]:
@@ -149,14 +178,19 @@ def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
 def test_the_controller_killed_leaves_the_servers_hosts_kernel_as_it_was(
     db: SimHost, tmp_path: Path, state_dir: Path
 ) -> None:
-    original = _values()
-    path = write_experiment(tmp_path, _body(db, "30s"))
+    """Mid-trial, with a filesystem on a loop device under the server too: the agent puts
+    the kernel values back, unmounts and detaches, and exits."""
+    original, loops = _values(), _loops()
+    path = write_experiment(tmp_path, _body(db, "30s", OS + STORAGE))
     run = _start(path, tmp_path / "res")
     try:
         _wait_for("the expiry set", lambda: EXPIRE.read_text().strip() in ("2907", "2909"), run)
+        _wait_for("db's storage mounted", lambda: _mounted(db), run, every=0.3)
+        assert len(_loops()) == len(loops) + 1
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
         _nothing_left(db)  # the agent saw its stdin end, put db back and exited
+        assert "pgsweep-work" not in _mounts(db) and _loops() == loops
     finally:
         if run.poll() is None:
             run.kill()
@@ -165,3 +199,36 @@ def test_the_controller_killed_leaves_the_servers_hosts_kernel_as_it_was(
     assert _values() == original
     assert not _lock_held()
     assert restore.returncode == 0, restore.stdout + restore.stderr
+
+
+def test_filesystems_on_loop_devices_are_made_and_mounted_on_the_servers_host(
+    db: SimHost, tmp_path: Path, state_dir: Path
+) -> None:
+    """[storage] beside a server elsewhere: its agent attaches a loop device over a sparse
+    image in its work area, makes each filesystem and mounts it in that host's own mount
+    table (not this machine's); each trial records what its data sits on; all of it goes
+    at the end."""
+    loops = _loops()
+    body = _body(db, "2s", STORAGE, 'storage.filesystem = ["ext4", "xfs"]')
+    path = write_experiment(tmp_path, body)
+    run = _start(path, tmp_path / "res")
+    try:
+        _wait_for("db's storage mounted", lambda: _mounted(db), run, every=0.3)
+        mounted = [line for line in _mounts(db).splitlines() if "/storage/mnt-" in line]
+        assert len(mounted) == 1 and mounted[0].startswith("/dev/loop"), mounted
+        assert "/storage/mnt-" not in Path("/proc/self/mounts").read_text()  # db's alone
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+            pgsweep("restore", timeout=300)
+    assert run.returncode == 0, out + err
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    effective = [json.loads(row["effective_json"]) for row in rows]
+    assert sorted(e["storage.filesystem"] for e in effective) == ["ext4", "xfs"]
+    assert all(e["storage.device"].startswith("/dev/loop") for e in effective)
+    assert all(e["storage.root"] == "0711 uid 0" for e in effective)
+    _nothing_left(db)
+    assert "/storage/mnt-" not in _mounts(db) and _loops() == loops

@@ -219,3 +219,24 @@ def test_each_host_is_admitted_from_the_address_it_sends_from_to_the_server() ->
     here = clients.reached(SimpleNamespace(topology=Topology(client="gen")),  # type: ignore[arg-type]
                            {"gen": opened["gen"]})  # type: ignore[dict-item]  # fmt: skip
     assert here == {"gen": "10.0.0.1 5001 10.9.0.1 22"} and asked == [("gen", "10.0.0.1")]
+
+
+def test_a_server_elsewhere_has_its_storage_checked_on_its_host() -> None:
+    """[storage] beside a server on another host: the filesystem's mkfs is looked for on
+    that host, and the loop images must fit that host's work base (not this machine's)."""
+    from pgsweep.layers.storage import StorageLayer
+    from pgsweep.layers.storage_build import FsSettings, StorageSettings
+
+    layer = StorageLayer()
+    ctx = _os_ctx(RecordingHost("db", users={None: (0, 0)}, files={"which:mkfs.ext4": "/x"}))
+    ctx.where = {}
+    with pytest.raises(PgsweepError) as caught:
+        layer.validate({"device": "loop:1GiB"}, {"filesystem": ["ext4", "xfs"]},
+                       ctx)  # type: ignore[arg-type]  # fmt: skip
+    assert caught.value.what == "xfs needs mkfs.xfs, which is not installed on host db"
+    image = FsSettings("loop:8GiB", 8 << 30, "ext4", "", "", None, False)
+    small = RecordingHost("db", files={"free:/var/tmp": str(4 << 30)})
+    with pytest.raises(PgsweepError) as caught:
+        layer.check_host(small, Path("/var/tmp"), [StorageSettings(True, image, None)])
+    assert "loop:8GiB may grow to 8.0 GiB in /var/tmp on host db" in caught.value.what
+    assert "4.0 GiB free" in caught.value.what and small.effects == []  # read only

@@ -46,6 +46,10 @@ def all_settings(exp: Experiment) -> list[dict[str, Any]]:
 def why_not_alive(exp: Experiment, where: Path) -> str:
     """Why the resources of every configuration cannot all be kept alive, or ""."""
     configs = all_settings(exp)
+    storages = {repr(c["storage"]) for c in configs if getattr(c.get("storage"), "used", 0)}
+    if exp.topology.remote_server and len(storages) > 1:  # `where` is this machine's
+        return (f"storage: the room for {len(storages)} storages' loop images on host "
+                f"{exp.topology.server} is not read before the run: one at a time")
     for layer in exp.layers:
         if isinstance(layer, ResourceLayer):
             reason = layer.coexist(configs, where)

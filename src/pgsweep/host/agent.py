@@ -300,6 +300,12 @@ class Agent:
     def do_free_port(self, addresses: list[str]) -> int:
         return self.host.free_port(addresses)
 
+    def do_which(self, program: str) -> str | None:
+        return self.host.which(program)
+
+    def do_free_bytes(self, path: str) -> int:
+        return self.host.free_bytes(Path(path))
+
     def do_source_address(self, address: str) -> str:
         return self.host.source_address(address)
 

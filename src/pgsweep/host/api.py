@@ -258,6 +258,15 @@ class Host(ABC):
         its root made root's, 0711; `nocow`: chattr +C on it (btrfs)."""
 
     @abstractmethod
+    def which(self, program: str) -> str | None:
+        """The path of `program` on this host's PATH (root's), or None: what `plan` checks
+        a layer's tools are there."""
+
+    @abstractmethod
+    def free_bytes(self, path: Path) -> int:
+        """Bytes free to root on the filesystem holding `path` (statvfs)."""
+
+    @abstractmethod
     def has_nocow(self, path: Path) -> bool:
         """The directory carries the C (no copy-on-write) attribute; no link followed."""
 

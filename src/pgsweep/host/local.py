@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import stat
 import statistics
@@ -192,6 +193,12 @@ class LocalHost(Host):
             with socket.create_connection((address, port), timeout=5):
                 times.append((time.perf_counter() - began) * 1000)
         return float(statistics.median(times))
+
+    def which(self, program: str) -> str | None:
+        return shutil.which(program)
+
+    def free_bytes(self, path: Path) -> int:
+        return shutil.disk_usage(path).free
 
     def source_address(self, address: str) -> str:
         family = socket.AF_INET6 if ":" in address else socket.AF_INET

@@ -391,6 +391,12 @@ class RecordingHost(Host):
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:
         return 0.1
 
+    def which(self, program: str) -> str | None:
+        return self.files.get(f"which:{program}")  # scripted: absent unless given
+
+    def free_bytes(self, path: Path) -> int:
+        return int(self.files.get(f"free:{path}", str(1 << 40)))  # scripted, else a TiB
+
     def source_address(self, address: str) -> str:
         return self.files.get(f"route-source:{address}", "192.0.2.10")  # scripted, else TEST-NET
 

@@ -351,6 +351,13 @@ class RemoteHost(Host):
         return PgsweepError(f"host {self.name} was asked for a [build]: a server on another "
                             "host runs without [build] in this version")
 
+    def which(self, program: str) -> str | None:
+        found = self.call("which", program=program)
+        return str(found) if found else None
+
+    def free_bytes(self, path: Path) -> int:
+        return int(self.call("free_bytes", path=str(path)))
+
     def source_address(self, address: str) -> str:
         return str(self.call("source_address", address=address))
 

@@ -81,16 +81,17 @@ class StorageLayer(ResourceLayer):
                 ("storage", "device"), "the storage layer needs a device",
                 fix='add device = "loop:8GiB" (a sparse file) to [storage]',
             )  # fmt: skip
-        if os.geteuid() != 0:
+        if ctx.host.ids(None)[0] != 0:
             raise ctx.source.error(("storage",), "the storage layer (mkfs, mount) needs root",
                                    fix="run pgsweep as root, or remove [storage]")  # fmt: skip
+        there = "" if ctx.host.name.startswith("local") else f" on host {ctx.host.name}"
         for fs in [values["filesystem"], *factors.get("filesystem", [])]:
             tool = blockdev.MKFS.get(str(fs), ["zfs-fuse"])[0]
-            if shutil.which(tool) is None:
+            if ctx.host.which(tool) is None:
                 raise ctx.source.error(
                     ("factors", "storage", "filesystem") if "filesystem" in factors
                     else ("storage", "filesystem"),
-                    f"{fs} needs {tool}, which is not installed",
+                    f"{fs} needs {tool}, which is not installed{there}",
                     fix=f"apt-get install {blockdev.PACKAGES[str(fs)]}",
                 )  # fmt: skip
         self.where = {k: ctx.source.where(*(("factors", "storage", k) if k in factors
@@ -174,7 +175,9 @@ class StorageLayer(ResourceLayer):
 
             zfsfuse.check_host()
         for s in used:
-            _check_space(where, [s], self.where.get("device", "storage.device"))
+            _check_space(host, where, [s], self.where.get("device", "storage.device"))
+        if host.name != "local":  # a server elsewhere: loop devices alone (spec.hosts)
+            return
         with tempfile.TemporaryDirectory(prefix="pgsweep-devcheck-") as scratch:
             for key, attr in (("device", "data"), ("wal_device", "wal")):
                 for device in sorted({fs.device for s in used if (fs := getattr(s, attr))
@@ -309,17 +312,19 @@ def _same_disk(a: str, b: str) -> bool:
     return disks[0] == disks[1]
 
 
-def _check_space(where: Path, settings: list[StorageSettings], key: str) -> None:
+def _check_space(host: Host, where: Path, settings: list[StorageSettings], key: str) -> None:
     """A sparse image can grow to its full size: refuse images the work area's filesystem
-    could not hold (with a GiB to spare), rather than fill the disk mid-run."""
-    free = shutil.disk_usage(where).free
+    (on the server's host) could not hold (with a GiB to spare), rather than fill the disk
+    mid-run."""
+    free = host.free_bytes(where)
     for s in settings:
         specs = [fs for fs in (s.data, s.wal) if fs is not None and fs.loop_bytes]
         need = sum(fs.loop_bytes or 0 for fs in specs)
         if need and need > free - SPARE:
             raise PgsweepError(
                 f"{' + '.join(fs.device for fs in specs)} may grow to {need / 1024**3:.1f} GiB "
-                f"in {where}, whose filesystem has {free / 1024**3:.1f} GiB free (pgsweep keeps "
+                f"in {where}{'' if host.name.startswith('local') else f' on host {host.name}'}, "
+                f"whose filesystem has {free / 1024**3:.1f} GiB free (pgsweep keeps "
                 "1 GiB spare)",
                 where=key,
                 fix="a smaller loop device, or --results on a filesystem with more room",

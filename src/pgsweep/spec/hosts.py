@@ -166,10 +166,11 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
 # the layers a server on another host runs with: each acts only through the server's host
 # (and its standbys' hosts); the others check or claim this machine before the run
 # (devices, kernel values and their lock, the build cache)
-REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication", "os")
-# the layers whose checks read the server's host (kernel menus, pools, sysctl ranges): for
-# a server on another host, `asked` reaches it while the file is checked
-READS_HOST = ("os",)
+REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication", "os", "storage")
+# the layers whose checks read the server's host (kernel menus, pools, sysctl ranges, the
+# filesystems' tools): for a server on another host, `asked` reaches it while the file is
+# checked
+READS_HOST = ("os", "storage")
 
 
 def _server_elsewhere(source: Source, r: RolesTable) -> None:
@@ -202,6 +203,7 @@ def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
                            fix=f"remove [{name}] and its factors, or run pgsweep on the "
                            'database machine (roles.server = "local")')  # fmt: skip
     factors: dict[str, Any] = doc["factors"] if isinstance(doc.get("factors"), dict) else {}
+    _loop_storage_only(source, doc, factors, topo.server)
     for (table, key), why in HERE_ONLY.items():
         given = _given(doc.get(table), key) or _given(factors.get(table), key)
         if given is None or (key == "size" and "%" not in str(given)):
@@ -229,6 +231,40 @@ def asked(source: Source, doc: dict[str, Any], topo: Topology) -> Iterator[Host]
         yield host
     finally:
         host.close()
+
+
+def _loop_storage_only(source: Source, doc: dict[str, Any], factors: dict[str, Any],
+                       server: str) -> None:  # fmt: skip
+    """[storage] beside a server on another host: filesystems on loop devices its agent
+    makes in its work area; a real device there (named and allowed on this machine's
+    command line) and zfs-fuse are not run there in this version."""
+    for sub in ((), ("wal",)):
+        table = _table(doc.get("storage"), *sub)
+        level = _table(factors.get("storage"), *sub)
+        for key, bad, why in (("device", _real, "a real device"),
+                              ("wal_device", _real, "a real device"),
+                              ("filesystem", lambda v: v == "zfs", "zfs (zfs-fuse)")):  # fmt: skip
+            written = [("storage", *sub, key)] if key in table else []
+            written += [("factors", "storage", *sub, key)] if key in level else []
+            for where in written:
+                values = level[key] if where[0] == "factors" else [table[key]]
+                if isinstance(values, list) and any(bad(v) for v in values):
+                    raise source.error(where, f"{'.'.join(where)} puts {why} under the server "
+                                       f"on host {server}, which is not run there in this "
+                                       "version", expected='a loop device ("loop:8GiB") and '
+                                       "ext4, xfs or btrfs", fix='use device = "loop:SIZE", '
+                                       'or run pgsweep on the database machine (roles.server'
+                                       ' = "local")')  # fmt: skip
+
+
+def _table(table: Any, *path: str) -> dict[str, Any]:
+    for part in path:
+        table = table.get(part) if isinstance(table, dict) else None
+    return table if isinstance(table, dict) else {}
+
+
+def _real(value: Any) -> bool:
+    return not str(value).startswith("loop:")
 
 
 def _given(table: Any, key: str) -> Any:

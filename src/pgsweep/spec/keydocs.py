@@ -306,9 +306,9 @@ KEYS: dict[str, Doc] = {
                      "third) reaches it over TCP with the run's password; each standby "
                      "runs beside it (roles.standbys naming it, or beyond the list) or on "
                      "a host of its own, not on this machine; the file may hold only "
-                     "[server], [cluster], [workload], [replication] and [os] tables and "
-                     "factors ([os] changes that host's kernel, through its agent; [build] "
-                     "and [storage] check or change this machine).",
+                     "[server], [cluster], [workload], [replication], [os] and [storage] "
+                     "tables and factors ([os] and [storage] act on that host through its "
+                     "agent, [storage] on loop devices alone; [build] compiles here).",
                      "local", "local or a [hosts] name"),
     "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
                      "or a [hosts] name. It reaches the server over TCP with the run's "
