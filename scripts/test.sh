@@ -40,10 +40,13 @@ fi
 #   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
 #   Its tests (test_build) run in a lane of their own (build_last) once it is done, at
 #   normal priority: at nice 19 under another process's load a run there once timed out;
+#   before them, test_replication (the one module making pgsweep namespaces, which it
+#   counts with the links on the machine; the others' are sshhosts' own: harness_link),
+#   there since the network lane became the longest (ci107: 9m03s, build_last 3m30s);
 # - pure (from phase 1 on, nice 19, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory (planner, parsers, statistics,
 #   simulations);
-# - network (phase 2): modules that make namespaces, veth links and TCP listeners, and those
+# - network (phase 2): modules that make TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
 #   other, and no other lane makes any), and test_examples (plan refuses a ZFS experiment
@@ -76,7 +79,8 @@ pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/tes
       tests/unit/test_dump_versions.py tests/unit/test_blockio.py
       tests/unit/test_recorded_iolatency.py tests/unit/test_recorded_devices.py
       tests/unit/test_recorded_storage.py tests/unit/test_layout.py
-      tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py)
+      tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py
+      tests/unit/test_buildcopy.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/unit/test_bad_experiments.py
@@ -84,11 +88,10 @@ machine=(tests/integration/test_hugepages.py
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
 # 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done
 machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
-network=(tests/integration/test_replication.py
-         tests/integration/test_engine_real.py
+network=(tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py tests/integration/test_remote_os.py)
-build_last=(tests/integration/test_build.py)
+build_last=(tests/integration/test_replication.py tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py

@@ -4,10 +4,10 @@ Each host is a network namespace of the test's own, with a veth to a bridge that
 a namespace of its own; the controller (the test process, in the root namespace) reaches
 the bridge through one more veth. Every host runs sshd (root login by key only, keys and
 host keys made for the test, a strict known_hosts file) inside a private mount namespace
-in which /var/lib/pgsweep (pgsweep's registry of runs and journals) and /var/tmp (work
-areas) are tmpfs of that host's own, and a hostname of its own (h1, h2, ...). Everything
-else is shared: the same binaries, /tmp, /run (so the kernel lock stays machine-wide:
-kernel values are global), and the kernel.
+in which /var/lib/pgsweep (pgsweep's registry of runs and journals), /var/tmp (work
+areas) and /var/cache/pgsweep (its build cache) are tmpfs of that host's own, and a
+hostname of its own (h1, h2, ...). Everything else is shared: the same binaries, /tmp,
+/run (so the kernel lock stays machine-wide: kernel values are global), and the kernel.
 
 Used as a context manager: every process in the namespaces (only ours run there) is
 stopped by PID, the namespaces (and with them every veth) are deleted and the key folder
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
-PRIVATE_DIRS = ("/var/lib/pgsweep", "/var/tmp")
+PRIVATE_DIRS = ("/var/lib/pgsweep", "/var/tmp", "/var/cache/pgsweep")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -284,3 +286,37 @@ def test_the_builds_command_lists_and_prunes(cache: Path, tmp_path: Path) -> Non
     assert pruned.returncode == 0, pruned.stderr
     assert not list(cache.glob("*.failed.log"))
     assert _finished(cache) == {key: (cache / key / "meta.json").stat().st_mtime_ns}
+
+
+def test_a_server_on_another_host_runs_a_build_made_here_copied_into_its_cache(
+    cache: Path, tmp_path: Path, state_dir: Path
+) -> None:
+    """[build] beside [roles] server: the build is made (here: found) in this machine's
+    cache, copied into the server's host's own build cache under its key, and its trials
+    run that copy there; the copy stays in that cache, root's, for the next run."""
+    sys.path.insert(0, str(HERE))
+    from sshhosts import ssh_hosts
+
+    (key,) = _finished(cache)
+    with ssh_hosts(1) as (db,):
+        table = (f'[hosts.db]\nssh = "root@{db.address}"\nidentity_file = "{db.identity}"\n'
+                 f'known_hosts = "{db.known_hosts}"\npgsweep = "{HERE.parent}/.venv/bin/'
+                 'pgsweep"\n[roles]\nserver = "db"\n')  # fmt: skip
+        path = _experiment(tmp_path, '[factors]\nserver.synchronous_commit = ["on", "off"]\n',
+                           extra="")  # fmt: skip
+        path.write_text(path.read_text() + table)
+        res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
+        assert res.returncode == 0, res.stderr + res.stdout
+        assert f"cached ({key}), nothing to compile" in res.stdout
+        assert "copying it to host db" in res.stdout
+        there = f"/var/cache/pgsweep/builds/{key}/prefix/bin/postgres"
+        listed = subprocess.run(db.ssh_argv("stat", "-c", "%U:%a", there), capture_output=True,
+                                text=True, timeout=30)  # fmt: skip
+        assert listed.stdout.strip() == "root:755", listed.stderr
+        assert len(db.pids()) == 1  # its sshd alone: the agent stopped what it ran
+    rows = trials(tmp_path / "res")
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    for row in rows:  # the build's server ran on db: its WAL block size, its key
+        effective = json.loads(row["effective_json"])
+        assert (effective["build.wal_block_size"], effective["build.id"]) == ("4096", key)
+    assert not Path(there).exists()  # db's cache, not this machine's

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from ..errors import PgsweepError
@@ -115,6 +116,27 @@ def prepare(exp: Experiment, say: Callable[[str], None],
                 prepared.binaries = _inspect(prepared.build.bindir, exp)
                 prepared.canonical = check_settings(exp, prepared, host)
     return out
+
+
+def copied(exp: Experiment, host: Host, say: Callable[[str], None]
+           ) -> dict[BuildSpec, PreparedBuild]:  # fmt: skip
+    """The builds made here as the server's host runs them: a server on another host has
+    each copied into its own build cache (host.copy_build), its binaries there the same
+    version and catalog as checked here; a build that failed stays failed."""
+    out: dict[BuildSpec, PreparedBuild] = {}
+    uid = host.ids(exp.user)[0]
+    for n, (spec, prepared) in enumerate(exp.builds.items(), 1):
+        if prepared.build is None or prepared.binaries is None:
+            out[spec] = prepared
+            continue
+        there = host.copy_build(prepared.build, uid, partial(_labelled, say, f"build {n}"))
+        out[spec] = replace(prepared, build=there,
+                            binaries=replace(prepared.binaries, bindir=there.bindir))
+    return out
+
+
+def _labelled(say: Callable[[str], None], label: str, text: str) -> None:
+    say(f"{label}: {text}")
 
 
 def _inspect(bindir: Path, exp: Experiment) -> pgbin.Binaries:

@@ -174,13 +174,13 @@ def preflight(exp: Experiment, results: Path) -> Path:
     area will be on."""
     results = safefs.trusted_target(results, "the results folder")
     where = existing(workarea.work_base(results, exp.user))
-    if exp.topology.remote_server:  # its host is checked once reached (check_server_host)
-        return where
     configs = all_settings(exp)
     for layer in exp.layers:
+        if exp.topology.remote_server and not layer.acts_here:
+            continue  # on the server's host, checked once reached (check_server_host)
         layer.check_host(LOCAL, where, [c[layer.name] for c in configs], exp.grant)
-        if isinstance(layer, ResourceLayer):  # after the devices' own checks
-            layer.check_room(configs, where)
+        if isinstance(layer, ResourceLayer) and not exp.topology.remote_server:
+            layer.check_room(configs, where)  # after the devices' own checks
     return where
 
 
@@ -191,7 +191,8 @@ def check_server_host(exp: Experiment, host: Host, where: Path) -> None:
     host)."""
     configs = all_settings(exp)
     for layer in exp.layers:
-        layer.check_host(host, where, [c[layer.name] for c in configs], exp.grant)
+        if not layer.acts_here:  # those are this machine's (preflight)
+            layer.check_host(host, where, [c[layer.name] for c in configs], exp.grant)
 
 
 def claim_host(exp: Experiment, results: Path, host: Host) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..collect import environment
 from ..errors import PgsweepError
@@ -74,9 +74,11 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         exp.builds = buildprep.prepare(exp, reporter.building, LOCAL)
         remotes = clients.open_hosts(exp)  # reached and checked before anything is made
         fresh = not results.exists()
+        builds = exp.builds  # as the server's host runs them
         try:
             if exp.topology.remote_server:  # held by its agent until it exits
                 claim_host(exp, results, remotes[exp.topology.server])
+                builds = buildprep.copied(exp, remotes[exp.topology.server], reporter.building)
             plan, store = _open(exp, results, resume, where)
         except BaseException:
             clients.close_all(remotes)
@@ -98,7 +100,7 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
                 safefs.remove_tree(results)
             raise
         try:
-            ctx = _context(exp, remotes, area)  # a server's host: its work area, its port
+            ctx = _context(exp, remotes, area, builds)  # a server's host: its work area, port
         except BaseException:
             clients.close_all(remotes)  # each agent removes what it made
             journal.UndoJournal.for_this_run(LOCAL, "hosts").discard()
@@ -223,8 +225,8 @@ def _look(results: Path, rounds: int | None = None) -> tuple[int, str | None]:
         return rounds, stop_reason(stored, rounds)
 
 
-def _context(exp: Experiment, remotes: dict[str, RemoteHost],
-             area: workarea.WorkArea) -> RunContext:  # fmt: skip
+def _context(exp: Experiment, remotes: dict[str, RemoteHost], area: workarea.WorkArea,
+             builds: Mapping[Any, Any]) -> RunContext:  # fmt: skip
     """Where the run acts: the server's host (this machine, or the one [roles] server names,
     with the run's work area there and this machine as its client) and each other role's
     side, every other host journaled first: should this run be killed and an agent not
@@ -248,7 +250,7 @@ def _context(exp: Experiment, remotes: dict[str, RemoteHost],
     # a role beside the server has no side: the server's own host (or this machine's)
     client, standbys = sides.get(topo.client), tuple(sides.get(n) for n in topo.standbys)
     return RunContext(exp.binaries, exp.user, workdir, private, sockets, exp.canonical,
-                      exp.builds, host=host, client_side=client, standby_sides=standbys,
+                      builds, host=host, client_side=client, standby_sides=standbys,
                       run_id=run_id, registry=registry, grant=exp.grant,
                       cpu_profile_s=exp.cpu_profile_s, io_latency_s=exp.io_latency_s)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .. import __version__
-from . import journal, proc, wire, workarea
+from . import buildcopy, journal, proc, wire, workarea
 from .local import LocalHost
 from .proc import RunAs
 
@@ -57,6 +57,7 @@ class Agent:
         self.areas: list[workarea.WorkArea] = []  # made here, removed when the agent ends
         self.devices: set[str] = set()  # block devices attached or claimed for the run here
         self.pools: set[str] = set()  # zfs-fuse pools created for the run here
+        self.incoming = buildcopy.Incoming()  # builds being copied here
 
     # ---- the loop ------------------------------------------------------------------
     def serve(self) -> None:
@@ -299,6 +300,9 @@ class Agent:
 
     def do_free_port(self, addresses: list[str]) -> int:
         return self.host.free_port(addresses)
+
+    def do_build_copy(self, key: str, uid: int, data: bytes, sha256: str | None) -> Any:
+        return self.incoming.take(key, uid, data, sha256)
 
     def do_which(self, program: str) -> str | None:
         return self.host.which(program)

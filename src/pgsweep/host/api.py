@@ -305,6 +305,12 @@ class Host(ABC):
         holds a shared lock on the entry while it lives (`builds --prune` leaves it).
         BuildError (its log kept) or SourceError."""
 
+    @abstractmethod
+    def copy_build(self, build: Build, server_uid: int, say: Callable[[str], None]) -> Build:
+        """A build made on this machine, as this host holds it: itself here; on another
+        host, copied into that host's build cache under its key (host/buildcopy.py)
+        unless there already."""
+
     # ---- network -------------------------------------------------------------------
     @abstractmethod
     def tcp_rtt(self, address: str, port: int, probes: int = 5) -> float:

@@ -104,7 +104,11 @@ def open_cache(create: bool = True) -> Path | None:
     if not os.path.lexists(root):
         if not create:
             return None
-        os.makedirs(root, 0o755)  # mkdir never follows a link planted at the last name
+        umask = os.umask(0o022)  # the server user passes through (an agent runs at 077)
+        try:
+            os.makedirs(root, 0o755)  # mkdir never follows a link planted at the last name
+        finally:
+            os.umask(umask)
     real = safefs.trusted_dir(root, "the build cache", where)
     st = os.lstat(real)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():

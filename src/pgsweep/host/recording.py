@@ -11,6 +11,7 @@ written reads back the value, a directory made exists)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -373,6 +374,10 @@ class RecordingHost(Host):
         if isinstance(made, Exception):
             return None, None
         return made.key, made if made.cached else None
+
+    def copy_build(self, build: Build, server_uid: int, say: Callable[[str], None]) -> Build:
+        self.effects.append(Effect("copy_build", build.key, {"from": str(build.home)}))
+        return dataclasses.replace(build, home=self.cache / build.key, cached=True)
 
     def make_build(self, cache: Path, spec: BuildSpec,
                    say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip

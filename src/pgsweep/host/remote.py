@@ -15,6 +15,7 @@ controller's death ends the agent's stdin, and the agent puts its host back."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import shlex
 import subprocess
@@ -346,6 +347,20 @@ class RemoteHost(Host):
     def make_build(self, cache: Path, spec: BuildSpec,
                    say: Callable[[str], None]) -> tuple[Build, bool]:  # fmt: skip
         raise self._no_builds()
+
+    def copy_build(self, build: Build, server_uid: int, say: Callable[[str], None]) -> Build:
+        from . import buildcopy
+
+        opened = self.call("build_copy", key=build.key, uid=server_uid, data=b"", sha256=None)
+        if not opened["have"]:
+            data = buildcopy.pack(build)
+            say(f"copying it to host {self.name} ({len(data) / 2**20:.1f} MiB)")
+            for at in range(0, len(data), buildcopy.CHUNK):
+                last = at + buildcopy.CHUNK >= len(data)
+                opened = self.call("build_copy", key=build.key, uid=server_uid,
+                                   data=data[at:at + buildcopy.CHUNK],
+                                   sha256=buildcopy.digest(data) if last else None)  # fmt: skip
+        return dataclasses.replace(build, home=Path(opened["home"]), cached=True)
 
     def _no_builds(self) -> PgsweepError:
         return PgsweepError(f"host {self.name} was asked for a [build]: a server on another "

@@ -82,6 +82,9 @@ class Layer(ABC):
     # True for layers that change the machine (mkfs, mount, kernel files): refused, all
     # their keys named at once, when pgsweep does not run as root
     needs_root: bool = False
+    # its work happens on this machine whatever host the server runs on (a build is
+    # compiled here, then copied there): its host checks are this machine's
+    acts_here: bool = False
 
     @abstractmethod
     def validate(

@@ -180,6 +180,7 @@ def _path(key: str, factors: Mapping[str, Any]) -> tuple[str, ...]:
 
 class BuildLayer(ResourceLayer):
     name = "build"
+    acts_here = True
 
     def validate(
         self, base: dict[str, Any], factors: dict[str, list[Any]], ctx: ValidationContext
@@ -273,7 +274,8 @@ class BuildLayer(ResourceLayer):
 
     def check_host(self, host: Host, where: Any, settings: list[BuildSettings],
                    grant: Grant | None = None) -> None:  # fmt: skip
-        """The tools a build needs (plan says so before anything is fetched)."""
+        """The tools a build needs on this machine, where it is compiled (plan says so
+        before anything is fetched)."""
         specs = [s.spec for s in settings if s.spec is not None]
         if not specs:
             return

@@ -322,7 +322,7 @@ def load(path: Path) -> Experiment:
     exp, pg, rep, report = (fixed_table(source, doc, t) for t in FIXED_TABLES)
     topo = hosts.topology(source, doc)
     factors = _factors(source, doc, names)
-    hosts.check_remote_server(source, doc, topo, names, {f.layer for f in factors})
+    hosts.check_remote_server(source, doc, topo)
     adaptive = adaptive_rounds(source, doc, rep, math.prod(len(f.levels) for f in factors))
     rounds = (adaptive.max_rounds or adaptive.min_rounds) if adaptive else int(rep.rounds or 3)
     _check_size(source, factors, rounds)

@@ -13,9 +13,8 @@ pgsweep runs on) unless [roles] places it on a host [hosts] names:
 
 or the server on another host (`server = "db1"`: the client here, on its host, or on a
 third; each standby beside it (`standbys` naming db1, and those beyond the list) or on a
-host of its own; the only layers are those whose every effect goes through the server's
-host: server settings, the cluster, the workload and replication;
-`REMOTE_SERVER_LAYERS`).
+host of its own; every layer acts through the server's host, a build compiled here and
+copied there; `check_remote_server` names what it cannot run).
 
 Nothing here can make ssh run something else: the destination may not start with "-" or
 hold a space, and the files are absolute paths checked before use (`check_files`)."""
@@ -163,10 +162,6 @@ def topology(source: Source, doc: dict[str, Any]) -> Topology:
     return Topology(targets, r.client, notes, tuple(r.standbys), r.server)
 
 
-# the layers a server on another host runs with: each acts only through the server's host
-# (and its standbys' hosts); the others check or claim this machine before the run
-# (devices, kernel values and their lock, the build cache)
-REMOTE_SERVER_LAYERS = ("server", "cluster", "workload", "replication", "os", "storage")
 # the layers whose checks read the server's host (kernel menus, pools, sysctl ranges, the
 # filesystems' tools): for a server on another host, `asked` reaches it while the file is
 # checked
@@ -187,23 +182,21 @@ def _server_elsewhere(source: Source, r: RolesTable) -> None:
                            "of its own")  # fmt: skip
 
 
-def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology,
-                        layer_names: list[str], factor_layers: set[str]) -> None:  # fmt: skip
-    """Exit 2 for a table, factor or key a server on another host cannot run: a layer that
-    checks or changes this machine, or a key read on this machine (`HERE_ONLY`)."""
+def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology) -> None:
+    """Exit 2 for what a server on another host cannot run in this version: a real device
+    or zfs-fuse under it, a build's own pgbench on a client elsewhere, a key read or
+    measured on this machine (`HERE_ONLY`). Every layer acts through the server's host
+    (a build is compiled here, then copied there)."""
     if not topo.remote_server:
         return
-    for name in layer_names:
-        if name in REMOTE_SERVER_LAYERS or not (doc.get(name) or name in factor_layers):
-            continue
-        raise source.error((name,) if doc.get(name) else ("factors", name),
-                           f"[{name}] is not run on a server on another host "
-                           f"(roles.server = {topo.server!r}) in this version",
-                           expected=f"only {', '.join(REMOTE_SERVER_LAYERS)} tables and factors",
-                           fix=f"remove [{name}] and its factors, or run pgsweep on the "
-                           'database machine (roles.server = "local")')  # fmt: skip
     factors: dict[str, Any] = doc["factors"] if isinstance(doc.get("factors"), dict) else {}
     _loop_storage_only(source, doc, factors, topo.server)
+    if _table(doc.get("build")).get("pgbench") == "own" and topo.client != topo.server:
+        raise source.error(("build", "pgbench"), "build.pgbench = \"own\" runs each build's "
+                           f"pgbench, which is copied to host {topo.server} with its server "
+                           f"only, and the client runs on {topo.client}",
+                           fix=f'set roles.client = "{topo.server}" (pgbench beside the '
+                           'server), or build.pgbench = "shared"')  # fmt: skip
     for (table, key), why in HERE_ONLY.items():
         given = _given(doc.get(table), key) or _given(factors.get(table), key)
         if given is None or (key == "size" and "%" not in str(given)):

@@ -305,10 +305,9 @@ KEYS: dict[str, Doc] = {
                      "reached it; the client (this machine by default, its own host, or a "
                      "third) reaches it over TCP with the run's password; each standby "
                      "runs beside it (roles.standbys naming it, or beyond the list) or on "
-                     "a host of its own, not on this machine; the file may hold only "
-                     "[server], [cluster], [workload], [replication], [os] and [storage] "
-                     "tables and factors ([os] and [storage] act on that host through its "
-                     "agent, [storage] on loop devices alone; [build] compiles here).",
+                     "a host of its own, not on this machine; every layer acts on that "
+                     "host through its agent ([storage] on loop devices alone; a [build] is "
+                     "compiled here and copied into its build cache).",
                      "local", "local or a [hosts] name"),
     "roles.client": ("Where the workload tool runs (pgbench, sysbench or pgreplay): local, "
                      "or a [hosts] name. It reaches the server over TCP with the run's "
