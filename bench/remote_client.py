@@ -3,6 +3,7 @@ same role beside the server (or the server here), and what the agent costs. Prin
 asserts nothing.
 
     .venv/bin/python bench/remote_client.py [--pairs 3] [--seconds 10] [--role standby]
+        [--layers]   # with [os] (a sysctl) and [storage] (ext4 on a loop device), both sides
 
 One host is made with tests/sshhosts.py (sshd in a network namespace of this machine).
 Runs are paired, local then remote, each an ordinary `pgsweep run` of a select-only and a
@@ -34,10 +35,15 @@ from sshhosts import SimHost, ssh_hosts  # noqa: E402
 PGSWEEP = str(ROOT / ".venv" / "bin" / "pgsweep")
 
 
-def experiment(folder: Path, seconds: int, host: SimHost | None, role: str) -> Path:
-    place = ""
+LAYERS = ('[os]\nsysctl."vm.dirty_writeback_centisecs" = 499\n'
+          '[storage]\ndevice = "loop:2GiB"\nfilesystem = "ext4"\n')
+
+
+def experiment(folder: Path, seconds: int, host: SimHost | None, role: str,
+               layers: bool = False) -> Path:  # fmt: skip
+    place = LAYERS if layers else ""
     if host is not None:
-        place = (f'[hosts.loadgen]\nssh = "root@{host.address}"\nidentity_file = '
+        place += (f'[hosts.loadgen]\nssh = "root@{host.address}"\nidentity_file = '
                  f'"{host.identity}"\nknown_hosts = "{host.known_hosts}"\npgsweep = '
                  f'"{PGSWEEP}"\n[roles]\n')  # fmt: skip
         place += {"client": 'client = "loadgen"\n', "standby": 'standbys = ["loadgen"]\n',
@@ -92,16 +98,20 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--role", choices=("client", "standby", "server"), default="client")
+    ap.add_argument("--layers", action="store_true", help="[os] and [storage] on both sides")
     args = ap.parse_args()
     print(f"# bench/remote_client.py --pairs {args.pairs} --seconds {args.seconds} --role "
-          f"{args.role}, {time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}")  # fmt: skip
+          f"{args.role}{' --layers' if args.layers else ''}, "
+          f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}")  # fmt: skip
     rows: dict[str, list[tuple[float, float]]] = {}
     with ssh_hosts(1) as (host,), tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         folder.chmod(0o755)
         for n in range(args.pairs):
-            local = run(experiment(folder, args.seconds, None, args.role), folder / f"l{n}")
-            remote = run(experiment(folder, args.seconds, host, args.role), folder / f"r{n}")
+            local = run(experiment(folder, args.seconds, None, args.role, args.layers),
+                        folder / f"l{n}")  # fmt: skip
+            remote = run(experiment(folder, args.seconds, host, args.role, args.layers),
+                         folder / f"r{n}")  # fmt: skip
             print(f"pair {n + 1} run: local {local['_run']['seconds']:.1f} s | remote "
                   f"{remote['_run']['seconds']:.1f} s (2 trials each, set-up included)")
             for script in ("select-only", "tpcb-like"):

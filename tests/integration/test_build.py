@@ -305,11 +305,16 @@ def test_a_server_on_another_host_runs_a_build_made_here_copied_into_its_cache(
         path = _experiment(tmp_path, '[factors]\nserver.synchronous_commit = ["on", "off"]\n',
                            extra="")  # fmt: skip
         path.write_text(path.read_text() + table)
+        copy = f"/var/cache/pgsweep/builds/{key}"  # db's cache (tests/sshhosts.py: its own)
+        plan = pgsweep("plan", str(path), "--commands")
+        assert plan.returncode == 0, plan.stderr
+        assert f"[build] {key}: copied into this host's build cache as {copy} " in plan.stdout
+        assert f"{copy}/prefix/bin/initdb" in plan.stdout.split("host db (the server")[1]
         res = pgsweep("run", str(path), "--results", str(tmp_path / "res"))
         assert res.returncode == 0, res.stderr + res.stdout
         assert f"cached ({key}), nothing to compile" in res.stdout
         assert "copying it to host db" in res.stdout
-        there = f"/var/cache/pgsweep/builds/{key}/prefix/bin/postgres"
+        there = f"{copy}/prefix/bin/postgres"
         listed = subprocess.run(db.ssh_argv("stat", "-c", "%U:%a", there), capture_output=True,
                                 text=True, timeout=30)  # fmt: skip
         assert listed.stdout.strip() == "root:755", listed.stderr

@@ -6,7 +6,7 @@ need it (their trials carry its log tail); a setting one build lacks is exit 2 n
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -15,6 +15,7 @@ from ..errors import PgsweepError
 from ..host import builds, sources
 from ..host.api import Host
 from ..host.builds import BuildSpec
+from ..host.proc import RunAs
 from ..layers.base import ValidationContext
 from ..layers.build import PreparedBuild
 from ..layers.server_start import start_each
@@ -118,14 +119,14 @@ def prepare(exp: Experiment, say: Callable[[str], None],
     return out
 
 
-def copied(exp: Experiment, host: Host, say: Callable[[str], None]
-           ) -> dict[BuildSpec, PreparedBuild]:  # fmt: skip
+def copied(made: Mapping[BuildSpec, PreparedBuild], host: Host, user: RunAs | None,
+           say: Callable[[str], None]) -> dict[BuildSpec, PreparedBuild]:  # fmt: skip
     """The builds made here as the server's host runs them: a server on another host has
     each copied into its own build cache (host.copy_build), its binaries there the same
     version and catalog as checked here; a build that failed stays failed."""
     out: dict[BuildSpec, PreparedBuild] = {}
-    uid = host.ids(exp.user)[0]
-    for n, (spec, prepared) in enumerate(exp.builds.items(), 1):
+    uid = host.ids(user)[0]
+    for n, (spec, prepared) in enumerate(made.items(), 1):
         if prepared.build is None or prepared.binaries is None:
             out[spec] = prepared
             continue

@@ -58,7 +58,9 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     if topo.remote_server:
         host = DryHost(users, exp.canonical, topo.server)
         workdir, sockets, others = drysides.server_elsewhere(exp, results, reached, host)
-        run = _run_context(exp, results, host, {}, others.get(topo.client),
+        here = buildprep.stand_ins(exp, DRY, LOCAL)  # compiled (or found) here, then copied
+        copies = buildprep.copied(here, host, exp.user, lambda _: None)
+        run = _run_context(exp, results, host, copies, others.get(topo.client),
                            tuple(others.get(n) for n in topo.standbys), (workdir, sockets))
         beside = ", and pgbench beside it" if topo.client == topo.server else ""
         head = [*drysides.server_lines(exp, run), *drysides.lines(exp, run), "",
@@ -68,8 +70,8 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     else:
         host = DryHost(users, exp.canonical)
         others = drysides.sides(exp, results, client, reached, host)
-        run = _run_context(exp, results, host, buildprep.stand_ins(exp, DRY, host),
-                           others.get(client or ""),
+        here = buildprep.stand_ins(exp, DRY, host)
+        run = _run_context(exp, results, host, here, others.get(client or ""),
                            tuple(others.get(n) for n in topo.standbys))  # fmt: skip
         head = [*drysides.lines(exp, run), "", "host local (this machine): the server" + (
             "" if client else ", and pgbench beside it")]  # fmt: skip
@@ -81,7 +83,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     mark, there = len(host.effects), drysides.marks(run)
     for layer in exp.layers:
         layer.start_run(run)
-    out += _section("before the first trial", host.effects[mark:], _compiles(run),
+    out += _section("before the first trial", host.effects[mark:], _compiles(here, run),
                     drysides.since(run, there))  # fmt: skip
     lines, refused = _walk(exp, plan, resources, run)
     out += lines
@@ -90,7 +92,7 @@ def commands(exp: Experiment, plan: Plan, results: Path, client: str | None,
     out += _section("after the last trial (and on Ctrl-C or an error): taken down, put back",
                     host.effects[mark:], (), drysides.since(run, there))  # fmt: skip
     out += ["", "not shown:"]
-    out += [f"  - {line}" for line in _not_shown(exp, run, client)]
+    out += [f"  - {line}" for line in _not_shown(exp, run, client, here)]
     out += [f"  - trial {first} and those like it: {why}" for why, first in refused.items()]
     return out
 
@@ -321,10 +323,11 @@ def _zfs_create(pool: str, d: Any) -> str:
             + (f"; zfs set {props}" if props else ""))
 
 
-def _compiles(run: RunContext) -> list[str]:
-    """Each build not in the cache yet: fetched, unpacked and compiled before anything else."""
+def _compiles(here: Mapping[Any, PreparedBuild], run: RunContext) -> list[str]:
+    """Each build not in this machine's cache yet: fetched, unpacked and compiled before
+    anything else; for a server on another host, each then copied into its cache."""
     out = []
-    for prepared in run.builds.values():
+    for prepared in here.values():
         build = prepared.build
         if build is None or build.cached:
             continue
@@ -334,6 +337,12 @@ def _compiles(run: RunContext) -> list[str]:
                    f"unpacked into {work}/src and compiled there as root before the first "
                    "trial: " + "; ".join(shlex.join(argv) for _, argv, _ in steps)
                    + f"; then renamed to {build.home}")  # fmt: skip
+    for spec, copy in run.builds.items():
+        mine = here[spec].build
+        if copy.build is not None and mine is not None and copy.build.home != mine.home:
+            out.append(f"[build] {mine.key}: copied into this host's build cache as "
+                       f"{copy.build.home} (a gzip'd tar of {mine.home}/prefix, checked by "
+                       "SHA-256) unless there already; its trials run that copy")  # fmt: skip
     return out
 
 
@@ -349,10 +358,11 @@ def _build_line(prepared: PreparedBuild) -> str:
                    "shown)")
 
 
-def _not_shown(exp: Experiment, run: RunContext, client: str | None) -> list[str]:
+def _not_shown(exp: Experiment, run: RunContext, client: str | None,
+               here: Mapping[Any, PreparedBuild]) -> list[str]:  # fmt: skip
     lines = [f"the work area {run.workdir} (root, 0711), the socket folder {run.socket_root}, "
              f"the run's entry and lock in {run.registry}; removed at the end"]  # fmt: skip
-    lines += [_build_line(prepared) for prepared in run.builds.values()]
+    lines += [_build_line(prepared) for prepared in here.values()]  # as made here
     lines.append("the environment recorded in results.db (facts read, nothing changed)")
     if client and run.client_side is None and not exp.topology.remote_server:
         lines.append(f"the client host {client}: its agent's work area, pgbench there over "

@@ -78,7 +78,8 @@ def run(exp: Experiment, results: Path, resume: bool, reporter: Reporter) -> Out
         try:
             if exp.topology.remote_server:  # held by its agent until it exits
                 claim_host(exp, results, remotes[exp.topology.server])
-                builds = buildprep.copied(exp, remotes[exp.topology.server], reporter.building)
+                builds = buildprep.copied(exp.builds, remotes[exp.topology.server], exp.user,
+                                          reporter.building)  # fmt: skip
             plan, store = _open(exp, results, resume, where)
         except BaseException:
             clients.close_all(remotes)
