@@ -3,7 +3,7 @@ same role beside the server (or the server here), and what the agent costs. Prin
 asserts nothing.
 
     .venv/bin/python bench/remote_client.py [--pairs 3] [--seconds 10] [--role standby]
-        [--layers]   # with [os] (a sysctl) and [storage] (ext4 on a loop device), both sides
+        [--layers]  # with [os] (a sysctl) and [storage] (ext4 on a loop device), both sides
 
 One host is made with tests/sshhosts.py (sshd in a network namespace of this machine).
 Runs are paired, local then remote, each an ordinary `pgsweep run` of a select-only and a
