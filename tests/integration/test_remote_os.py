@@ -123,6 +123,22 @@ def _mounted(h: SimHost) -> bool:
     return "/storage/mnt-1 " in _mounts(h)
 
 
+def _stop(run: subprocess.Popen[str]) -> None:
+    """A run still going after a failed assertion: killed, and what it left put back."""
+    if run.poll() is None:
+        run.kill()
+        run.wait()
+        pgsweep("restore", timeout=300)
+
+
+def _effective(run: subprocess.Popen[str], said: str, results: Path) -> list[dict[str, str]]:
+    """The run's two trials, both ok: what each read back."""
+    assert run.returncode == 0, said
+    rows = trials(results)
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+    return [json.loads(row["effective_json"]) for row in rows]
+
+
 def _values() -> tuple[str, str]:
     return EXPIRE.read_text().strip(), WRITEBACK.read_text().strip()
 
@@ -159,14 +175,8 @@ def test_os_values_are_the_servers_hosts_changed_by_its_agent_and_put_back(
         assert refused.returncode == 2 and "through host db's agent" in refused.stderr
         out, err = run.communicate(timeout=300)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-            pgsweep("restore", timeout=300)
-    assert run.returncode == 0, out + err
-    rows = trials(tmp_path / "res")
-    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
-    effective = [json.loads(row["effective_json"]) for row in rows]  # read back on db
+        _stop(run)
+    effective = _effective(run, out + err, tmp_path / "res")  # read back on db
     assert sorted(e["os.sysctl.vm.dirty_expire_centisecs"] for e in effective) == ["2907",
                                                                                  "2909"]
     assert all(e["os.sysctl.vm.dirty_writeback_centisecs"] == "493" for e in effective)
@@ -219,14 +229,8 @@ def test_filesystems_on_loop_devices_are_made_and_mounted_on_the_servers_host(
         assert "/storage/mnt-" not in Path("/proc/self/mounts").read_text()  # db's alone
         out, err = run.communicate(timeout=300)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-            pgsweep("restore", timeout=300)
-    assert run.returncode == 0, out + err
-    rows = trials(tmp_path / "res")
-    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
-    effective = [json.loads(row["effective_json"]) for row in rows]
+        _stop(run)
+    effective = _effective(run, out + err, tmp_path / "res")
     assert sorted(e["storage.filesystem"] for e in effective) == ["ext4", "xfs"]
     assert all(e["storage.device"].startswith("/dev/loop") for e in effective)
     assert all(e["storage.root"] == "0711 uid 0" for e in effective)

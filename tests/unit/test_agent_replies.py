@@ -47,12 +47,14 @@ def test_a_reply_that_cannot_cross_is_an_error_the_controller_gets() -> None:
 def test_the_agent_writes_no_kernel_file_beyond_what_a_run_changes(tmp_path: Path) -> None:
     """`write_kernel` from the controller: a path merely named like a trigger (an agent once
     wrote any path ending in drop_caches), the root memory cgroup's limit, a file of
-    pgsweep's cgroup it never writes, and a way out of it by "..": each refused, unwritten."""
+    pgsweep's cgroup it never writes, another run's cgroup's limit (this agent made none),
+    and a way out of it by "..": each refused, unwritten."""
     planted = tmp_path / "drop_caches"
     planted.write_text("kept")
     agent = Agent(io.BytesIO(), io.BytesIO())
     for path in (str(planted), "/sys/fs/cgroup/memory/memory.limit_in_bytes",
                  "/sys/fs/cgroup/memory/pgsweep-1/cgroup.procs",
+                 "/sys/fs/cgroup/memory/pgsweep-1/memory.limit_in_bytes",  # another run's
                  "/sys/fs/cgroup/memory/pgsweep-1/../memory.limit_in_bytes",
                  "/proc/sys/vm/drop_caches/../../kernel/core_pattern"):  # fmt: skip
         reply = agent._call({"method": "write_kernel", "args": {"path": path, "value": "1"}})

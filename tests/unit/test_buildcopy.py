@@ -33,6 +33,7 @@ def _build(tmp: Path) -> Build:
     postgres.chmod(0o755)
     (home / "prefix" / "lib" / "libpq.so.5.15").write_text("lib")
     os.symlink("libpq.so.5.15", home / "prefix" / "lib" / "libpq.so.5")
+    os.link(home / "prefix" / "lib" / "libpq.so.5.15", home / "prefix" / "lib" / "zone")
     return Build(KEY, home, spec, "15.18", "15.18", "", 1.0, cached=True)
 
 
@@ -52,6 +53,8 @@ def test_a_build_arrives_as_it_was_and_a_second_copy_keeps_the_first(tmp_path: P
     assert stat.S_IMODE(postgres.stat().st_mode) == 0o755 and postgres.stat().st_uid == 0
     assert stat.S_IMODE(home.stat().st_mode) == 0o755  # the server user reaches it
     assert os.readlink(home / "prefix" / "lib" / "libpq.so.5") == "libpq.so.5.15"
+    zone = home / "prefix" / "lib" / "zone"  # a hard link (as PostgreSQL's time zones are)
+    assert zone.stat().st_ino == (home / "prefix" / "lib" / "libpq.so.5.15").stat().st_ino
     (home / "meta.json").write_text("kept")  # a second copy: the entry there is kept
     assert buildcopy.unpack(there, KEY, data, buildcopy.digest(data)) == home
     assert (home / "meta.json").read_text() == "kept"
@@ -69,15 +72,58 @@ def test_a_changed_copy_a_key_that_is_a_path_and_an_escaping_archive_are_refused
     for key in ("../etc", "0123456789ABCDEF", "/tmp/x", ""):
         with pytest.raises(ValueError, match="is not a build's key"):
             buildcopy.unpack(there, key, data, buildcopy.digest(data))
-    hostile = io.BytesIO()
-    with tarfile.open(fileobj=hostile, mode="w:gz") as tar:
-        link = tarfile.TarInfo("prefix/bin/postgres")
-        link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
-        tar.addfile(link)
-    evil = hostile.getvalue()
-    with pytest.raises(tarfile.FilterError):
-        buildcopy.unpack(there, KEY, evil, buildcopy.digest(evil))
+    for members, said in (
+        ([_link("prefix/bin/postgres", "/etc/shadow")], "points out of its tree"),
+        ([_link("prefix/lib", "../prefix"), _file("prefix/lib/x")], "through a link"),
+        ([_link("a", "."), _link("a/b", "../../etc")], "through a link"),  # chained
+        ([_file("../escape")], "outside its tree"),
+        ([_hard("prefix/bin/postgres", "/etc/shadow")], "not to a file of its own"),
+        ([_file("prefix/x"), _hard("prefix/y", "prefix/x/../../../etc/shadow")],
+         "not to a file of its own"),
+        ([_fifo("prefix/bin/postgres")], "neither a file"),
+    ):
+        evil = _archive(members)
+        with pytest.raises(ValueError, match=said):
+            buildcopy.unpack(there, KEY, evil, buildcopy.digest(evil))
+    # a tree that is not the build its key names is never put in place
+    other = _archive([_file("meta.json", b'{"key": "fedcba9876543210"}'),
+                      _file("prefix/bin/postgres")])  # fmt: skip
+    with pytest.raises(ValueError, match="is not that build"):
+        buildcopy.unpack(there, KEY, other, buildcopy.digest(other))
     assert list(there.iterdir()) == []  # nothing half made is left
+
+
+def _link(name: str, target: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info
+
+
+def _fifo(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.FIFOTYPE
+    return info
+
+
+def _hard(name: str, target: str) -> tarfile.TarInfo:
+    info = _link(name, target)
+    info.type = tarfile.LNKTYPE
+    return info
+
+
+def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _archive(members: list[tarfile.TarInfo | tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for m in members:
+            info, data = m if isinstance(m, tuple) else (m, b"")
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buf.getvalue()
 
 
 def test_the_agents_side_takes_parts_until_the_digest(

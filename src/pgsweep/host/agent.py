@@ -58,6 +58,7 @@ class Agent:
         self.devices: set[str] = set()  # block devices attached or claimed for the run here
         self.pools: set[str] = set()  # zfs-fuse pools created for the run here
         self.incoming = buildcopy.Incoming()  # builds being copied here
+        self.cgroups: set[str] = set()  # memory cgroups made here for the run
 
     # ---- the loop ------------------------------------------------------------------
     def serve(self) -> None:
@@ -199,6 +200,7 @@ class Agent:
         if not allowed(path):  # the agent holds the same line as a local run
             raise OSError(f"pgsweep does not make {path}")
         self.host.make_kernel_dir(Path(path))
+        self.cgroups.add(path)  # its limit and counters are this agent's to write
 
     def do_chown(self, path: str, uid: int, gid: int) -> None:
         from .journal import allowed
@@ -208,9 +210,10 @@ class Agent:
         self.host.chown(Path(path), uid, gid)
 
     def do_write_kernel(self, path: str, value: str) -> None:
-        from .journal import writable
+        from .journal import CGROUP_FILES, writable
 
-        if not writable(path):
+        mine = str(Path(path).parent) in self.cgroups  # not another run's cgroup
+        if not writable(path) or (CGROUP_FILES.fullmatch(path) is not None and not mine):
             raise OSError(f"pgsweep does not change {path}")
         self.host.write_kernel(Path(path), value)
 

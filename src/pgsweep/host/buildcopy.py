@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from .builds import Build
 
 CHUNK = 16 << 20  # bytes per message to the agent (base64 in a frame of at most 64 MiB)
 MOST = 1 << 30  # a build's packed tree, at most: anything larger is not a build of ours
+UNPACKED = 4 << 30  # and unpacked (the suite's -O0 build: 34 MiB)
 KEY = re.compile(r"[0-9a-f]{16}")  # builds.build_key's
 
 
@@ -57,7 +59,9 @@ def unpack(root: Path, key: str, data: bytes, sha256: str) -> Path:
     umask = os.umask(0o022)  # the data filter leaves folders at mkdir's mode: 0755 here
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            tar.extractall(incoming, filter="data")
+            members = checked(tar)
+            tar.extractall(incoming, members=members, filter="data")
+        _is_build(incoming, key)  # before it can be taken for one
         os.chmod(incoming, 0o755)  # the server user runs its binaries
         with contextlib.suppress(FileExistsError, OSError):
             os.rename(incoming, home)  # another run's copy may have landed first
@@ -70,14 +74,55 @@ def unpack(root: Path, key: str, data: bytes, sha256: str) -> Path:
     return home
 
 
+def checked(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The archive's members, each a folder, a regular file, a link within the tree or a
+    hard link to a file before it (PostgreSQL's time zones are hard links), none reached
+    through a link, at most UNPACKED bytes in all; ValueError otherwise. The
+    "data" filter alone is not trusted: Pythons before 3.11.13 let chained links and long
+    paths past it (CVE-2025-4517, CVE-2025-4138)."""
+    members, links, files, total = tar.getmembers(), set(), set(), 0
+    for m in members:
+        parts = Path(m.name).parts
+        if m.name.startswith("/") or ".." in parts or not parts or len(m.name) > 1024:
+            raise ValueError(f"the copy holds {m.name!r}, outside its tree")
+        if m.islnk() and str(Path(m.linkname)) not in files:
+            raise ValueError(f"the copy's hard link {m.name!r} is not to a file of its own")
+        if not (m.isdir() or m.isreg() or m.issym() or m.islnk()):
+            raise ValueError(f"the copy holds {m.name!r}, neither a file, a folder nor a link")
+        if any(str(Path(*parts[:i])) in links for i in range(1, len(parts))):
+            raise ValueError(f"the copy reaches {m.name!r} through a link")
+        if m.issym():
+            target = os.path.normpath(os.path.join(os.path.dirname(m.name), m.linkname))
+            if m.linkname.startswith("/") or target.startswith(".."):
+                raise ValueError(f"the copy's link {m.name!r} points out of its tree")
+            links.add(str(Path(*parts)))
+        elif m.isreg():
+            files.add(str(Path(*parts)))
+        total += m.size
+    if total > UNPACKED:
+        raise ValueError(f"the copy unpacks to more than {UNPACKED >> 30} GiB")
+    return members
+
+
+def _is_build(folder: Path, key: str) -> None:
+    """The unpacked tree is the build `key`: its meta.json says so, its postgres is there."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"the copy of build {key} has no meta.json pgsweep reads: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("key") != key or \
+            not (folder / "prefix" / "bin" / "postgres").is_file():
+        raise ValueError(f"the copy of build {key} is not that build")
+
+
 class Incoming:
     """An agent's side of copies: each build's parts as they arrive, until the last; then
     a shared lock on the entry, held until the agent exits (`pgsweep builds --prune`
     there leaves a build a run uses, as with a build made there)."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, bytearray] = {}
-        self.held: list[int] = []
+        self.parts: dict[str, bytearray] = {}  # one copy under way at a time
+        self.held: dict[str, int] = {}  # key -> the descriptor of its shared lock
 
     def take(self, key: str, uid: int, data: bytes, sha256: str | None) -> dict[str, object]:
         """A first call (no data, no digest) opens this host's cache (made if need be,
@@ -93,9 +138,11 @@ class Incoming:
             if lookup(root, key) is not None:
                 self._hold(root, key, b"", "")
                 return {"home": str(home), "have": True}
-            self.parts[key] = bytearray()
+            self.parts = {key: bytearray()}  # a copy begun before and never ended: dropped
             return {"home": str(home), "have": False}
-        got = self.parts[key]
+        got = self.parts.get(key)
+        if got is None:
+            raise ValueError(f"a part of build {key} came before its copy began")
         got += data
         if len(got) > MOST:
             del self.parts[key]
@@ -118,5 +165,7 @@ class Incoming:
                 raise ValueError(f"the copy of build {key} is not a build of this host's")
             return build
 
+        if key in self.held:
+            return
         _, fd, _ = acquire(root, key, made)
-        self.held.append(fd)
+        self.held[key] = fd

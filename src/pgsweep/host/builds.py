@@ -211,7 +211,8 @@ def prune(root: Path, keys: list[str], leftovers: bool, unused_days: float | Non
             gone.append(templates.name)
     removed = []
     for name in gone:
-        key = name.removeprefix(".building-").split("-")[0].removesuffix(".failed.log")
+        key = name.removeprefix(".building-").removeprefix(".incoming-").split("-")[0]
+        key = key.removesuffix(".failed.log")  # a copy being unpacked: its key's lock
         with locked(root, key, wait=False) as free:
             if not free:  # a run is building or using it: left alone
                 continue

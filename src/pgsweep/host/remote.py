@@ -351,16 +351,26 @@ class RemoteHost(Host):
     def copy_build(self, build: Build, server_uid: int, say: Callable[[str], None]) -> Build:
         from . import buildcopy
 
-        opened = self.call("build_copy", key=build.key, uid=server_uid, data=b"", sha256=None)
-        if not opened["have"]:
-            data = buildcopy.pack(build)
-            say(f"copying it to host {self.name} ({len(data) / 2**20:.1f} MiB)")
-            for at in range(0, len(data), buildcopy.CHUNK):
-                last = at + buildcopy.CHUNK >= len(data)
-                opened = self.call("build_copy", key=build.key, uid=server_uid,
-                                   data=data[at:at + buildcopy.CHUNK],
-                                   sha256=buildcopy.digest(data) if last else None)  # fmt: skip
-        return dataclasses.replace(build, home=Path(opened["home"]), cached=True)
+        try:
+            opened = self.call("build_copy", key=build.key, uid=server_uid, data=b"",
+                               sha256=None)  # fmt: skip
+            if not opened["have"]:
+                data = buildcopy.pack(build)
+                say(f"copying it to host {self.name} ({len(data) / 2**20:.1f} MiB)")
+                for at in range(0, len(data), buildcopy.CHUNK):
+                    last = at + buildcopy.CHUNK >= len(data)
+                    opened = self.call("build_copy", key=build.key, uid=server_uid,
+                                       data=data[at:at + buildcopy.CHUNK],
+                                       sha256=buildcopy.digest(data) if last else None)  # fmt: skip
+        except (RuntimeError, OSError) as exc:  # refused there: nothing of it was kept
+            raise PgsweepError(f"the build {build.key} was not copied to host {self.name}: "
+                               f"{exc}", fix="see what that host said; `pgsweep builds` there "
+                               "lists its cache") from None  # fmt: skip
+        home = Path(str(opened["home"]))
+        if not home.is_absolute() or home.name != build.key or ".." in home.parts:
+            raise PgsweepError(f"host {self.name} put build {build.key} at {home}, not an "
+                               "entry of a build cache")  # fmt: skip
+        return dataclasses.replace(build, home=home, cached=True)
 
     def _no_builds(self) -> PgsweepError:
         return PgsweepError(f"host {self.name} was asked for a [build]: a server on another "

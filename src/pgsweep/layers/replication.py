@@ -290,7 +290,11 @@ class ReplicationLayer(Layer):
             wait_streaming(trial.cluster, settings.names, sync, 60 + settings.apply_delay_s)
         except ServerError as exc:
             first, *rest = str(exc).splitlines() or [""]
-            tails = "\n".join([*rest, *(s.log_tail(8) for s in replicas.standbys)])
+            # a standby's host whose connection broke meanwhile is why: named first
+            lost = sorted({s.host.name for s in replicas.standbys if not s.host.alive()})
+            first = f"host {lost[0]} (a standby's) was lost: {first}" if lost else first
+            tails = "\n".join([*rest, *(s.log_tail(8) for s in replicas.standbys
+                                         if s.host.alive())])  # fmt: skip
             server.replicas = None
             replicas.destroy()
             raise TrialFailure(first, tails) from exc

@@ -337,6 +337,12 @@ def check_standbys(source: Source, topo: Topology, configs: list[dict[str, Any]]
         r = config.get("replication")
         if r is None or r.standbys < placed[0]:
             continue
+        if getattr(config.get("build"), "spec", None) is not None:
+            raise source.error(("roles", "standbys"), f"standby s{placed[0]} runs on host "
+                               f"{topo.standby_host(placed[0])}, and a configuration runs a "
+                               "build, which is made on this machine and copied to the "
+                               "server's host alone", fix="place the standbys beside the "
+                               "server, or leave [build] out of this file")  # fmt: skip
         if r.network:
             raise source.error(("replication", "network"), "replication.network puts the "
                                f"standbys in a namespace here, but [roles] puts standby "
