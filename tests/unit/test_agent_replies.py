@@ -60,5 +60,7 @@ def test_the_agent_writes_no_kernel_file_beyond_what_a_run_changes(tmp_path: Pat
         reply = agent._call({"method": "write_kernel", "args": {"path": path, "value": "1"}})
         assert reply["error"]["message"] == f"pgsweep does not change {path}", reply
     assert planted.read_text() == "kept"
-    assert writable("/sys/fs/cgroup/memory/pgsweep-12-34/memory.failcnt")  # its own counters
-    assert writable("/proc/sys/vm/drop_caches") and writable("/proc/sys/vm/swappiness")
+    made = {"/sys/fs/cgroup/memory/pgsweep-12-34"}
+    assert writable("/sys/fs/cgroup/memory/pgsweep-12-34/memory.failcnt", made)  # its own
+    assert not writable("/sys/fs/cgroup/memory/pgsweep-12-34/memory.failcnt", set())
+    assert writable("/proc/sys/vm/drop_caches", made) and writable("/proc/sys/vm/swappiness", made)

@@ -47,8 +47,7 @@ def open_hosts(exp: Experiment) -> dict[str, RemoteHost]:
             check(opened[name], exp, roles_on(exp, name))
         if topo.remote_server:  # its layers' checks (the os layer's devices), through it
             server = opened[topo.server]
-            plans.check_server_host(exp, server, Path(server.hello.get("work_base",
-                                                                        "/var/tmp")))
+            plans.check_server_host(exp, server, Path(server.hello["work_base"]))
         for name in elsewhere(topo):
             if name != hosts.LOCAL:
                 reaches(opened[name], opened[topo.server], roles_on(exp, name))

@@ -79,7 +79,7 @@ def server_lines(exp: Experiment, run: RunContext) -> list[str]:
     """A server on another host: this machine's part as its client (another host's is in
     `lines`)."""
     side, server = run.client_side, exp.topology.server
-    if side is None or not side.host.name.startswith("local"):
+    if side is None or side.host.on:
         return []
     return ["", f"this machine (the client): the tool over TCP to {side.address}:{side.port} "
             f"(a port free on {server} when the run starts), as the server admits from "
@@ -115,7 +115,7 @@ def lines(exp: Experiment, run: RunContext) -> list[str]:
     out: list[str] = []
     seen: list[HostSide] = []
     for side in (run.client_side, *run.standby_sides):
-        if side is None or side in seen or side.host.name.startswith("local"):
+        if side is None or side in seen or not side.host.on:
             continue
         seen.append(side)
         roles = ["the client"] if side is run.client_side else []

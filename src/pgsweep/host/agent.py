@@ -210,10 +210,9 @@ class Agent:
         self.host.chown(Path(path), uid, gid)
 
     def do_write_kernel(self, path: str, value: str) -> None:
-        from .journal import CGROUP_FILES, writable
+        from .journal import writable
 
-        mine = str(Path(path).parent) in self.cgroups  # not another run's cgroup
-        if not writable(path) or (CGROUP_FILES.fullmatch(path) is not None and not mine):
+        if not writable(path, self.cgroups):
             raise OSError(f"pgsweep does not change {path}")
         self.host.write_kernel(Path(path), value)
 

@@ -78,6 +78,12 @@ class Host(ABC):
 
     name: str
 
+    @property
+    def on(self) -> str:
+        """How an error names where it happened: "" for this machine (its own host, or a dry
+        run's standing for it), " on host NAME" for another."""
+        return "" if self.name.startswith("local") else f" on host {self.name}"
+
     def alive(self) -> bool:
         """The host still answers (a remote host's connection may be lost)."""
         return True

@@ -2,10 +2,11 @@
 another host runs the builds made here ([build] beside [roles] server), under the same
 key in that host's own cache (host/builds.py), so a later run there finds it.
 
-The copy is a gzip'd tar of the build's prefix/ and meta.json, checked by its SHA-256
-and unpacked with tarfile's "data" filter (no absolute paths, no links out of the tree,
-no devices, no set-id bits, owned by root) into a fresh folder in the cache, renamed to
-its key once complete: a copy cut short leaves no entry a run could take for a build."""
+The copy is a gzip'd tar of the build's prefix/ and meta.json, checked by its SHA-256,
+its members checked (`checked`), and unpacked with tarfile's "data" filter (no absolute
+paths, no links out of the tree, no devices, no set-id bits, owned by root) into a fresh
+folder in the cache, renamed to its key once it is that build: a copy cut short leaves
+no entry a run could take for a build."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .builds import Build
+from .builds import Build, acquire, check_reachable, lookup, open_cache
 
 CHUNK = 16 << 20  # bytes per message to the agent (base64 in a frame of at most 64 MiB)
 MOST = 1 << 30  # a build's packed tree, at most: anything larger is not a build of ours
@@ -128,8 +129,6 @@ class Incoming:
         """A first call (no data, no digest) opens this host's cache (made if need be,
         the server user `uid` must reach it) and says whether `key` is in it; each next
         adds a part; the one with the digest unpacks them all."""
-        from .builds import check_reachable, lookup, open_cache
-
         root = open_cache(create=True)
         assert root is not None
         home = entry(root, key)
@@ -156,8 +155,6 @@ class Incoming:
     def _hold(self, root: Path, key: str, data: bytes, sha256: str) -> None:
         """The entry, unpacked from `data` unless there (another run's copy may be landing:
         its lock is waited for), under a shared lock kept open."""
-        from .builds import acquire, lookup
-
         def made() -> Build:
             unpack(root, key, data, sha256)
             build = lookup(root, key)

@@ -62,12 +62,15 @@ CGROUP_FILES = re.compile(r"^/sys/fs/cgroup/memory/pgsweep-[0-9-]+/"
 TRIGGERS = ("/proc/sys/vm/drop_caches", "/proc/sys/vm/compact_memory")  # written, not set
 
 
-def writable(path: str) -> bool:
+def writable(path: str, cgroups: set[str]) -> bool:
     """What an agent writes in the kernel's files when asked (`write_kernel`): what a
-    journal may set, a trigger, or a file of pgsweep's own memory cgroup; nothing else."""
+    journal may set, a trigger, or a file of a memory cgroup it made (`cgroups`: not
+    another run's); nothing else."""
     if "/../" in path or path.endswith("/.."):
         return False
-    return allowed(path) or path in TRIGGERS or CGROUP_FILES.fullmatch(path) is not None
+    if CGROUP_FILES.fullmatch(path):
+        return path.rsplit("/", 1)[0] in cgroups
+    return allowed(path) or path in TRIGGERS
 
 
 def allowed(path: str) -> bool:

@@ -142,13 +142,12 @@ class OsLayer(Layer):
         """Before anything runs: every scheduler level must be offered by the devices the
         clusters will live on (on the server's host)."""
         queues = _queues(host, where)
-        there = "" if host.name.startswith("local") else f" on host {host.name}"
         for s in settings:
             for dev, queue in queues.items():
                 offered = menu(host, queue / "scheduler")
                 if s.io_scheduler is not None and s.io_scheduler not in offered:
                     raise PgsweepError(
-                        f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}{there}, "
+                        f"os.io_scheduler {s.io_scheduler!r} is not offered by {dev}{host.on}, "
                         f"which holds {where}",
                         where=str(queue / "scheduler"),
                         expected=f"one of {', '.join(offered)}",
@@ -334,7 +333,7 @@ def _offered(values: dict[str, Value], factors: dict[str, list[Any]],
     controller, a pool of each huge page size, each THP menu's choice (read on that host:
     this machine, or the server's other host through its agent)."""
     host = ctx.host
-    where = "this machine" if host.name.startswith("local") else f"host {host.name}"
+    where = f"host {host.name}" if host.on else "this machine"
 
     def at(key: str) -> tuple[str, ...]:
         return ("factors", "os", key) if key in factors else ("os", key)
@@ -358,7 +357,7 @@ def _offered(values: dict[str, Value], factors: dict[str, list[Any]],
     for key, path in THP_FILES.items():
         for level in [values.get(key), *factors.get(key, [])]:
             if level is not None and level not in menu(host, path):
-                raise ctx.source.error(at(key), f"{path} on {where} offers no {level!r}",
+                raise ctx.source.error(at(key), f"{path}{host.on} offers no {level!r}",
                                        expected=f"one of {', '.join(menu(host, path))}")
 
 

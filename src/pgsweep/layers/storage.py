@@ -84,14 +84,13 @@ class StorageLayer(ResourceLayer):
         if ctx.host.ids(None)[0] != 0:
             raise ctx.source.error(("storage",), "the storage layer (mkfs, mount) needs root",
                                    fix="run pgsweep as root, or remove [storage]")  # fmt: skip
-        there = "" if ctx.host.name.startswith("local") else f" on host {ctx.host.name}"
         for fs in [values["filesystem"], *factors.get("filesystem", [])]:
             tool = blockdev.MKFS.get(str(fs), ["zfs-fuse"])[0]
             if ctx.host.which(tool) is None:
                 raise ctx.source.error(
                     ("factors", "storage", "filesystem") if "filesystem" in factors
                     else ("storage", "filesystem"),
-                    f"{fs} needs {tool}, which is not installed{there}",
+                    f"{fs} needs {tool}, which is not installed{ctx.host.on}",
                     fix=f"apt-get install {blockdev.PACKAGES[str(fs)]}",
                 )  # fmt: skip
         self.where = {k: ctx.source.where(*(("factors", "storage", k) if k in factors
@@ -176,7 +175,7 @@ class StorageLayer(ResourceLayer):
             zfsfuse.check_host()
         for s in used:
             _check_space(host, where, [s], self.where.get("device", "storage.device"))
-        if host.name != "local":  # a server elsewhere: loop devices alone (spec.hosts)
+        if host.on:  # a server elsewhere: loop devices alone (spec.hosts)
             return
         with tempfile.TemporaryDirectory(prefix="pgsweep-devcheck-") as scratch:
             for key, attr in (("device", "data"), ("wal_device", "wal")):
@@ -323,7 +322,7 @@ def _check_space(host: Host, where: Path, settings: list[StorageSettings], key: 
         if need and need > free - SPARE:
             raise PgsweepError(
                 f"{' + '.join(fs.device for fs in specs)} may grow to {need / 1024**3:.1f} GiB "
-                f"in {where}{'' if host.name.startswith('local') else f' on host {host.name}'}, "
+                f"in {where}{host.on}, "
                 f"whose filesystem has {free / 1024**3:.1f} GiB free (pgsweep keeps "
                 "1 GiB spare)",
                 where=key,

@@ -191,7 +191,7 @@ def check_remote_server(source: Source, doc: dict[str, Any], topo: Topology) -> 
         return
     factors: dict[str, Any] = doc["factors"] if isinstance(doc.get("factors"), dict) else {}
     _loop_storage_only(source, doc, factors, topo.server)
-    if _table(doc.get("build")).get("pgbench") == "own" and topo.client != topo.server:
+    if _given(doc.get("build"), "pgbench") == "own" and topo.client != topo.server:
         raise source.error(("build", "pgbench"), "build.pgbench = \"own\" runs each build's "
                            f"pgbench, which is copied to host {topo.server} with its server "
                            f"only, and the client runs on {topo.client}",
@@ -230,34 +230,23 @@ def _loop_storage_only(source: Source, doc: dict[str, Any], factors: dict[str, A
                        server: str) -> None:  # fmt: skip
     """[storage] beside a server on another host: filesystems on loop devices its agent
     makes in its work area; a real device there (named and allowed on this machine's
-    command line) and zfs-fuse are not run there in this version."""
-    for sub in ((), ("wal",)):
-        table = _table(doc.get("storage"), *sub)
-        level = _table(factors.get("storage"), *sub)
-        for key, bad, why in (("device", _real, "a real device"),
-                              ("wal_device", _real, "a real device"),
-                              ("filesystem", lambda v: v == "zfs", "zfs (zfs-fuse)")):  # fmt: skip
-            written = [("storage", *sub, key)] if key in table else []
-            written += [("factors", "storage", *sub, key)] if key in level else []
-            for where in written:
-                values = level[key] if where[0] == "factors" else [table[key]]
-                if isinstance(values, list) and any(bad(v) for v in values):
-                    raise source.error(where, f"{'.'.join(where)} puts {why} under the server "
-                                       f"on host {server}, which is not run there in this "
-                                       "version", expected='a loop device ("loop:8GiB") and '
-                                       "ext4, xfs or btrfs", fix='use device = "loop:SIZE", '
-                                       'or run pgsweep on the database machine (roles.server'
-                                       ' = "local")')  # fmt: skip
+    command line) and zfs-fuse are not run there in this version ([storage.wal] is never
+    zfs: the storage layer refuses it)."""
+    for key, why in (("device", "a real device"), ("wal_device", "a real device"),
+                     ("filesystem", "zfs (zfs-fuse)")):  # fmt: skip
+        for where, given in ((("storage", key), _given(doc.get("storage"), key)),
+                             (("factors", "storage", key), _given(factors.get("storage"), key))):
+            levels = given if isinstance(given, list) else [given]
+            if given is not None and any(_not_loop(key, v) for v in levels):
+                raise source.error(where, f"{'.'.join(where)} puts {why} under the server "
+                                   f"on host {server}, which is not run there in this "
+                                   "version", expected='a loop device ("loop:8GiB") and ext4, '
+                                   'xfs or btrfs', fix='use device = "loop:SIZE", or run '
+                                   'pgsweep on the database machine (roles.server = "local")')
 
 
-def _table(table: Any, *path: str) -> dict[str, Any]:
-    for part in path:
-        table = table.get(part) if isinstance(table, dict) else None
-    return table if isinstance(table, dict) else {}
-
-
-def _real(value: Any) -> bool:
-    return not str(value).startswith("loop:")
+def _not_loop(key: str, level: Any) -> bool:
+    return level == "zfs" if key == "filesystem" else not str(level).startswith("loop:")
 
 
 def _given(table: Any, key: str) -> Any:
