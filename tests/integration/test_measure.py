@@ -76,7 +76,11 @@ def test_log_figures_agree_with_pgbench(results: Path) -> None:
     assert len(seconds) == 3 and all(lag is not None for _, _, lag in seconds)
     assert sum(tps for tps, _, _ in seconds) + m["log.outside_window"] == m["tx.ok"]
     assert sum(sk for _, sk, _ in seconds) <= m["tx.skipped"]
-    assert m["window.tps"] == pytest.approx(s.tps, rel=0.02)
+    # pgbench divides by its own clock (from its start to the last thread's end), the window
+    # is 3 s from the first transaction's start: in a 3-second trial on a loaded machine
+    # (CI's other lanes) the edges moved them 2.9% apart once; a window counted wrongly
+    # (the sampling rate, the seconds) is off by a third or more
+    assert m["window.tps"] == pytest.approx(s.tps, rel=0.05)
     assert sum(tps for tps, _, _ in seconds) / 3 == pytest.approx(m["window.tps"], rel=0.02)
     assert m["window.tps_vs_summary"] == pytest.approx(m["window.tps"] / s.tps)
     assert "stability.tps_cv" in m and m["stability.stall_seconds"] >= 0

@@ -243,3 +243,46 @@ def test_the_start_check_copies_a_template_a_run_kept_in_the_build_cache(
     assert check() == {"work_mem": "5120"}  # from initdb again
     assert not (cache / TEMPLATES).exists()
     assert Path("/etc/shadow").is_file() and not Path("/etc/shadow").is_symlink()
+
+
+def test_a_runs_cluster_is_a_copy_of_the_kept_template_and_initdb_without_one(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster layer copies the data directory the start checks keep for its binaries,
+    initdb options and server user: the copy has the template's system identifier, which
+    initdb draws anew each time. Without a template (another option set), and with pg_wal
+    on a device of its own (initdb --waldir places it), initdb makes the directory."""
+    from pgsweep.layers.cluster import _create
+    from pgsweep.postgres.startcheck import keep_templates, kept_template
+
+    monkeypatch.setenv("PGSWEEP_CACHE_DIR", str(open_dir / "cache"))
+    user = RunAs(SERVER_USER) if os.geteuid() == 0 else None
+    (open_dir / "out").mkdir(mode=0o700)
+    binaries = pgbin.inspect(pgbin.locate("auto", where="test"), open_dir / "out", user)
+    keep_templates(binaries, user, [("--data-checksums",)], LOCAL)
+    template = kept_template(binaries, user, ("--data-checksums",), LOCAL)
+    assert template is not None and kept_template(binaries, user, (), LOCAL) is None
+
+    def sysid(data: Path) -> str:
+        res = LOCAL.run([binaries.path("pg_controldata"), str(data)],
+                        out=open_dir / "out" / "controldata.out", user=user)
+        assert res.ok, res.describe_failure()
+        found = re.search(r"system identifier:\s+(\d+)", res.stdout)
+        assert found, res.stdout
+        return found.group(1)
+
+    def made(name: str, options: list[str], wal: bool = False) -> str:
+        root = open_dir / name
+        waldir = open_dir / f"{name}-wal" if wal else None
+        cluster = Cluster(binaries, user, root, open_dir / f"s-{name}", waldir, host=LOCAL)
+        try:
+            _create(cluster, options)
+            return sysid(cluster.datadir)
+        finally:
+            cluster.destroy()
+
+    kept = sysid(template)
+    assert made("copied", ["--data-checksums"]) == kept
+    assert made("copied-again", ["--data-checksums"]) == kept
+    assert made("other-options", []) != kept
+    assert made("own-wal", ["--data-checksums"], wal=True) != kept

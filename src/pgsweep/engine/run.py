@@ -171,11 +171,12 @@ def _run(exp: Experiment, plan: Plan, store: Store, area: workarea.WorkArea,
 
 
 def keep_start_templates(exp: Experiment, host: Host) -> None:
-    """The checks passed: keep the installed binaries' initdb for the next start checks
-    (postgres/startcheck.keep_templates; `plan` never makes one)."""
+    """The checks passed: keep the installed binaries' initdb for the next start checks and
+    for this run's clusters, which copy it (postgres/startcheck.keep_templates,
+    layers/cluster; `plan` never makes one)."""
     options = {tuple(c["cluster"].initdb_options()) for c in exp.configurations.values()
-               if c.get("server") and ("build" not in c or c["build"].spec is None)}  # fmt: skip
-    if options:  # a check started a server with them (layers/server_start)
+               if "build" not in c or c["build"].spec is None}  # fmt: skip
+    if options:
         startcheck.keep_templates(exp.binaries, exp.user, options, host)
 
 

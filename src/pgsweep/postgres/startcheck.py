@@ -114,12 +114,7 @@ class StartChecker:
         return self._clusters[initdb_options]
 
     def _template(self, initdb_options: tuple[str, ...]) -> Path | None:
-        """The kept data directory initdb made with these binaries, options and server user
-        (keep_templates), or None (none kept): the check then runs initdb itself."""
-        home = _template_home(self.binaries, self.user, initdb_options, self.host, False)
-        if home is None or self.host.lstat(home / "ready") is None:
-            return None
-        return home / "data"
+        return kept_template(self.binaries, self.user, initdb_options, self.host)
 
     def shown(
         self,
@@ -157,10 +152,11 @@ class StartChecker:
 
 def keep_templates(binaries: Binaries, user: RunAs | None,
                    initdb_options: Collection[tuple[str, ...]], host: Host) -> None:  # fmt: skip
-    """The data directories later start checks copy, made once per binaries, initdb options
-    and server user in the build cache: by `run`, once its checks passed (never by `plan`,
-    which leaves the machine as it was, nor for a file refused). Only on this machine;
-    nothing is made where one is kept or being made, or where the cache is not usable."""
+    """The data directories later start checks and runs' clusters (layers/cluster) copy,
+    made once per binaries, initdb options and server user in the build cache: by `run`,
+    once its checks passed (never by `plan`, which leaves the machine as it was, nor for a
+    file refused). Only on this machine; nothing is made where one is kept or being made,
+    or where the cache is not usable."""
     for options in initdb_options:
         home = _template_home(binaries, user, options, host, True)
         if home is None or host.lstat(home) is not None:
@@ -177,6 +173,16 @@ def keep_templates(binaries: Binaries, user: RunAs | None,
             host.remove_tree(home)  # the run's own clusters will say why
             continue
         host.write_file(home / "ready", "", 0o644)
+
+
+def kept_template(binaries: Binaries, user: RunAs | None, initdb_options: tuple[str, ...],
+                  host: Host) -> Path | None:  # fmt: skip
+    """The kept data directory initdb made with these binaries, options and server user
+    (keep_templates), or None (none kept): the caller then runs initdb itself."""
+    home = _template_home(binaries, user, initdb_options, host, False)
+    if home is None or host.lstat(home / "ready") is None:
+        return None
+    return home / "data"
 
 
 def _template_home(binaries: Binaries, user: RunAs | None, initdb_options: tuple[str, ...],
