@@ -101,7 +101,7 @@ def test_a_cached_build_runs_beside_the_installed_binaries(
     assert (built["build.id"], installed["build.id"]) == (key, "installed")
     assert "'--with-wal-blocksize=4'" in built["build.configure"]
     assert built["build.version"] == installed["build.version"] == "15.18"
-    assert built["cluster.system_identifier"] != installed["cluster.system_identifier"]
+    assert built["cluster.data_directory"] != installed["cluster.data_directory"]
     # the client stays constant: the installed pgbench drives both configurations
     argv = {c: json.loads(rows[c]["pgbench_argv"])[0] for c in rows}
     assert set(argv.values()) == {INSTALLED_PGBENCH}
@@ -184,7 +184,7 @@ def test_run_against_a_folder_of_the_installed_binaries_measures_the_build_besid
     ran: dict[tuple[int, str], tuple[str, str, str]] = {}
     for t in trials(tmp_path / "res"):
         e = json.loads(t["effective_json"])
-        side = (e["build.id"], e["build.wal_block_size"], e["cluster.system_identifier"])
+        side = (e["build.id"], e["build.wal_block_size"], e["cluster.data_directory"])
         ran[(t["round"], t["config_id"])] = side
     assert sorted(ran) == [(1, "c01"), (1, "c02"), (2, "c01"), (2, "c02")]  # both, each round
     assert {r[:2] for (_, c), r in ran.items() if c == "c01"} == {("installed", "8192")}

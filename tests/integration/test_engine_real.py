@@ -96,7 +96,7 @@ def test_each_trial_ran_on_its_own_groups_storage_and_cluster(results: Path) -> 
         want = {"loop:1GiB": 1 << 30, "loop:1280MiB": 1280 << 20}[level["storage.device"]]
         assert int(eff[f"storage.size_bytes.{loop}"]) == want
         seen.setdefault(level["storage.device"], set()).add(
-            (eff["storage.device"], eff["cluster.system_identifier"])
+            (eff["storage.device"], eff["cluster.data_directory"])
         )
     # one device and one cluster per group across all rounds, and not the same two
     assert all(len(pairs) == 1 for pairs in seen.values()), seen

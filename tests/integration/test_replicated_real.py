@@ -51,7 +51,7 @@ def test_every_round_has_new_clusters(results: Path) -> None:
     assert len(rows) == 4 and all(t["status"] == "ok" for t in rows), rows
     events = Counter(e for t in rows for e in json.loads(t["events_json"]))
     assert events["new-cluster"] == 4, events
-    clusters = {json.loads(t["effective_json"])["cluster.system_identifier"] for t in rows}
+    clusters = {json.loads(t["effective_json"])["cluster.data_directory"] for t in rows}
     assert len(clusters) == 4  # no cluster served two rounds
 
 

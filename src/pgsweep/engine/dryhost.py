@@ -137,7 +137,7 @@ class DryHost(RecordingHost):
         if "pg_available_extensions" in query or "pg_extension" in query:
             return [(1,)]
         if "system_identifier" in query:
-            return [(0,)]
+            return [(0, "DRYRUN")]
         if "pg_current_wal_lsn()" in query:
             return [("0/0",)]
         if "FROM pg_stat_replication" in query:

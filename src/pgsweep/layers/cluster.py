@@ -272,10 +272,14 @@ class ClusterLayer(ResourceLayer):
             trial.events.append("restore")
 
     def verify(self, settings: ClusterSettings, trial: TrialContext) -> None:
-        """Which cluster ran the trial: initdb's system identifier is unique per cluster."""
+        """Which cluster ran the trial, as its server says: its data directory (every
+        cluster has its own, under the run's work area) and initdb's system identifier
+        (which the copies of one kept template share: layers/cluster._create)."""
         with trial.cluster.connect() as conn:
-            row = conn.execute("SELECT system_identifier FROM pg_control_system()").fetchone()
+            row = conn.execute("SELECT system_identifier, current_setting('data_directory') "
+                               "FROM pg_control_system()").fetchone()  # fmt: skip
         trial.effective["cluster.system_identifier"] = str(row[0]) if row else ""
+        trial.effective["cluster.data_directory"] = str(row[1]) if row else ""
         trial.effective["cluster.name"] = trial.cluster.root.name  # its load phase's key
         if trial.server.load_argv:  # what loaded it: pgbench -i, pg_restore, psql, sysbench
             trial.effective["cluster.load_command"] = shlex.join(trial.server.load_argv)
