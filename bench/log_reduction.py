@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -96,7 +97,7 @@ def main() -> None:
         best, median = min(times), statistics.median(times)
         print(f"log: {lines:,} lines, {size / 1e6:,.0f} MB in 2 files")
         print(
-            f"pgsweep (numba, {txlog.numba.get_num_threads()} threads): best {best:.2f} s = "
+            f"pgsweep (numba, {numba.get_num_threads()} threads): best {best:.2f} s = "
             f"{lines / best / 1e6:.1f} M lines/s; median {median:.2f} s = "
             f"{lines / median / 1e6:.1f} M lines/s"
         )

@@ -143,3 +143,73 @@ def test_a_short_line_never_reads_past_its_own_newline() -> None:
     parsed, bad, _, _ = parse_chunk(buf, 0, len(text), lat, end, lag, retries, 0)
     assert (parsed, bad) == (1, 0)  # the short line is bad, the next one is read as itself
     assert lat[0] == 120 and end[0] == 1700000000 * 1000000 + 7
+
+
+REAL = {"tpcb": TPCB, "rate-limited": RATE_LIMITED,
+        "sampled": [PG / "pg15-select-sampled0.1.txlog"], "failures": [PG / "pg16-docs-txlog.log"]}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_a_small_logs_numpy_kernels_give_the_compiled_kernels_figures(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short trial's log takes txlog_small's kernels, a long one's numba's: on the real
+    logs, every array and every figure of the reduction is the same, to the last bit."""
+    paths = REAL[name]
+    assert sum(p.stat().st_size for p in paths) <= txlog.SMALL_BYTES
+    seconds = 1 if name == "failures" else 3
+    small = txlog.parse(paths)
+    small_red = txlog.reduce(small, seconds)
+    monkeypatch.setattr(txlog, "SMALL_BYTES", -1)
+    monkeypatch.setattr(txlog, "SMALL_LINES", -1)
+    big = txlog.parse(paths)
+    for array in ("lat", "end", "lag", "retries"):
+        assert np.array_equal(getattr(small, array), getattr(big, array)), array
+    assert small.fields == big.fields
+    assert small_red == txlog.reduce(big, seconds)
+
+
+@pytest.mark.parametrize("text", [
+    b"0 1 100 0 1700000000 5\n0 2 1x0 0 1700000000 9\n",
+    b"0 1 100 0 1700000000 5\n0 2 100 0\n",
+    b"0 1 aborted 0 1700000000 5\n",
+    b"0 1 100 0 1700000000 5 1 2 3\n",
+    b"0 1 skipped 0 1700000000 5 7\n1 1 serialization 0 1700000000 6 0 2\n",
+    b"0 1 s 0 1700000000 5\n0 2 deadlock 0 1700000000 6 0 1\n0 3 failed 0 1700000000 7 0 0\n",
+    b"0 1 100 0 1700000000 5 \n",
+    b"0  1 100 0 1700000000 5\n",
+    b" 0 1 100 0 1700000000 5\n",
+    b"\n0 1 100 0 1700000000 5\n",
+    b"0 1 100 0 1700000000 5 3000000000\n",
+    b"0 1 99999999999 0 1700000000 5\n",
+    b"0 1 100 0 1700000000 5\r\n",
+    b"0 1 \xd9\xa1 0 1700000000 5\n",
+], ids=range(14))
+def test_both_kernel_sets_read_each_line_alike(text: bytes) -> None:
+    """Lines pgbench writes, and lines it never would: both kernel sets take or refuse the
+    same ones, with the same values and the first refused line at the same offset."""
+    from pgsweep.collect import txlog_kernels, txlog_small
+
+    buf = np.frombuffer(text, np.uint8)
+    starts, stops = np.array([0], np.int64), np.array([len(text)], np.int64)
+    got = []
+    for kernels in (txlog_small, txlog_kernels):
+        n = int(kernels.count_lines(buf, starts, stops)[0])
+        arrays = (np.zeros(n, np.int32), np.zeros(n, np.int64), np.zeros(n, np.int32),
+                  np.zeros(n, np.int32))  # fmt: skip
+        counts = kernels.parse_all(buf, starts, stops, np.zeros(1, np.int64), *arrays)
+        parsed = int(counts[0][0])
+        got.append(([int(c[0]) for c in counts], [a[:parsed].tolist() for a in arrays]))
+    assert got[0] == got[1]
+
+
+def test_a_small_log_never_loads_numba() -> None:
+    """What the small kernels are for: a short trial's process never pays numba's start."""
+    code = ("import sys; from pathlib import Path; from pgsweep.collect import txlog; "
+            f"txlog.reduce(txlog.parse([Path({str(TPCB[0])!r}), Path({str(TPCB[1])!r})]), 3); "
+            "print('numba' in sys.modules)")  # fmt: skip
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -6,6 +6,8 @@ A line is `client_id transaction_no time script_no time_epoch time_us [schedule_
 start) or a word: `skipped`, `failed`, `serialization`, `deadlock`. Logs reach tens of
 millions of lines, so parsing and reduction are numba kernels over the raw bytes, split at
 line ends across the CPUs (bench/log-reduction measures them against a plain Python loop).
+A log of at most SMALL_BYTES (a short trial's) takes txlog_small's numpy kernels instead,
+which give the same results without numba's start-up (about 1.3 CPU-s per process).
 
 Trial percentiles are exact (numpy's linear interpolation), found by a histogram pass that
 narrows each rank to one bin and a sort of that bin's values. Per-second percentiles come
@@ -22,22 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from .txlog_kernels import (
-    PERCENTILES,
-    SECOND_PERCENTILES,
-    bin_bounds,
-    count_lines,
-    moments_and_hist,
-    parse_all,
-    per_second,
-    values_in_bins,
-)
+from . import txlog_small
+from .txlog_small import PERCENTILES, SECOND_PERCENTILES, bin_bounds
 
 MAX_LOG_BYTES = 4 << 30  # about 100 million lines: more is a log to sample
+# at most this many bytes or lines, the numpy kernels: 0.74 CPU-s for 136,000 lines
+# against numba's 1.06 (with its start-up), 0.05 for 9,000 against 1.16 (bench/log_small.py)
+SMALL_BYTES = 4 << 20
+SMALL_LINES = 120_000
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
@@ -62,8 +59,11 @@ def parse(sources: Sequence[Path | BinaryIO], threads: int | None = None) -> Lin
     into one set of arrays. Fails on the first line not understood, naming its number and
     file: a skipped line would bias every percentile. The line itself is not quoted: the
     file lives where the server user can write, and its bytes do not belong in a report."""
-    k = max(1, threads or numba.get_num_threads())
-    files = [_split(s, k) for s in sources]  # (name, buffer, starts, stops, lines per chunk)
+    small = sum(_size(s) for s in sources) <= SMALL_BYTES
+    kernels = txlog_small if small else _compiled()
+    k = 1 if small else max(1, threads or _cpus())
+    # (name, buffer, starts, stops, lines per chunk)
+    files = [_split(s, k, kernels) for s in sources]
     total = sum(int(f[4].sum()) for f in files)
     if total >= 2**31:
         raise LogError(f"{total:,} lines is more than one trial's log can hold; sample it")
@@ -72,7 +72,8 @@ def parse(sources: Sequence[Path | BinaryIO], threads: int | None = None) -> Lin
     at, fmin, fmax = 0, 99, 0
     for name, buf, starts, stops, lines in files:
         offsets = at + np.concatenate(([0], np.cumsum(lines)[:-1])).astype(np.int64)
-        _, bads, fmins, fmaxs = parse_all(buf, starts, stops, offsets, lat, end, lag, retries)
+        _, bads, fmins, fmaxs = kernels.parse_all(buf, starts, stops, offsets, lat, end, lag,
+                                                  retries)  # fmt: skip
         if (bads >= 0).any():
             _fail(name, buf, int(bads[bads >= 0].min()))
         seen = fmaxs > 0
@@ -82,15 +83,31 @@ def parse(sources: Sequence[Path | BinaryIO], threads: int | None = None) -> Lin
     return Lines(lat, end, lag, retries, (fmin, fmax) if fmax else (0, 0))
 
 
-def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
-    """Map a file (no copy: the page cache is read in place) and cut it into k chunks at
-    line ends; count each chunk's lines."""
+def _compiled() -> Any:
+    """The numba kernels, loaded when a log is large enough to be worth their start-up."""
+    from . import txlog_kernels
+
+    return txlog_kernels
+
+
+def _cpus() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
+def _size(source: Path | BinaryIO) -> int:
     if isinstance(source, Path):
-        name, size = source.name, source.stat().st_size
-    elif isinstance(source, io.BytesIO):  # read back from another host, already in memory
-        name, size = f"log file {source.name}", len(source.getbuffer())
-    else:
-        name, size = f"log file {source.name}", os.fstat(source.fileno()).st_size
+        return source.stat().st_size
+    if isinstance(source, io.BytesIO):  # read back from another host, already in memory
+        return len(source.getbuffer())
+    return os.fstat(source.fileno()).st_size
+
+
+def _split(source: Path | BinaryIO, k: int, kernels: Any) -> tuple[str, Any, I64, I64, I64]:
+    """Read a file and cut it into k chunks at line ends; count each chunk's lines."""
+    name = source.name if isinstance(source, Path) else f"log file {source.name}"
+    size = _size(source)
     if size == 0:
         none = np.zeros(0, np.int64)
         return name, np.zeros(1, np.uint8), none, none, none
@@ -110,7 +127,7 @@ def _split(source: Path | BinaryIO, k: int) -> tuple[str, Any, I64, I64, I64]:
             bounds.append(size * j // k + int(nl[0]) + 1)
     bounds.append(size)
     starts, stops = np.array(bounds[:-1], np.int64), np.array(bounds[1:], np.int64)
-    return name, buf, starts, stops, count_lines(buf, starts, stops)
+    return name, buf, starts, stops, kernels.count_lines(buf, starts, stops)
 
 
 def _read_all(source: Path | BinaryIO, size: int, name: str) -> Any:
@@ -131,7 +148,7 @@ def _read_all(source: Path | BinaryIO, size: int, name: str) -> Any:
             at += n
 
     try:
-        with ThreadPoolExecutor(max(1, numba.get_num_threads())) as pool:
+        with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, size // step + 1))) as pool:
             list(pool.map(piece, range(0, size, step)))
     finally:
         if isinstance(source, Path):
@@ -172,9 +189,10 @@ def reduce(lines: Lines, seconds: int) -> Reduction:
     where t0 is the earliest transaction start (completion minus latency; for skipped and
     failed lines, their completion)."""
     lat, end, lag = lines.lat, lines.end, lines.lag
-    moments = moments_and_hist(lat, end, lag)
+    kernels = txlog_small if len(lat) <= SMALL_LINES else _compiled()
+    moments = kernels.moments_and_hist(lat, end, lag)
     hist, n, s, ss, mx, failed, skipped, nlag, lag_s, lag_mx, t0 = moments
-    per = per_second(lat, end, lag, t0, seconds, np.array(SECOND_PERCENTILES))
+    per = kernels.per_second(lat, end, lag, t0, seconds, np.array(SECOND_PERCENTILES))
     ok_s, failed_s, skipped_s, lat_sum, lat_max, lag_sum, pct, outside = per
     red = Reduction(
         lines=len(lat), ok=n, failed=failed, skipped=skipped,
@@ -185,7 +203,8 @@ def reduce(lines: Lines, seconds: int) -> Reduction:
     if n:
         mean = s / n
         red.latency = {"mean": mean / 1000, "stddev": _stddev(n, s, ss) / 1000}
-        for q, v in zip(PERCENTILES, exact_percentiles(lat, hist, n, PERCENTILES), strict=True):
+        pcts = exact_percentiles(lat, hist, n, PERCENTILES, kernels.values_in_bins)
+        for q, v in zip(PERCENTILES, pcts, strict=True):
             red.latency[f"p{q:g}"] = v / 1000
         red.latency["max"] = mx / 1000
         red.histogram = [
@@ -215,7 +234,8 @@ def _stddev(n: int, s: float, ss: float) -> float:
     return float(np.sqrt(max(ss / n - (s / n) ** 2, 0.0)))
 
 
-def exact_percentiles(lat: I32, hist: I64, n: int, qs: tuple[float, ...]) -> list[float]:
+def exact_percentiles(lat: I32, hist: I64, n: int, qs: tuple[float, ...],
+                      values_in_bins: Any = txlog_small.values_in_bins) -> list[float]:  # fmt: skip
     """numpy.percentile(lat[lat >= 0], qs) without sorting everything: find the bins holding
     the ranks each percentile interpolates between, then sort only those bins' values."""
     cum = np.cumsum(hist)

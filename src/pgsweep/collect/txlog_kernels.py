@@ -1,20 +1,14 @@
 """The numba kernels behind txlog: parse pgbench's per-transaction log from raw bytes and
 reduce it (histograms, per-second counting sort, exact selection). Plain loops over
-arrays, compiled once and cached; the Python-level API and its contract live in txlog."""
+arrays, compiled once and cached; the Python-level API and its contract live in txlog,
+the constants and a small log's kernels in txlog_small."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-FAILED, SKIPPED, SERIALIZATION, DEADLOCK = -1, -2, -3, -4
-PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
-SECOND_PERCENTILES = (50.0, 90.0, 99.0)
-_EXACT_BELOW = 1000  # us: one bin per microsecond below this
-_PER_DECADE = 900  # three significant digits above it
-_DECADES = 8  # up to 10^11 us
-NBINS = _EXACT_BELOW + _DECADES * _PER_DECADE
-_MAX_US = 2**31 - 1  # latencies and lags are kept as int32 (35 minutes)
+from .txlog_small import _EXACT_BELOW, _MAX_US, _PER_DECADE, NBINS, SKIPPED
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
