@@ -1,5 +1,5 @@
 """A fork server for the tests' `pgsweep(...)` calls: one process per pytest run imports
-pgsweep and its heavy libraries (scipy, pyarrow, numba: one to three seconds a start on a
+pgsweep and its heavy libraries (scipy, pyarrow: one to three seconds a start on a
 loaded 2-core machine) once, then forks a fresh child for each command. Each command still
 runs in a process of its own, from a state no earlier command touched, with the test's
 environment, working folder and argument list, its output in files; only the imports are
@@ -79,8 +79,9 @@ def _become(req: dict[str, Any], proto: int) -> int:
 
 
 def _warm_log_kernels() -> None:
-    """Load numba's compiled pgbench-log kernels once (about a second a process, every run
-    that measures pays it) by reducing a two-line log, as a trial's measurement does."""
+    """Reduce a two-line log once, as a trial's measurement does: a short trial's log takes
+    the numpy kernels (collect/txlog_small), whose imports the children then share; the
+    numba kernels, a second a process, are only loaded for a log of megabytes."""
     import io
 
     from pgsweep.collect import txlog
