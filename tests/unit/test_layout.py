@@ -120,7 +120,7 @@ ALLOWED = {
     ("layers/workload_tools.py", "program"): PLAN,
     ("collect/_numba_cache.py", "ensure_cache_dir"): "the package's own compile cache",
     ("collect/txlog.py", "_read_all"): "a transaction log the caller opened",
-    ("collect/txlog.py", "_split"): "a transaction log the caller opened",
+    ("collect/txlog.py", "_size"): "a transaction log the caller opened",
     ("collect/txlog.py", "piece"): "a transaction log the caller opened",
     ("postgres/binaries.py", "locate"): PLAN,
     ("postgres/binaries.py", "_has_all"): PLAN,
