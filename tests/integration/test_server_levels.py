@@ -1,7 +1,8 @@
 """Server levels as a DBA writes them: automatic values (-1 and their kind) and values the
 server formats when it shows them run like any other level and are recorded as the value
-in force; a stock postgresql.conf pasted into [server] runs; a level, or a combination of
-levels, the server will not start with is exit 2 at `plan`, before anything runs."""
+in force; a stock postgresql.conf pasted into [server] runs. (A level the server will not
+start with is exit 2 at `plan`: test_start_refusals, which runs alone, as it counts every
+server and scratch folder on the machine.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, SERVER_USER, pgsweep, postmasters, requires_pg, trials, write_experiment
+from conftest import DATA, SERVER_USER, pgsweep, requires_pg, trials, write_experiment
 from pgsweep.host.local import LOCAL
 from pgsweep.host.proc import RunAs
 from pgsweep.postgres import binaries as pgbin
@@ -115,44 +116,6 @@ def test_a_stock_postgresql_conf_in_server_runs(tmp_path: Path, state_dir: Path)
     eff = json.loads(rows[0]["effective_json"])
     assert eff["datestyle"] == "ISO, MDY" and eff["cluster_name"] == "15/main"
     assert eff["log_line_prefix"] == "%m [%p] %q%u@%d "
-
-
-def _plan_error(tmp_path: Path, body: str) -> str:
-    # the scratch clusters under the work areas' base, their sockets under /tmp
-    bases = ("/tmp", os.environ.get("PGSWEEP_WORK_BASE", "/var/tmp"))
-    before = {b: set(os.listdir(b)) for b in bases}
-    servers = set(postmasters())
-    path = write_experiment(tmp_path, body)
-    res = pgsweep("plan", str(path))
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert set(postmasters()) <= servers  # the scratch server is gone
-    for b in bases:
-        assert not [n for n in set(os.listdir(b)) - before[b] if n.startswith("pgsweep-start")]
-    return res.stderr
-
-
-def test_levels_that_only_fail_together_are_refused_at_plan(tmp_path: Path) -> None:
-    err = _plan_error(tmp_path, """
-        [experiment]
-        name = "together"
-        [factors]
-        server.max_wal_senders = [0, 10]
-        server.wal_level = ["replica", "minimal"]
-    """)  # fmt: skip
-    # wal_level = minimal starts with max_wal_senders = 0 only: named with its line
-    assert "exp.toml:4: factors.server.max_wal_senders" in err, err
-    assert "requires wal_level" in err and "'minimal'" in err and "'10'" in err
-
-
-def test_a_level_no_server_starts_with_is_refused_at_plan(tmp_path: Path) -> None:
-    err = _plan_error(tmp_path, """
-        [experiment]
-        name = "preload"
-        [server]
-        shared_preload_libraries = "pg_stat_statement"
-    """)  # fmt: skip
-    assert "exp.toml:4: server.shared_preload_libraries" in err, err
-    assert 'could not access file "pg_stat_statement"' in err
 
 
 def test_the_start_checks_clusters_go_under_the_work_base_and_their_sockets_under_tmp(
