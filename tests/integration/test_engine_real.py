@@ -36,6 +36,7 @@ clients = 1
 jobs = 1
 duration = "1s"
 warmup = "0s"
+rate = 500  # far above the delayed commits' 100/s at most (conftest.MECHANICS)
 [storage]
 filesystem = "ext4"
 [server]

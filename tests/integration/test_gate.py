@@ -39,6 +39,7 @@ clients = 1
 jobs = 1
 duration = "1s"
 warmup = "0s"
+rate = 500  # far above the delayed commits' 100/s at most (conftest.MECHANICS)
 [repeat]
 rounds = {rounds}
 """

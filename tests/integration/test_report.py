@@ -43,6 +43,7 @@ clients = 1
 jobs = 1
 duration = "2s"  # the per-second plots need two seconds a trial to draw a line
 warmup = "0s"
+rate = 500  # far above the delayed commits' 100/s at most (conftest.MECHANICS)
 [repeat]
 rounds = {ROUNDS}
 [factors]
