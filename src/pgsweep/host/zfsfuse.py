@@ -193,12 +193,14 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
             raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
         if not running_daemons() or not _pool_listed(name, scratch):
             return None
-        for _ in range(10):  # "pool is busy" right after the server stopped
+        # "pool is busy" right after the server stopped: more than 10 s beside two busy
+        # loops and the suite (stop 41), as drop_arc's export once was
+        for _ in range(BUSY_TRIES):
             res = proc.run_tool(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
             if res.ok:
                 return f"destroyed pool {name}"
             time.sleep(1)
-        raise OSError(f"zpool destroy {name}: {res.last_line()}")
+        raise OSError(f"zpool destroy {name} failed for {BUSY_TRIES} s: {res.last_line()}")
     pidfile = Path(entry["zfs_daemon"])
     if not in_work_area(pidfile, root):
         raise OSError(f"{pidfile} is not inside the run's work area; the entry is refused")

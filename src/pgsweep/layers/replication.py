@@ -290,9 +290,7 @@ class ReplicationLayer(Layer):
             wait_streaming(trial.cluster, settings.names, sync, 60 + settings.apply_delay_s)
         except ServerError as exc:
             first, *rest = str(exc).splitlines() or [""]
-            # a standby's host whose connection broke meanwhile is why: named first
-            lost = sorted({s.host.name for s in replicas.standbys if not s.host.alive()})
-            first = f"host {lost[0]} (a standby's) was lost: {first}" if lost else first
+            first = _lost_first(replicas, first)
             tails = "\n".join([*rest, *(s.log_tail(8) for s in replicas.standbys
                                          if s.host.alive())])  # fmt: skip
             server.replicas = None
@@ -344,14 +342,13 @@ class ReplicationLayer(Layer):
         trial.effective["replication.synchronous_standby_names"] = waits_for
         if rows:
             trial.effective["replication.state"] = ", ".join(f"{r[0]}: {r[1]} {r[2]}" for r in rows)
+        replicas: ReplicaSet | None = trial.server.replicas
         if self.active and (len(streaming) != settings.standbys
                             or waits_for != settings.synchronous_standby_names()):  # fmt: skip
-            raise TrialFailure(
+            raise TrialFailure(_lost_first(replicas, (
                 f"replication.standbys = {settings.standbys} (synchronous_standby_names "
                 f"{settings.synchronous_standby_names()!r}), but {len(streaming)} standby(s) "
-                f"stream from the primary and it waits for {waits_for!r}"
-            )  # fmt: skip
-        replicas: ReplicaSet | None = trial.server.replicas
+                f"stream from the primary and it waits for {waits_for!r}")))  # fmt: skip
         if not settings.standbys or replicas is None:
             return
         for standby in replicas.standbys:
@@ -391,3 +388,12 @@ def _standby_settings(s: ReplicationSettings, primary: Mapping[str, str]) -> dic
 
 def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
+
+
+def _lost_first(replicas: ReplicaSet | None, why: str) -> str:
+    """`why`, led by the standby host whose connection broke meanwhile, if one did: its
+    agent took its standbys down as it ended, and that is why they do not stream (a
+    loaded machine notices the missing standbys before the lost connection)."""
+    standbys = replicas.standbys if replicas is not None else []
+    lost = sorted({s.host.name for s in standbys if not s.host.alive()})
+    return f"host {lost[0]} (a standby's) was lost: {why}" if lost else why
