@@ -7,7 +7,7 @@ start) or a word: `skipped`, `failed`, `serialization`, `deadlock`. Logs reach t
 millions of lines, so parsing and reduction are numba kernels over the raw bytes, split at
 line ends across the CPUs (bench/log-reduction measures them against a plain Python loop).
 A log of at most SMALL_BYTES (a short trial's) takes txlog_small's numpy kernels instead,
-which give the same results without numba's start-up (about 1.3 CPU-s per process).
+which give the same results without numba's start-up (about 1 CPU-s per process).
 
 Trial percentiles are exact (numpy's linear interpolation), found by a histogram pass that
 narrows each rank to one bin and a sort of that bin's values. Per-second percentiles come
@@ -59,11 +59,12 @@ def parse(sources: Sequence[Path | BinaryIO], threads: int | None = None) -> Lin
     into one set of arrays. Fails on the first line not understood, naming its number and
     file: a skipped line would bias every percentile. The line itself is not quoted: the
     file lives where the server user can write, and its bytes do not belong in a report."""
-    small = sum(_size(s) for s in sources) <= SMALL_BYTES
+    sizes = [_size(s) for s in sources]
+    small = sum(sizes) <= SMALL_BYTES
     kernels = txlog_small if small else _compiled()
     k = 1 if small else max(1, threads or _cpus())
     # (name, buffer, starts, stops, lines per chunk)
-    files = [_split(s, k, kernels) for s in sources]
+    files = [_split(s, size, k, kernels) for s, size in zip(sources, sizes, strict=True)]
     total = sum(int(f[4].sum()) for f in files)
     if total >= 2**31:
         raise LogError(f"{total:,} lines is more than one trial's log can hold; sample it")
@@ -104,10 +105,11 @@ def _size(source: Path | BinaryIO) -> int:
     return os.fstat(source.fileno()).st_size
 
 
-def _split(source: Path | BinaryIO, k: int, kernels: Any) -> tuple[str, Any, I64, I64, I64]:
-    """Read a file and cut it into k chunks at line ends; count each chunk's lines."""
+def _split(source: Path | BinaryIO, size: int, k: int,
+           kernels: Any) -> tuple[str, Any, I64, I64, I64]:  # fmt: skip
+    """Read a file of `size` bytes (a file that shrinks meanwhile is refused) and cut it
+    into k chunks at line ends; count each chunk's lines."""
     name = source.name if isinstance(source, Path) else f"log file {source.name}"
-    size = _size(source)
     if size == 0:
         none = np.zeros(0, np.int64)
         return name, np.zeros(1, np.uint8), none, none, none
