@@ -34,7 +34,7 @@ from ..postgres.standby import (
 from ..units import parse_duration
 from .base import Layer, ValidationContext, check_table
 from .context import Demand, RunContext, Server, TrialContext, TrialFailure
-from .replication_watch import LagSampler
+from .replication_watch import LagSampler, lost_first
 from .server import ServerLayer, as_pg_value
 from .standby_load import StandbyLoad
 
@@ -290,7 +290,7 @@ class ReplicationLayer(Layer):
             wait_streaming(trial.cluster, settings.names, sync, 60 + settings.apply_delay_s)
         except ServerError as exc:
             first, *rest = str(exc).splitlines() or [""]
-            first = _lost_first(replicas, first)
+            first = lost_first(replicas.standbys, first)
             tails = "\n".join([*rest, *(s.log_tail(8) for s in replicas.standbys
                                          if s.host.alive())])  # fmt: skip
             server.replicas = None
@@ -345,7 +345,7 @@ class ReplicationLayer(Layer):
         replicas: ReplicaSet | None = trial.server.replicas
         if self.active and (len(streaming) != settings.standbys
                             or waits_for != settings.synchronous_standby_names()):  # fmt: skip
-            raise TrialFailure(_lost_first(replicas, (
+            raise TrialFailure(lost_first(replicas.standbys if replicas else [], (
                 f"replication.standbys = {settings.standbys} (synchronous_standby_names "
                 f"{settings.synchronous_standby_names()!r}), but {len(streaming)} standby(s) "
                 f"stream from the primary and it waits for {waits_for!r}")))  # fmt: skip
@@ -388,12 +388,3 @@ def _standby_settings(s: ReplicationSettings, primary: Mapping[str, str]) -> dic
 
 def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
-
-
-def _lost_first(replicas: ReplicaSet | None, why: str) -> str:
-    """`why`, led by the standby host whose connection broke meanwhile, if one did: its
-    agent took its standbys down as it ended, and that is why they do not stream (a
-    loaded machine notices the missing standbys before the lost connection)."""
-    standbys = replicas.standbys if replicas is not None else []
-    lost = sorted({s.host.name for s in standbys if not s.host.alive()})
-    return f"host {lost[0]} (a standby's) was lost: {why}" if lost else why

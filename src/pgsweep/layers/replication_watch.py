@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..collect import environment
@@ -78,7 +78,8 @@ class LagSampler:
         if abort:
             return
         if self.error is not None:
-            raise TrialFailure(f"sampling pg_stat_replication failed: {self.error}")
+            raise TrialFailure(lost_first(self.standbys.values(),
+                                          f"sampling pg_stat_replication failed: {self.error}"))
         record.standby_seconds = list(self.rows)
         for name, cluster in self.standbys.items():  # every node's environment, not only
             with cluster.connect() as conn:  # the primary's: scope "c01.s1"
@@ -87,7 +88,10 @@ class LagSampler:
                         for n, c in self.standbys.items())  # fmt: skip
         record.metrics.update(summarize(self.rows, list(self.standbys)))
         record.metrics["replication.conflicts"] = conflicts
-        self.check()
+        try:
+            self.check()
+        except TrialFailure as exc:  # a standby's host lost meanwhile is why: named first
+            raise TrialFailure(lost_first(self.standbys.values(), str(exc))) from None
 
     def check(self) -> None:
         """TrialFailure when a standby stopped streaming or fell too far behind."""
@@ -149,3 +153,11 @@ def _conflicts(cluster: Cluster) -> float:
     with cluster.connect() as conn:
         row = conn.execute(CONFLICTS).fetchone()
     return float(row[0]) if row else 0.0
+
+
+def lost_first(standbys: Iterable[Cluster], why: str) -> str:
+    """`why`, led by the standby host whose connection broke meanwhile, if one did: its
+    agent took its standbys down as it ended, and that is why they do not stream (a
+    loaded machine notices the missing standbys before the lost connection)."""
+    lost = sorted({s.host.name for s in standbys if not s.host.alive()})
+    return f"host {lost[0]} (a standby's) was lost: {why}" if lost else why
