@@ -213,8 +213,9 @@ def test_a_runs_cluster_is_a_copy_of_the_kept_template_and_initdb_without_one(
 ) -> None:
     """The cluster layer copies the data directory the start checks keep for its binaries,
     initdb options and server user: the copy has the template's system identifier, which
-    initdb draws anew each time. Without a template (another option set), and with pg_wal
-    on a device of its own (initdb --waldir places it), initdb makes the directory."""
+    initdb draws anew each time, and a link planted in the template is never followed.
+    Without a template (another option set), and with pg_wal on a device of its own
+    (initdb --waldir places it), initdb makes the directory."""
     from pgsweep.layers.cluster import _create
     from pgsweep.postgres.startcheck import keep_templates, kept_template
 
@@ -246,6 +247,15 @@ def test_a_runs_cluster_is_a_copy_of_the_kept_template_and_initdb_without_one(
 
     kept = sysid(template)
     assert made("copied", ["--data-checksums"]) == kept
+    # a link the server user planted in the template is copied as a link and removed as
+    # one with the cluster: root follows it neither way
+    shadow = Path("/etc/shadow").stat()
+    LOCAL.run(["ln", "-s", "/etc/shadow", str(template / "planted")],
+              out=open_dir / "out" / "plant.out", user=user)  # fmt: skip
     assert made("copied-again", ["--data-checksums"]) == kept
+    after = Path("/etc/shadow")
+    assert not after.is_symlink() and after.stat().st_mode == shadow.st_mode
+    assert (after.stat().st_uid, after.stat().st_size) == (shadow.st_uid, shadow.st_size)
+    assert (template / "planted").is_symlink()
     assert made("other-options", []) != kept
     assert made("own-wal", ["--data-checksums"], wal=True) != kept
