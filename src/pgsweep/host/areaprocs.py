@@ -34,17 +34,18 @@ def postmasters_under(root: Path, uid: int) -> list[int]:
     return found
 
 
-def users_of(root: Path, uid: int) -> list[int]:
-    """Processes of `uid` that use anything under `root`: working directory, root, program,
-    open files or mappings. They keep filesystems busy and must go before they are
-    unmounted (the server user could start one to hold a run's storage)."""
+def users_of(root: Path, uid: int | None) -> list[int]:
+    """Processes of `uid` (None: of anyone) that use anything under `root`: working
+    directory, root, program, open files or mappings. They keep filesystems busy and must
+    go before they are unmounted (the server user could start one to hold a run's
+    storage)."""
     inside = str(Path(os.path.realpath(root))).rstrip("/") + "/"
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if entry.stat().st_uid != uid:
+            if uid is not None and entry.stat().st_uid != uid:
                 continue
             links = [entry / "cwd", entry / "root", entry / "exe",
                      *(entry / "fd").iterdir()]  # fmt: skip
@@ -53,9 +54,18 @@ def users_of(root: Path, uid: int) -> list[int]:
             targets += [line.split(maxsplit=5)[-1] for line in maps if line.count(" ") >= 5]
         except OSError:
             continue
-        if any(t.startswith(inside) for t in targets):
+        if any(t.startswith(inside) or t == inside[:-1] for t in targets):  # or root itself
             found.append(int(entry.name))
     return found
+
+
+def describe(pid: int) -> str:
+    """`1234 (postgres, uid 999)`, or the bare PID when the process has gone."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        return f"{pid} ({comm}, uid {Path(f'/proc/{pid}').stat().st_uid})"
+    except OSError:
+        return str(pid)
 
 
 def _signal_and_wait(pid: int, sig: int, seconds: float) -> bool:

@@ -131,6 +131,8 @@ def create_pool(name: str, device: Path, point: Path, values: dict[str, Value],
     res = proc.run_tool([*argv, name, str(device)], scratch, f"zpool-create-{name}")
     if not res.ok:
         raise ZfsError(f"zpool create failed: {res.last_line()}")
+    _import_dir(name, scratch).mkdir(mode=0o700)  # the pool's one device, for drop_arc
+    (_import_dir(name, scratch) / device.name).symlink_to(os.path.realpath(device))
     set_properties(name, {k[4:]: str(v) for k, v in values.items()
                           if k[4:] in PROPERTIES and v is not None}, scratch)  # fmt: skip
     safefs.own_root(point)  # the pool's root: root's, 0711 (the server user passes through)
@@ -143,12 +145,19 @@ def set_properties(name: str, props: dict[str, str], scratch: Path) -> None:
             raise ZfsError(f"zfs set {key}={value} {name} failed: {res.last_line()}")
 
 
+def _import_dir(name: str, scratch: Path) -> Path:
+    """Root's folder in the run's private scratch holding a link to the pool's device
+    alone: `zpool import -d` reads that one device's label, never every device in /dev
+    (other runs' and other users' among them)."""
+    return scratch / f"zpool-{name}"
+
+
 def drop_arc(name: str, scratch: Path) -> None:
     """Export and import the pool: exporting evicts the pool's buffers from the ARC
     (measured here: a 150 MB re-read took 0.19 s from the ARC, 0.45 s after this)."""
     for argv in (
         ["zpool", "export", name],
-        ["zpool", "import", "-o", "cachefile=none", "-d", "/dev", name],
+        ["zpool", "import", "-o", "cachefile=none", "-d", str(_import_dir(name, scratch)), name],
     ):
         # "pool is busy" right after the server stopped: for more than 10 s once, on a
         # loaded CI machine (zfs-fuse is a process like the others there)
@@ -169,6 +178,24 @@ def properties(name: str, scratch: Path) -> dict[str, str]:
 
 OUR_POOL = re.compile(r"pgsweep\d+n\d+")  # the names pgsweep gives its pools
 BUSY_TRIES = 30  # "pool is busy": tries a second apart
+DESTROY_TRIES = 90  # the end of a run, or `pgsweep restore`: no trial waits
+
+
+def _mountpoint(name: str, scratch: Path) -> Path | None:
+    argv = ["zfs", "get", "-H", "-o", "value", "mountpoint", name]
+    res = proc.run_tool(argv, scratch, "zfs-get-mountpoint")
+    value = res.stdout.strip()
+    return Path(value) if res.ok and value.startswith("/") else None
+
+
+def _holders(point: Path | None) -> str:
+    """Who keeps a pool busy, for the error: the processes using its mount point."""
+    from .areaprocs import describe, users_of
+
+    pids = users_of(point, None) if point is not None else []
+    if not pids:
+        return ""
+    return f"; in use under {point} by " + ", ".join(describe(pid) for pid in pids)
 
 
 def _pool_listed(name: str, scratch: Path) -> bool:
@@ -193,14 +220,16 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
             raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
         if not running_daemons() or not _pool_listed(name, scratch):
             return None
+        point = _mountpoint(name, scratch)
         # "pool is busy" right after the server stopped: more than 10 s beside two busy
-        # loops and the suite (stop 41), as drop_arc's export once was
-        for _ in range(BUSY_TRIES):
+        # loops and the suite (stop 41), 30 s once in CI (stop 42)
+        for _ in range(DESTROY_TRIES):
             res = proc.run_tool(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
             if res.ok:
                 return f"destroyed pool {name}"
             time.sleep(1)
-        raise OSError(f"zpool destroy {name} failed for {BUSY_TRIES} s: {res.last_line()}")
+        raise OSError(f"zpool destroy {name} failed for {DESTROY_TRIES} s: {res.last_line()}"
+                      + _holders(point))  # fmt: skip
     pidfile = Path(entry["zfs_daemon"])
     if not in_work_area(pidfile, root):
         raise OSError(f"{pidfile} is not inside the run's work area; the entry is refused")
