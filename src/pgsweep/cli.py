@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
                         "done, ETA, whether it still runs here (changes nothing)")  # fmt: skip
     sg.add_argument("results", type=Path)
     sg.add_argument("--json", action="store_true", help="one JSON object (a fleet asks this)")
+    sg.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                    help="answer once the run has ended, or after SECONDS (default 0: now)")
     sx = sub.add_parser("stop", help="Ctrl-C to the runs writing a results folder on this "
                         "machine, by PID: each stops its trial and puts the machine back "
                         "(resumable); waits for them to end")  # fmt: skip
@@ -283,7 +285,7 @@ def cmd_schema(args: argparse.Namespace, console: Console) -> int:
 def cmd_progress(args: argparse.Namespace, console: Console) -> int:
     from .engine import watch
 
-    p = watch.progress(args.results)
+    p = watch.progress_awaited(args.results, max(0.0, args.wait))
     text = watch.as_json(p) if args.json else watch.line(p)
     console.print(text, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK

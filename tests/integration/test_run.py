@@ -231,9 +231,16 @@ def _interrupt_mid_trial(
     seen = json.loads(pgsweep("progress", str(results), "--json").stdout)
     assert (seen["done"], seen["total"], seen["running"]) == (1, 2, True), seen
     assert seen["eta_s"] is not None and seen["eta_s"] >= 0, seen
+    # a fleet's question: it waits on the run, and answers once the run has ended
+    waiter = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "progress", str(results),
+                               "--json", "--wait", "120"], stdout=subprocess.PIPE, text=True)
     time.sleep(1.5)  # inside the next trial's pgbench run
+    assert waiter.poll() is None  # still waiting: the run goes on
     run.send_signal(sig)
     out, err = run.communicate(timeout=60)
+    answer, _ = waiter.communicate(timeout=30)  # not the 120 s it may wait
+    late = json.loads(answer)
+    assert (late["done"], late["total"], late["running"]) == (1, 2, False), late
     after = pgsweep("progress", str(results)).stdout
     assert after.strip() == "1/2 trials, not running", after
     return path, results, run, out, err

@@ -137,15 +137,18 @@ def _playbook(names: list[str], fetched: Path) -> list[dict[str, Any]]:
             {"name": "shard", "command": {"argv": SHARD_ARGV},
              "async": int(SHARD_TIMEOUT), "poll": 0, "register": "job"},
             # asked until the shard's process is gone (twice at least: it may not show at
-            # once); each answer is a job event engine.fleet_progress reads
+            # once); each answer is a job event engine.fleet_progress reads. A question
+            # waits on the host (--wait) and answers at once when the shard ends: the
+            # next one follows a second later
             {"name": fleet_progress.TASK, "command": {"argv": [
-                bin_, "progress", "{{ work.path }}/results", "--json"]},
+                bin_, "progress", "{{ work.path }}/results", "--json", "--wait",
+                fleet_progress.WAIT]},
              # a host silent for the play's timeout is lost: its group fails, the others go on
              "register": "seen", "changed_when": False, "failed_when": False,
              "until": "seen.rc != 0 or (not (seen.stdout | from_json).running "
                       "and seen.attempts > 1)",
              "retries": int(SHARD_TIMEOUT),  # at one a second at most: a week
-             "delay": fleet_progress.INTERVAL},
+             "delay": 1},
             {"name": "shard done", "async_status": {"jid": "{{ job.ansible_job_id }}"},
              # at once once the process is gone (the loop above ends there)
              "register": "ran", "until": "ran.finished", "delay": 2,

@@ -1,11 +1,13 @@
 """A fleet's progress while its shards run (issue 28). Each host's play asks its host
-`pgsweep progress DIR --json` every PROGRESS_S seconds (or the inventory's
-pgsweep_progress_interval) while the shard's `pgsweep run` process lives there (an
-`until` loop of the play, engine.fleet); every answer is one of ansible-runner's job
-events. A thread here reads those events as they are written and hands the latest answer
-of every group to a callback: the progress bar's trials done per group and the fleet's
-ETA (its slowest group's). It removes each answer it has read, so
-a fleet running for days keeps a small events folder (and a small set of names seen)."""
+`pgsweep progress DIR --json --wait S` while the shard's `pgsweep run` process lives there
+(an `until` loop of the play, engine.fleet): each question waits on the host up to S
+(PROGRESS_S, or the inventory's pgsweep_progress_interval, and half the host's timeout at
+most) and answers at once when the shard's process ends, so a shard's end is seen without
+a polling delay; every answer is one of ansible-runner's job events. A thread here reads
+those events as they are written and hands the latest answer of every group to a
+callback: the progress bar's trials done per group and the fleet's ETA (its slowest
+group's). It removes each answer it has read, so a fleet running for days keeps a small
+events folder (and a small set of names seen)."""
 
 from __future__ import annotations
 
@@ -18,12 +20,15 @@ from typing import Any
 
 from ..host.local import LOCAL
 
-# how often each host is asked, unless the inventory says (INTERVAL). Each question runs
+# how often each host answers, unless the inventory says (WAIT). Each question runs
 # Ansible's module and `pgsweep progress` on the host being measured, about 1 CPU-s:
 # every 5 s that was up to a fifth of a core taken from its trials; every 30 s, 3%.
 PROGRESS_S = 30
-# inventory variable pgsweep_progress_interval: seconds between two questions, 1 at least
-INTERVAL = f"{{{{ [pgsweep_progress_interval | default({PROGRESS_S}) | int, 1] | max }}}}"
+# inventory variable pgsweep_progress_interval: seconds between two answers, 1 at least;
+# a question must answer within the host's timeout (engine.fleet.HOST_TIMEOUT) or the
+# host counts as lost: it waits half of that at most
+WAIT = (f"{{{{ [[pgsweep_progress_interval | default({PROGRESS_S}) | int, 1] | max, "
+        "[(pgsweep_host_timeout | default(120) | int) // 2, 1] | max] | min }}")
 TASK = "progress"  # the play's task that asks
 Report = Callable[[dict[str, dict[str, Any]]], None]  # group -> {"done", "total", ...}
 

@@ -41,6 +41,19 @@ def progress(given: Path) -> dict[str, Any]:
     return out
 
 
+def progress_awaited(given: Path, wait_s: float, every: float = 0.5) -> dict[str, Any]:
+    """progress(), answered once the run's process has ended or `wait_s` have passed,
+    whichever comes first: a fleet's question waits on its host, so the end of a shard is
+    seen at once while a long one is still asked only every `wait_s` seconds."""
+    first = progress(given)
+    pids = runs_writing(given) if first["running"] and wait_s > 0 else []
+    deadline = time.monotonic() + wait_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(every)
+        pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+    return progress(given) if wait_s > 0 and first["running"] else first
+
+
 def _running(given: Path) -> bool:
     return bool(runs_writing(given))
 
