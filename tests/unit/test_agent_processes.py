@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -35,3 +36,15 @@ def test_a_started_process_is_polled_stopped_and_stopped_with_the_agent(tmp_path
     left = agent._call({"method": "start", "args": args | {"out": str(tmp_path / "b.out")}})
     agent._clean_up()
     assert not Path(f"/proc/{left['value']}").exists() or proc.gone(left["value"])
+
+
+def test_read_texts_answers_each_file_in_one_call_and_none_for_a_gone_process() -> None:
+    """The agent's batched read (processes.snapshot's, 5 times a second): real /proc files,
+    one of a process that has exited, in the order asked."""
+    done = subprocess.Popen(["true"])
+    done.wait()  # collected: its /proc entry is gone
+    agent = Agent(io.BytesIO(), io.BytesIO())
+    paths = ["/proc/self/status", f"/proc/{done.pid}/stat", "/proc/sys/kernel/osrelease"]
+    got = agent._call({"method": "read_texts", "args": {"paths": paths}})["value"]
+    assert got[0].startswith("Name:") and got[1] is None
+    assert got[2] == Path("/proc/sys/kernel/osrelease").read_text()

@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,29 @@ def test_postmaster_children_are_read_and_classified_by_title() -> None:
     assert snap.postmaster is not None and backend.started > snap.postmaster.started
     assert snap.postmaster.children == (0.11, 0.08, 13798.0, 0.0)  # cutime 11, cstime 8 ticks
     assert snap.client == ()  # no client host asked
+
+
+def test_a_snapshot_reads_the_host_twice_whatever_the_number_of_processes() -> None:
+    """Sampled 5 times a second: on a remote host each read is a message to its agent (a
+    read per file was 32 messages a tick with ten processes). A process gone between the
+    two reads is left out, the others kept."""
+
+    class Counting(RecordingHost):
+        def read_texts(self, paths: Sequence[Path]) -> list[str | None]:
+            self.batches.append(len(paths))
+            return super().read_texts(paths)
+
+        def read_text(self, path: Path) -> str:
+            if str(path) == "/proc/12599/status":  # the checkpointer exited after its stat
+                raise FileNotFoundError(path)
+            return super().read_text(path)
+
+    host = Counting(files=_proc_host().files)
+    host.batches = []
+    snap = processes.snapshot(host, PM, None, frozenset({12616}))
+    children = len((PROC / "children").read_text().split())
+    assert host.batches == [2, 3 * (children - 1)]  # the postmaster's; its children's
+    assert 12599 not in snap.processes and 12615 in snap.processes  # the checkpointer "gone"
 
 
 @pytest.mark.parametrize(("title", "kind"), [

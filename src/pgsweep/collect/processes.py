@@ -112,34 +112,34 @@ def reaped(stat: str) -> tuple[float, ...]:
             float(f[_CMINFLT]), float(f[_CMAJFLT]))  # fmt: skip
 
 
-def _read(host: Host, pid: int, kind: str | None) -> Usage | None:
-    """A process's usage, None when it is gone (it may exit between reads)."""
-    base = Path(f"/proc/{pid}")
+def _read(texts: list[str | None]) -> Usage | None:
+    """A process's usage from its cmdline, stat and status, None when it is gone (it may
+    exit between reads)."""
+    cmdline, stat, status = texts
+    if cmdline is None or stat is None or status is None:
+        return None
     try:
-        title = kind or classify(host.read_text(base / "cmdline"))
-        return usage(host.read_text(base / "stat"), host.read_text(base / "status"), title)
-    except Exception:  # gone (ENOENT, ESRCH), or a remote host's word for it
+        return usage(stat, status, classify(cmdline))
+    except Exception:  # half-written by a process exiting, or a remote host's word for it
         return None
 
 
 def snapshot(host: Host, postmaster: int | None, client: Host | None,
              skip: frozenset[int] = frozenset()) -> Snapshot:  # fmt: skip
     """The postmaster's children (but `skip`: pgsweep's own sampling backend) and the
-    client runner's reaped children, now."""
+    client runner's reaped children, now: two reads of the host (one message each to a
+    remote host's agent, sampled 5 times a second), whatever the number of processes."""
     snap = Snapshot()
     if postmaster is not None:
-        try:  # what it reaped is all pgsweep needs of the postmaster: its stat alone
-            stat = host.read_text(Path(f"/proc/{postmaster}/stat"))
-            snap.postmaster = Usage("postmaster", int(parse_stat(stat)[_STARTTIME]),
-                                    (0.0,) * len(FIGURES), reaped(stat))  # fmt: skip
-        except Exception:
-            snap.postmaster = None
-        try:
-            text = host.read_text(Path(f"/proc/{postmaster}/task/{postmaster}/children"))
-        except Exception:
-            text = ""
-        for pid in (int(p) for p in text.split() if p.isdigit()):
-            got = None if pid in skip else _read(host, pid, None)
+        base = Path(f"/proc/{postmaster}")
+        stat, text = _texts(host, [base / "stat", base / "task" / str(postmaster) / "children"])
+        snap.postmaster = None if stat is None else _postmaster(stat)
+        pids = [int(p) for p in (text or "").split() if p.isdigit() and int(p) not in skip]
+        paths = [Path(f"/proc/{pid}/{name}") for pid in pids
+                 for name in ("cmdline", "stat", "status")]  # fmt: skip
+        texts = _texts(host, paths)
+        for i, pid in enumerate(pids):
+            got = _read(texts[3 * i:3 * i + 3])
             if got is not None:
                 snap.processes[pid] = got
     if client is not None:
@@ -148,6 +148,25 @@ def snapshot(host: Host, postmaster: int | None, client: Host | None,
         except Exception:
             snap.client = ()
     return snap
+
+
+def _postmaster(stat: str) -> Usage | None:
+    """What it reaped is all pgsweep needs of the postmaster: its stat alone."""
+    try:
+        return Usage("postmaster", int(parse_stat(stat)[_STARTTIME]), (0.0,) * len(FIGURES),
+                     reaped(stat))  # fmt: skip
+    except Exception:  # half-written by a postmaster exiting
+        return None
+
+
+def _texts(host: Host, paths: list[Path]) -> list[str | None]:
+    """The files' texts, all None when the host cannot answer at all."""
+    if not paths:
+        return []
+    try:
+        return host.read_texts(paths)
+    except Exception:  # a remote host's word for a failure: nothing was read
+        return [None] * len(paths)
 
 
 def track(host: Host, postmaster: int | None, seen: dict[int, Usage],

@@ -182,6 +182,9 @@ class Agent:
     def do_read_text(self, path: str) -> str:
         return self.host.read_text(Path(path))
 
+    def do_read_texts(self, paths: list[str]) -> list[str | None]:
+        return self.host.read_texts([Path(p) for p in paths])
+
     def do_lstat(self, path: str) -> Any:
         st = self.host.lstat(Path(path))
         return None if st is None else [st.mode, st.uid, st.gid, st.size, st.is_dir,

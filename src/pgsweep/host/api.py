@@ -180,6 +180,17 @@ class Host(ABC):
     def read_text(self, path: Path) -> str:
         """A kernel file, a /proc file or one of root's own (never a server user's)."""
 
+    def read_texts(self, paths: Sequence[Path]) -> list[str | None]:
+        """read_text of each path, None for one that cannot be read (a process gone between
+        two reads): one message to a remote host's agent for them all."""
+        out: list[str | None] = []
+        for path in paths:
+            try:
+                out.append(self.read_text(path))
+            except OSError:
+                out.append(None)
+        return out
+
     @abstractmethod
     def lstat(self, path: Path) -> FileStat | None:
         """None when the path does not exist."""

@@ -20,7 +20,7 @@ import datetime as dt
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +269,10 @@ class RemoteHost(Host):
 
     def read_text(self, path: Path) -> str:
         return str(self.call("read_text", path=str(path)))
+
+    def read_texts(self, paths: Sequence[Path]) -> list[str | None]:
+        got = self.call("read_texts", paths=[str(p) for p in paths])
+        return [None if t is None else str(t) for t in got]
 
     def lstat(self, path: Path) -> FileStat | None:
         got = self.call("lstat", path=str(path))

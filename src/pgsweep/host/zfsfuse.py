@@ -223,10 +223,12 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
         point = _mountpoint(name, scratch)
         # "pool is busy" right after the server stopped: more than 10 s beside two busy
         # loops and the suite (stop 41), 30 s once in CI (stop 42)
+        began = time.monotonic()
         for _ in range(DESTROY_TRIES):
             res = proc.run_tool(["zpool", "destroy", "-f", name], scratch, "zpool-destroy")
             if res.ok:
-                return f"destroyed pool {name}"
+                busy = time.monotonic() - began
+                return f"destroyed pool {name}" + (f" (busy for {busy:.0f} s)" if busy > 1 else "")
             time.sleep(1)
         raise OSError(f"zpool destroy {name} failed for {DESTROY_TRIES} s: {res.last_line()}"
                       + _holders(point))  # fmt: skip
