@@ -52,19 +52,37 @@ TMPFS = Path("/dev/shm")
 MECHANICS = "rate = 200"
 
 
+# A journaled ext4 of the suite's own on a loop device over a file in /var/tmp, mounted
+# by scripts/test.sh (unset: no such disk, e.g. a suite run by hand or not as root)
+SUITE_DISK = os.environ.get("PGSWEEP_SUITE_DISK")
+
+
+def _work_base(module: object) -> str | None:
+    """Where a module's runs make their work areas (PGSWEEP_WORK_BASE; None: the default
+    /var/tmp). Tmpfs, unless the module sets WORK_ON_DISK: True (what a disk's syncs cost,
+    device counters, filesystems on loop devices backed by a disk's file) the suite's
+    disk; "var-tmp" (the os layer's I/O scheduler of the disk under /var/tmp, safety and
+    an unprivileged user's runs where a user's runs put them, results folders in /tmp)
+    the default itself. This machine's root filesystem is ext4 without a journal, whose
+    inode allocator skips every inode deleted in the last few minutes (recently_deleted):
+    creating a file there cost more CPU than anything PostgreSQL did (perf, stop 38), a
+    cluster's copy (1,000 files) 1.1 CPU-s against 0.07 on the suite's disk (stop 42)."""
+    on_disk = getattr(module, "WORK_ON_DISK", False)
+    if on_disk == "var-tmp":
+        return None
+    if on_disk:
+        return SUITE_DISK
+    return str(TMPFS) if TMPFS.is_dir() else None
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _work_areas_on_tmpfs(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every module's runs make their work areas on tmpfs (PGSWEEP_WORK_BASE), unless it
-    sets WORK_ON_DISK = True: those about storage, devices, the os layer, safety and what a
-    disk's syncs cost keep the default /var/tmp. This machine's root filesystem is ext4
-    without a journal, whose inode allocator skips every inode deleted in the last few
-    minutes (recently_deleted): with the suite making and removing clusters all the time,
-    creating a file there cost more CPU than anything PostgreSQL did (perf, stop 38)."""
-    if getattr(request.module, "WORK_ON_DISK", False) or not TMPFS.is_dir():
+def _work_areas_where_the_module_says(request: pytest.FixtureRequest) -> Iterator[None]:
+    base = _work_base(request.module)
+    if base is None:
         yield
         return
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PGSWEEP_WORK_BASE", str(TMPFS))
+        mp.setenv("PGSWEEP_WORK_BASE", base)
         yield
 
 
@@ -77,11 +95,10 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def open_base(module: str) -> str:
-    """Where a folder open to the server user is made: on tmpfs (a results folder the server
-    user can pass through holds its run's work area: see _work_areas_on_tmpfs), or /tmp for
-    a module with WORK_ON_DISK."""
-    tmpfs = not getattr(sys.modules[module], "WORK_ON_DISK", False) and TMPFS.is_dir()
-    return str(TMPFS) if tmpfs else "/tmp"
+    """Where a folder open to the server user is made: where the module's work areas go (a
+    results folder the server user can pass through holds its run's work area: see
+    _work_base), or /tmp."""
+    return _work_base(sys.modules[module]) or "/tmp"
 
 
 @pytest.fixture
@@ -211,7 +228,7 @@ def leftovers(before_tmp: set[str], results: Path) -> list[str]:
     left += [f"/tmp/{n}" for n in set(os.listdir("/tmp")) - before_tmp
              if n.startswith(f"pgsweep-{tag}-")]  # fmt: skip
     left += [str(p) for p in results.glob(".pgsweep-work-*")]
-    for base in (Path("/var/tmp"), TMPFS):
+    for base in (Path("/var/tmp"), TMPFS, *([Path(SUITE_DISK)] if SUITE_DISK else [])):
         left += [str(p) for p in base.glob(f"pgsweep-work-{results.name}-{tag}-*")]
     return left
 

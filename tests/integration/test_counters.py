@@ -19,7 +19,7 @@ from conftest import pgsweep, requires_pg, trials, write_experiment
 from pgsweep.collect import counters, devices
 from pgsweep.host.local import LOCAL
 
-WORK_ON_DISK = True  # see conftest: device write counters of the disk the work area is on
+WORK_ON_DISK = "var-tmp"  # see conftest: device write counters of the disk the work area is on
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and mounts need root")
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, requires_pg
 
-WORK_ON_DISK = True  # see conftest: an unprivileged user's runs where they go by default
+WORK_ON_DISK = "var-tmp"  # see conftest: an unprivileged user's runs where they go by default
 
 USER = "nobody"  # an account with no files of its own: whatever it owns after, the run made
 SYSTEM_PYTHON = Path("/usr/bin/python3")

@@ -29,7 +29,7 @@ from pgsweep.collect import devices
 from pgsweep.host.journal import read_setting
 from pgsweep.host.local import LOCAL
 
-WORK_ON_DISK = True  # see conftest: the disk's I/O scheduler and the work area on it
+WORK_ON_DISK = "var-tmp"  # see conftest: the disk's I/O scheduler and the work area on it
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import SERVER_USER, pgsweep, requires_pg, write_experiment
 
-WORK_ON_DISK = True  # see conftest: results folders where a user's runs put them
+WORK_ON_DISK = "var-tmp"  # see conftest: results folders where a user's runs put them
 
 pytestmark = [
     requires_pg,
