@@ -43,9 +43,10 @@ fi
 #   both cores it still slowed the machine lane by 70 s (test_os from 37 s alone to 103 s).
 #   Its tests (test_build) run in a lane of their own (build_last) once it is done, at
 #   normal priority: at nice 19 under another process's load a run there once timed out;
-#   before them, test_replication (the one module making pgsweep namespaces, which it
-#   counts with the links on the machine; the others' are sshhosts' own: harness_link),
-#   there since the network lane became the longest (ci107: 9m03s, build_last 3m30s);
+#   before it waits for the compile, that lane runs test_report and test_replication (the
+#   one module making pgsweep namespaces, which it counts with the links on the machine;
+#   the others' are sshhosts' own: harness_link): with test_build alone after
+#   test_replication it ended three minutes before the others (ci121);
 # - pure (from phase 1 on, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory (planner, parsers, statistics,
 #   simulations);
@@ -61,8 +62,8 @@ fi
 # - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts (sshd in namespaces of
 #   their own, each module on a free subnet; their leftovers are their own hosts'
 #   namespaces, and test_replication does not count their links: sshhosts.harness_link);
-#   beside test_hosts, test_report (told apart by tag; test_gate and test_lost_baseline
-#   went to the build lane, which ended 2.5 minutes before this one in ci93);
+#   after test_hosts, modules told apart by tag (test_against_state, test_lost_baseline:
+#   the lanes were rebalanced in stop 42);
 #   after test_fleet_hosts, test_nonroot (it
 #   looks only at what the account "nobody" owns; there the lanes end within a minute of
 #   each other), then the builds' recording-host test and the dry run's standbys (plans
@@ -99,9 +100,10 @@ build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_gate.py)
+       tests/integration/test_pgreplay.py tests/integration/test_gate.py
+       tests/integration/test_dump.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_against_state.py
-     tests/integration/test_lost_baseline.py tests/integration/test_dump.py)
+     tests/integration/test_lost_baseline.py)
 fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py
        tests/unit/test_recorded_builds.py tests/unit/test_dry_standbys.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)

@@ -60,13 +60,14 @@ SUITE_DISK = os.environ.get("PGSWEEP_SUITE_DISK")
 def _work_base(module: object) -> str | None:
     """Where a module's runs make their work areas (PGSWEEP_WORK_BASE; None: the default
     /var/tmp). Tmpfs, unless the module sets WORK_ON_DISK: True (what a disk's syncs cost,
-    device counters, filesystems on loop devices backed by a disk's file) the suite's
-    disk; "var-tmp" (the os layer's I/O scheduler of the disk under /var/tmp, safety and
-    an unprivileged user's runs where a user's runs put them, results folders in /tmp)
-    the default itself. This machine's root filesystem is ext4 without a journal, whose
-    inode allocator skips every inode deleted in the last few minutes (recently_deleted):
-    creating a file there cost more CPU than anything PostgreSQL did (perf, stop 38), a
-    cluster's copy (1,000 files) 1.1 CPU-s against 0.07 on the suite's disk (stop 42)."""
+    device counters, filesystems on loop devices backed by a disk's file, links planted
+    on a disk) the suite's disk, sticky and root's like /var/tmp; "var-tmp" (the os
+    layer's I/O scheduler of the disk under /var/tmp, an unprivileged user's runs where
+    they go by default, results folders in /tmp) the default itself. This machine's root
+    filesystem is ext4 without a journal, whose inode allocator skips every inode deleted
+    in the last few minutes (recently_deleted): creating a file there cost more CPU than
+    anything PostgreSQL did (perf, stop 38), a cluster's copy (1,000 files) 1.1 CPU-s
+    against 0.07 on the suite's disk (stop 42)."""
     on_disk = getattr(module, "WORK_ON_DISK", False)
     if on_disk == "var-tmp":
         return None

@@ -29,7 +29,7 @@ from conftest import (
     write_experiment,
 )
 
-WORK_ON_DISK = "var-tmp"  # see conftest: planted links and devices where a user's runs put them
+WORK_ON_DISK = True  # see conftest: planted links on a disk, in a sticky base like /var/tmp
 
 pytestmark = [
     requires_pg,

@@ -142,6 +142,7 @@ ALLOWED = {
     ("engine/folder.py", "new_store"): INPUTS,
     ("engine/against.py", "frozen_file"): INPUTS,
     ("engine/watch.py", "progress"): INPUTS,
+    ("engine/watch.py", "progress_awaited"): RUN,
     ("engine/watch.py", "runs_writing"): RUN,
     ("engine/watch.py", "stop"): RUN,
     ("engine/clients.py", "open_hosts"): OPENS,
