@@ -69,9 +69,10 @@ fi
 #   each other), then the builds' recording-host test and the dry run's standbys (plans
 #   with scratch servers of their own: the lane that ended first had room);
 # - rest (phase 2, every module not named here): runs told apart the same way.
-pure=(tests/unit/test_adaptive.py tests/unit/test_trial_length.py tests/unit/test_engine.py
+pure_sims=(tests/unit/test_simulations.py tests/unit/test_adaptive.py)
+pure=(tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_metrics.py tests/unit/test_pgbench_parse.py tests/unit/test_plan.py
-      tests/unit/test_simulations.py tests/unit/test_statmodel.py tests/unit/test_txlog.py
+      tests/unit/test_statmodel.py tests/unit/test_txlog.py
       tests/unit/test_units.py tests/unit/test_report_builds.py tests/unit/test_recorded.py
       tests/unit/test_design.py tests/unit/test_sysbench_parse.py tests/unit/test_shards.py
       tests/unit/test_fleet_verdicts.py tests/unit/test_pgreplay_parse.py
@@ -147,7 +148,12 @@ prebuild_pid=$!
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
-lanes=("$prebuild_pid" "$pure_pid")
+# the statistics' simulations and the adaptive design's (CPU alone, ~90 CPU-s) beside them
+# at nice 10 on any CPU: the machine lane mostly waits (0.8-1.4 of the two cores were busy
+# in phase 1, ci123), and at nice 10 a waking test of it takes its CPU back at once
+nice -n 10 "${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
+pure_sims_pid=$!
+lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
 "${pytest[@]}" "${machine_last[@]}" || status=1
 # phase 2: four lanes; the build lane's modules that need no build first, then it waits
@@ -170,8 +176,8 @@ ssh_pid=$!
 "${pytest[@]}" "${fleet[@]}" >"$logs/fleet" 2>&1 &
 fleet_pid=$!
 lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid" "$fleet_pid")
-skip=("${pure[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}" "${build[@]}"
-      "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet[@]}")
+skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}"
+      "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
 wait "$ssh_pid" || status=1
@@ -179,8 +185,9 @@ wait "$fleet_pid" || status=1
 wait "$build_pid" || status=1
 wait "$build_last_pid" || status=1
 wait "$pure_pid" || status=1
+wait "$pure_sims_pid" || status=1
 wait "$prebuild_pid" || status=1
-for lane in prebuild pure network ssh fleet build build_last; do
+for lane in prebuild pure pure_sims network ssh fleet build build_last; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done
