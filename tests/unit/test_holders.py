@@ -35,3 +35,31 @@ def test_a_process_whose_directory_or_file_is_under_the_point_is_named(tmp_path:
         for p in (in_dir, with_file, elsewhere):
             p.kill()
             p.wait()
+
+
+def test_what_ansible_runner_left_in_its_project_is_stopped(tmp_path: Path) -> None:
+    """A playbook in a session of its own, working in the project's folder, outlives a
+    killed ansible-runner: stopped by PID after the run, with its children; a process
+    working elsewhere is not touched."""
+    from pgsweep.engine.fleet_ansible import stop_leftovers
+
+    project, elsewhere = tmp_path / "run" / "project", tmp_path / "other"
+    project.mkdir(parents=True)
+    elsewhere.mkdir()
+    left = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & wait"], cwd=project,
+                            start_new_session=True)  # fmt: skip
+    other = subprocess.Popen(["sleep", "60"], cwd=elsewhere)
+    try:
+        deadline = time.monotonic() + 10
+        while len(areaprocs.users_of(tmp_path / "run", 0)) < 2:  # the shell and its sleep
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        said = stop_leftovers(tmp_path / "run")
+        assert len(said) == 2 and all("left by ansible-runner" in s for s in said), said
+        left.wait(timeout=10)  # gone (it ignored SIGTERM: SIGKILL)
+        assert areaprocs.users_of(tmp_path / "run", 0) == []
+        assert other.poll() is None
+    finally:
+        for p in (left, other):
+            p.kill()
+            p.wait()

@@ -105,7 +105,19 @@ def run_playbook(project: Path, playbook: str, inventory: Path, scratch: Path, h
     finally:
         if watch is not None:
             watch.stop()
+        stop_leftovers(project)
     return res.returncode
+
+
+def stop_leftovers(project: Path) -> list[str]:
+    """ansible-runner starts ansible-playbook in a session of its own: when ansible-runner
+    is killed (Ctrl-C, it took more than the grace to stop, a timeout), the playbook and
+    its workers live on, and its strategy loop spins without its workers (seen after a
+    Ctrl-C beside a busy loop: an hour later, still there). They are ours: processes of
+    this user working in the project's folder, root's private scratch. Stopped by PID."""
+    from ..host import areaprocs
+
+    return areaprocs.kill(areaprocs.users_of(project, os.getuid()), "left by ansible-runner")
 
 
 def control_dir(scratch: Path) -> Path:
