@@ -220,7 +220,6 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
             raise OSError(f"{name} is not a pool pgsweep makes; the journal entry is refused")
         if not running_daemons() or not _pool_listed(name, scratch):
             return None
-        point = _mountpoint(name, scratch)
         # "pool is busy" right after the server stopped: more than 10 s beside two busy
         # loops and the suite (stop 41), 30 s once in CI (stop 42)
         began = time.monotonic()
@@ -231,7 +230,7 @@ def undo_entry(entry: dict[str, str], scratch: Path, root: Path | None) -> str |
                 return f"destroyed pool {name}" + (f" (busy for {busy:.0f} s)" if busy > 1 else "")
             time.sleep(1)
         raise OSError(f"zpool destroy {name} failed for {DESTROY_TRIES} s: {res.last_line()}"
-                      + _holders(point))  # fmt: skip
+                      + _holders(_mountpoint(name, scratch)))  # fmt: skip
     pidfile = Path(entry["zfs_daemon"])
     if not in_work_area(pidfile, root):
         raise OSError(f"{pidfile} is not inside the run's work area; the entry is refused")
