@@ -2,7 +2,12 @@
 links at every name root might write, read or mount in while a real run goes on; root
 writes nothing through them and reads nothing out of them. The results folder is never
 one pgsweep did not make; no server listens on TCP even when its own user asks for it; a
-killed server is one failed trial; a second signal cannot cut cleanup short."""
+killed server is one failed trial; a second signal cannot cut cleanup short.
+
+Most of it runs beside the suite's other lanes (scripts/test.sh): each test looks only at
+its own run's servers, pgbench and segments (by its results folder's tag). The tests that
+make loop devices and mounts are marked `machine_wide`: other modules count every loop
+device and mount on the machine, so those run in the machine lane, alone."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from conftest import (
     trials,
     write_experiment,
 )
+from pgsweep.host.workarea import run_tag
 
 WORK_ON_DISK = True  # see conftest: planted links on a disk, in a sticky base like /var/tmp
 
@@ -39,6 +45,7 @@ pytestmark = [
 ATTACKER = Path(__file__).parent / "attacker.py"
 SECRET = "root secret 7f3a"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's python lives under /root, closed to postgres
+machine_wide = pytest.mark.machine_wide  # see the module's docstring
 
 
 @pytest.fixture
@@ -211,18 +218,19 @@ def test_a_killed_server_is_one_failed_trial_and_the_run_goes_on(
     path = _experiment(tmp_path, factors="", rounds=2).resolve()
     path.write_text(path.read_text().replace('duration = "2s"', 'duration = "4s"'))
     results = tmp_path / "res"
-    shm_before = _shared_memory()
+    tag = f"-{run_tag(results)}-"  # this run's, not a server of a test beside this one
     run = subprocess.Popen(
         [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    killed = None
+    killed, segments = None, set()
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline:
         time.sleep(0.2)
-        if _pgbench_running() and _done(results) >= 1:
-            pms = [p for p, d in postmasters().items() if str(results) in d or "pgsweep" in d]
+        if _pgbench_running(tag) and _done(results) >= 1:
+            pms = [p for p, d in postmasters().items() if str(results) in d or tag in d]
             if pms:
+                segments = _shared_memory_of(pms[0])
                 os.kill(pms[0], signal.SIGKILL)
                 killed = pms[0]
     _, err = run.communicate(timeout=300)
@@ -233,7 +241,20 @@ def test_a_killed_server_is_one_failed_trial_and_the_run_goes_on(
     assert len(rows) == 4 and len(failed) == 1, [(r["id"], r["reason"]) for r in rows]
     assert rows[-1]["status"] == "ok"  # the next trials ran on a restarted server
     # the killed postmaster's System V and /dev/shm segments went with its cluster
-    assert _shared_memory() <= shm_before, _shared_memory() - shm_before
+    assert any(s.startswith("sysv ") for s in segments), segments
+    assert not segments & _shared_memory(), segments & _shared_memory()
+
+
+def _shared_memory_of(pid: int) -> set[str]:
+    """The System V segments a postmaster made, and the /dev/shm segments it maps."""
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    shmid, cpid = (lines[0].split().index(k) for k in ("shmid", "cpid"))
+    found = {f"sysv {r[shmid]}" for r in map(str.split, lines[1:]) if int(r[cpid]) == pid}
+    with suppress(OSError):
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            if "/dev/shm/PostgreSQL." in line:
+                found.add(line.rsplit("/", 1)[1].split()[0])
+    return found
 
 
 def _shared_memory() -> set[str]:
@@ -259,12 +280,13 @@ def _done(results: Path) -> int:
         return 0
 
 
-def _pgbench_running() -> bool:
+def _pgbench_running(tag: str) -> bool:
+    """A measuring pgbench (its -T 4) of this run: its socket folder carries the tag."""
     for d in Path("/proc").iterdir():
         try:
             if d.name.isdigit() and (d / "comm").read_text().strip() == "pgbench":
                 argv = (d / "cmdline").read_bytes()
-                if b"-T\x004\x00" in argv:
+                if b"-T\x004\x00" in argv and tag.encode() in argv:
                     return True
         except OSError:
             continue
@@ -275,6 +297,7 @@ def _loops() -> set[str]:
     return {p.parent.name for p in Path("/sys/class/block").glob("loop*/loop/backing_file")}
 
 
+@machine_wide
 def test_a_second_sigterm_during_cleanup_still_leaves_nothing(
     tmp_path: Path, state_dir: Path
 ) -> None:
@@ -306,6 +329,7 @@ def test_a_second_sigterm_during_cleanup_still_leaves_nothing(
     assert not list(state_dir.glob("*.undo"))
 
 
+@machine_wide
 def test_plan_refuses_a_mounted_device_and_one_with_a_filesystem(tmp_path: Path) -> None:
     image, mnt = tmp_path / "disk.img", tmp_path / "mnt"
     with open(image, "wb") as f:
