@@ -6,8 +6,11 @@ as someone who read the code would). It also asks its own server to
 listen on TCP through postgresql.auto.conf. Every attempt is logged, one per line:
 `planted PATH`, `denied PATH` (the kernel refused), `tamper PATH`.
 
-usage: attacker.py RESULTS CANARY LOG [PREFIX]
-  with PREFIX: attack the directories in RESULTS whose names start with it (the value
+usage: attacker.py RESULTS CANARY LOG --tag TAG | --prefix PREFIX
+  --tag: attack the work area of the run into RESULTS only, the one whose name holds TAG
+  (workarea.run_tag): the suite runs other tests' runs beside this one, whose servers
+  the server user sees too, and a link planted in theirs fails their trials;
+  --prefix: attack the directories in RESULTS whose names start with PREFIX (the value
   checker's scratch under /tmp) instead of a run's work area."""
 
 from __future__ import annotations
@@ -76,11 +79,12 @@ def tamper(data: Path, log: list[str]) -> None:
         pass
 
 
-def work_areas(results: Path) -> set[Path]:
+def work_areas(results: Path, tag: str) -> set[Path]:
     """The run's work areas: listed in the results folder where it may be listed, else
     found as the server user finds them, in the command lines of its own servers (the
     results folder is private: 0711 while a run's work area is inside, never listable)."""
     found: set[Path] = set()
+    inside = os.path.realpath(results)
     with contextlib.suppress(OSError):
         found |= set(results.glob(".pgsweep-work-*"))
     for proc in Path("/proc").iterdir():
@@ -93,8 +97,10 @@ def work_areas(results: Path) -> set[Path]:
         for arg in argv:
             parts = Path(arg).parts
             for i, part in enumerate(parts):
-                if part.startswith((".pgsweep-work-", "pgsweep-work-")):
-                    found.add(Path(*parts[: i + 1]))
+                area = Path(*parts[: i + 1])
+                if ((part.startswith(".pgsweep-work-") and str(area.parent) == inside)
+                        or (part.startswith("pgsweep-work-") and f"-{tag}-" in part)):
+                    found.add(area)
     return found
 
 
@@ -107,11 +113,11 @@ def trial_ids(results: Path) -> list[str]:
         return [f"r{r}-c{c:02d}" for r in range(1, 4) for c in range(1, 5)]
 
 
-def work_targets(results: Path) -> list[tuple[Path, bool]]:
+def work_targets(results: Path, tag: str) -> list[tuple[Path, bool]]:
     """(directory, is a server-user leaf) pairs pgsweep's layout makes for a run."""
     out: list[tuple[Path, bool]] = []
     trials = trial_ids(results)
-    for work in work_areas(results):
+    for work in work_areas(results, tag):
         out += [(work, False), (work / "private", False), (work / "trials", False)]
         out += [(work / "clusters", False)]
         for n in range(1, 5):
@@ -130,22 +136,23 @@ def work_targets(results: Path) -> list[tuple[Path, bool]]:
 
 def main() -> None:
     results, canary, log_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    prefix = sys.argv[4] if len(sys.argv) > 4 else None
+    option, value = sys.argv[4:6]
+    assert option in ("--tag", "--prefix"), __doc__
     signal.signal(signal.SIGTERM, stop)
     log: list[str] = []
     try:
-        attack(results, canary, prefix, log)
+        attack(results, canary, option, value, log)
     finally:
         log_path.write_text("".join(f"{line}\n" for line in dict.fromkeys(log)))
 
 
-def attack(results: Path, canary: Path, prefix: str | None, log: list[str]) -> None:
+def attack(results: Path, canary: Path, option: str, value: str, log: list[str]) -> None:
     while running:
-        if prefix:
-            targets = [(d, False) for d in results.glob(f"{prefix}*")]
+        if option == "--prefix":
+            targets = [(d, False) for d in results.glob(f"{value}*")]
             targets += [(d / "out", False) for d, _ in list(targets)]
         else:
-            targets = work_targets(results)
+            targets = work_targets(results, value)
         for directory, leaf in targets:
             try:
                 if not directory.is_dir():

@@ -127,7 +127,7 @@ def test_planted_links_are_never_followed_and_no_server_listens_on_tcp(
     log = _attacker_log(open_dir)
     attacker = subprocess.Popen(
         ["runuser", "-u", SERVER_USER, "--", SYSTEM_PYTHON, str(ATTACKER), str(results),
-         str(canary), str(log)],
+         str(canary), str(log), "--tag", run_tag(results)],
         cwd=ROOT,
     )  # fmt: skip
     watch = Watch()
@@ -163,7 +163,7 @@ def test_checker_scratch_is_closed_to_the_server_user_during_plan(
     log = _attacker_log(open_dir)
     attacker = subprocess.Popen(
         ["runuser", "-u", SERVER_USER, "--", SYSTEM_PYTHON, str(ATTACKER), "/tmp",
-         str(canary), str(log), "pgsweep-check-"],
+         str(canary), str(log), "--prefix", "pgsweep-check-"],
         cwd=ROOT,
     )  # fmt: skip
     try:
