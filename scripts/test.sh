@@ -91,13 +91,8 @@ machine=(tests/integration/test_hugepages.py
          tests/unit/test_bad_experiments.py
          tests/integration/test_start_refusals.py tests/integration/test_plan_commands.py)
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
-# 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done:
-# only their tests marked machine_wide (kernel values, loop devices, mounts). test_safety's
-# others look at their own run's servers only and run in phase 2, in a lane of their own
-# (the safety lane): phase 1 took 200 s, 89 s of them test_safety's at half a core busy
-# (ci130)
+# 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done
 machine_last=(tests/integration/test_safety.py tests/integration/test_os.py)
-safety=(tests/integration/test_safety.py)
 network=(tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
          tests/unit/test_examples.py tests/integration/test_remote_os.py)
@@ -161,9 +156,9 @@ pure_pid=$!
 pure_sims_pid=$!
 lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
-"${pytest[@]}" -m machine_wide "${machine_last[@]}" || status=1
-# phase 2: seven lanes (the rest lane in the foreground); the build_last lane runs its
-# modules that need no build first, then waits for the compile and runs test_build
+"${pytest[@]}" "${machine_last[@]}" || status=1
+# phase 2: four lanes; the build lane's modules that need no build first, then it waits
+# for the compile and runs test_build
 "${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
 build_pid=$!
 (
@@ -181,22 +176,19 @@ network_pid=$!
 ssh_pid=$!
 "${pytest[@]}" "${fleet[@]}" >"$logs/fleet" 2>&1 &
 fleet_pid=$!
-"${pytest[@]}" -m "not machine_wide" "${safety[@]}" >"$logs/safety" 2>&1 &
-safety_pid=$!
-lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid" "$fleet_pid" "$safety_pid")
+lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid" "$fleet_pid")
 skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}" "${network[@]}"
       "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
 wait "$ssh_pid" || status=1
 wait "$fleet_pid" || status=1
-wait "$safety_pid" || status=1
 wait "$build_pid" || status=1
 wait "$build_last_pid" || status=1
 wait "$pure_pid" || status=1
 wait "$pure_sims_pid" || status=1
 wait "$prebuild_pid" || status=1
-for lane in prebuild pure pure_sims network ssh fleet build build_last safety; do
+for lane in prebuild pure pure_sims network ssh fleet build build_last; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done

@@ -32,7 +32,6 @@ from pgsweep.host.local import LOCAL
 WORK_ON_DISK = "var-tmp"  # see conftest: the disk's I/O scheduler and the work area on it
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the os layer changes kernel files")
-pytestmark = pytest.mark.machine_wide  # kernel values, huge page pools: see scripts/test.sh
 THP_SHMEM = Path("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
 SWAPPINESS = Path("/proc/sys/vm/swappiness")
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")

@@ -4,10 +4,9 @@ writes nothing through them and reads nothing out of them. The results folder is
 one pgsweep did not make; no server listens on TCP even when its own user asks for it; a
 killed server is one failed trial; a second signal cannot cut cleanup short.
 
-Most of it runs beside the suite's other lanes (scripts/test.sh): each test looks only at
-its own run's servers, pgbench and segments (by its results folder's tag). The tests that
-make loop devices and mounts are marked `machine_wide`: other modules count every loop
-device and mount on the machine, so those run in the machine lane, alone."""
+The tests look at their own run's servers, pgbench and segments (by its results folder's
+tag), and the attacker attacks that run only; the TCP watch and the loop devices are the
+machine's (scripts/test.sh runs this module in the machine lane, alone)."""
 
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ pytestmark = [
 ATTACKER = Path(__file__).parent / "attacker.py"
 SECRET = "root secret 7f3a"
 SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's python lives under /root, closed to postgres
-machine_wide = pytest.mark.machine_wide  # see the module's docstring
 
 
 @pytest.fixture
@@ -297,7 +295,6 @@ def _loops() -> set[str]:
     return {p.parent.name for p in Path("/sys/class/block").glob("loop*/loop/backing_file")}
 
 
-@machine_wide
 def test_a_second_sigterm_during_cleanup_still_leaves_nothing(
     tmp_path: Path, state_dir: Path
 ) -> None:
@@ -329,7 +326,6 @@ def test_a_second_sigterm_during_cleanup_still_leaves_nothing(
     assert not list(state_dir.glob("*.undo"))
 
 
-@machine_wide
 def test_plan_refuses_a_mounted_device_and_one_with_a_filesystem(tmp_path: Path) -> None:
     image, mnt = tmp_path / "disk.img", tmp_path / "mnt"
     with open(image, "wb") as f:
