@@ -157,8 +157,8 @@ pure_sims_pid=$!
 lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
 "${pytest[@]}" "${machine[@]}" || status=1
 "${pytest[@]}" "${machine_last[@]}" || status=1
-# phase 2: four lanes; the build lane's modules that need no build first, then it waits
-# for the compile and runs test_build
+# phase 2: six lanes beside the rest lane (in the foreground); the build_last lane runs
+# its modules that need no build first, then waits for the compile and runs test_build
 "${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
 build_pid=$!
 (

@@ -136,8 +136,9 @@ def work_targets(results: Path, tag: str) -> list[tuple[Path, bool]]:
 
 def main() -> None:
     results, canary, log_path = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    if len(sys.argv) != 6 or sys.argv[4] not in ("--tag", "--prefix"):
+        sys.exit(__doc__)
     option, value = sys.argv[4:6]
-    assert option in ("--tag", "--prefix"), __doc__
     signal.signal(signal.SIGTERM, stop)
     log: list[str] = []
     try:
