@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, special
 from scipy import stats as sps
 
 from .dist import ALPHA, MC_SEED, corr_key, max_t_quantile, max_t_sf
@@ -338,7 +338,9 @@ def _conditional_power(c: Contrast, rounds: int, max_rounds: int, corr: np.ndarr
     for delta in deltas:
         mean = (math.log(c.ratio) * info + delta * (info_end - info)) / math.sqrt(info_end)
         sd = math.sqrt((info_end - info) / info_end)
-        best = max(best, float(sps.norm.sf((crit - mean) / sd) + sps.norm.cdf((-crit - mean) / sd)))
+        # ndtr is sps.norm.cdf without its per-call argument checks (called per contrast)
+        both = special.ndtr((mean - crit) / sd) + special.ndtr((-crit - mean) / sd)
+        best = max(best, float(both))
     return best
 
 
