@@ -7,8 +7,9 @@ shared. Hundreds of CLI calls in the suite made the imports a large share of its
 
 Protocol (one JSON object per line): the test sends {"id", "argv", "env", "cwd", "out",
 "err"}; the server answers {"id", "pid"} once the child exists, then {"id", "rc"} when it
-has exited. The test skips answers of another id: a call abandoned half-way (an exception
-between sending and reading) can never hand its answer to the next call.
+has exited. Children run side by side: `start` gives a Popen-like handle (a run a test
+signals while it asks other commands beside it), `run` waits like subprocess.run. The
+test keeps answers by id: an answer is only ever taken by the call it belongs to.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def _child(req: dict[str, Any], proto: int) -> None:
 
 def _become(req: dict[str, Any], proto: int) -> int:
     os.close(proto)
+    signal.set_wakeup_fd(-1)  # the server's: the command waits for its own children
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setpgid(0, 0)  # like a command started on its own: a test may signal its group
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -114,22 +117,104 @@ def serve() -> None:
     _warm_log_kernels()
     with contextlib.suppress(Exception):  # no PostgreSQL here: the children ask themselves
         _warm_catalog()
-    proto_in = sys.stdin.buffer
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
-    for line in proto_in:
-        req = json.loads(line)
-        pid = os.fork()
+    # a child's end wakes the loop (SIGCHLD through the wakeup pipe); it is reaped there
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    running: dict[int, int] = {}  # pid -> call id
+    pending, open_ = b"", True
+    while open_ or running:
+        ready, _, _ = select.select([0, wake_r] if open_ else [wake_r], [], [], 1.0)
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+        _reap(running, proto_out)
+        if 0 in ready:
+            data = os.read(0, 65536)
+            open_ = bool(data)
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                req = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    _child(req, proto_out.fileno())
+                running[pid] = req["id"]
+                proto_out.write(json.dumps({"id": req["id"], "pid": pid}) + "\n")
+
+
+def _reap(running: dict[int, int], proto_out: Any) -> None:
+    while running:
+        pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
-            _child(req, proto_out.fileno())
-        proto_out.write(json.dumps({"id": req["id"], "pid": pid}) + "\n")
-        _, status = os.waitpid(pid, 0)
-        proto_out.write(json.dumps({"id": req["id"], "rc": os.waitstatus_to_exitcode(status)})
+            return
+        call = running.pop(pid, None)
+        if call is None:  # not a command's (none is expected)
+            continue
+        proto_out.write(json.dumps({"id": call, "rc": os.waitstatus_to_exitcode(status)})
                         + "\n")  # fmt: skip
+
+
+class ForkedRun:
+    """A command the fork server started, with the part of subprocess.Popen the tests use:
+    pid (its own process group, as the server's children have), poll, wait, communicate
+    (stdout and stderr as text), send_signal, terminate, kill, returncode."""
+
+    def __init__(self, server: CliServer, call: int, pid: int, argv: list[str],
+                 folder: tempfile.TemporaryDirectory[str]) -> None:  # fmt: skip
+        self.args = [sys.executable, "-m", "pgsweep.cli", *argv]
+        self.pid, self.returncode = pid, None
+        self._server, self._call, self._folder = server, call, folder
+        self._output = ("", "")
+
+    def _ended(self, answer: dict[str, Any] | None) -> int | None:
+        if answer is not None and self.returncode is None:
+            folder = Path(self._folder.name)
+            self._output = ((folder / "out").read_text("utf-8"),
+                            (folder / "err").read_text("utf-8"))  # fmt: skip
+            self._folder.cleanup()  # at once: tests compare /tmp's pgsweep-* names
+            self.returncode = answer["rc"]
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._ended(self._server._answer(self._call, "rc", 0))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            rc = self._ended(self._server._answer(self._call, "rc", timeout))
+            if rc is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self._output
+
+    def send_signal(self, sig: int) -> None:
+        # the server reaps its children at once: ask first whether it has ended (its PID
+        # may be another process's by now, as Popen's may not until it is waited for)
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class CliServer:
     """The test side: `run(argv, env, timeout)` -> CompletedProcess, as subprocess.run
-    would give it (text, stdout and stderr captured)."""
+    would give it (text, stdout and stderr captured); `start(argv, env)` -> ForkedRun."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -144,12 +229,13 @@ class CliServer:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout
         self._calls = 0
+        self._kept: dict[tuple[int, str], dict[str, Any]] = {}  # answers read for others
 
     def _answer(self, call: int, key: str, timeout: float | None) -> dict[str, Any] | None:
         """The answer of this call that carries `key` ("pid" or "rc"); None on timeout.
-        Answers of earlier, abandoned calls are read and dropped."""
+        Answers of other calls read meanwhile are kept for them."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        while (call, key) not in self._kept:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self._out], [], [], left)
             if not ready:
@@ -158,33 +244,34 @@ class CliServer:
             if not line:
                 raise RuntimeError("the CLI fork server stopped")
             answer = dict(json.loads(line))
-            if answer.get("id") == call and key in answer:
-                return answer
+            self._kept[(answer["id"], "rc" if "rc" in answer else "pid")] = answer
+        return self._kept.pop((call, key))
+
+    def start(self, argv: list[str], env: dict[str, str]) -> ForkedRun:
+        folder = tempfile.TemporaryDirectory(prefix="pgsweep-test-cli-")
+        out, err = Path(folder.name, "out"), Path(folder.name, "err")
+        out.touch()
+        err.touch()
+        self._calls += 1
+        call = self._calls
+        req = {"id": call, "argv": argv, "env": env, "cwd": os.getcwd(), "out": str(out),
+               "err": str(err)}  # fmt: skip
+        self._in.write((json.dumps(req) + "\n").encode())
+        self._in.flush()
+        started = self._answer(call, "pid", None)
+        assert started is not None
+        return ForkedRun(self, call, started["pid"], argv, folder)
 
     def run(self, argv: list[str], env: dict[str, str], timeout: float
             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        with tempfile.TemporaryDirectory(prefix="pgsweep-test-cli-") as d:
-            out, err = Path(d, "out"), Path(d, "err")
-            out.touch()
-            err.touch()
-            self._calls += 1
-            call = self._calls
-            req = {"id": call, "argv": argv, "env": env, "cwd": os.getcwd(), "out": str(out),
-                   "err": str(err)}  # fmt: skip
-            self._in.write((json.dumps(req) + "\n").encode())
-            self._in.flush()
-            started = self._answer(call, "pid", None)
-            assert started is not None
-            done = self._answer(call, "rc", timeout)
-            if done is None:
-                with contextlib.suppress(ProcessLookupError):  # it ended at the deadline
-                    os.kill(started["pid"], signal.SIGKILL)
-                self._answer(call, "rc", None)
-                raise subprocess.TimeoutExpired(["pgsweep", *argv], timeout,
-                                                out.read_text(), err.read_text())  # fmt: skip
-            args = [sys.executable, "-m", "pgsweep.cli", *argv]
-            return subprocess.CompletedProcess(args, done["rc"], out.read_text("utf-8"),
-                                               err.read_text("utf-8"))  # fmt: skip
+        child = self.start(argv, env)
+        try:
+            out, err = child.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()  # it ended at the deadline, or is killed now
+            out, err = child.communicate()
+            raise subprocess.TimeoutExpired(["pgsweep", *argv], timeout, out, err) from None
+        return subprocess.CompletedProcess(child.args, child.wait(), out, err)
 
     def close(self) -> None:
         self._in.close()

@@ -152,6 +152,19 @@ def pgsweep(*args: str, timeout: float = 600, **kw: Any) -> subprocess.Completed
     )
 
 
+def pgsweep_start(*args: str, env: dict[str, str] | None = None) -> Any:
+    """The CLI started in the background, as subprocess.Popen(..., stdout=PIPE,
+    stderr=PIPE, text=True) would (forked from the fork server when it runs): a test
+    signals it, asks other commands beside it, then communicate()s. The environment is
+    this one with NO_COLOR=1 unless `env` gives it whole."""
+    env = dict(os.environ, NO_COLOR="1") if env is None else env
+    if _cli_server is not None:
+        return _cli_server.start(list(args), env)
+    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+
+
 def run_shared(tmp_path_factory: pytest.TempPathFactory, name: str, body: str) -> Path:
     """Run an experiment once for a whole test module (a module-scoped fixture calls this):
     its own registry of runs, the results folder returned, a failed run fails the module."""
@@ -198,7 +211,7 @@ def postmasters() -> dict[int, str]:
     return found
 
 
-def stop_and_restore(run: subprocess.Popen[Any]) -> None:
+def stop_and_restore(run: Any) -> None:
     """After a test that started `pgsweep run` in the background, on every path: a run still
     going is stopped as a user would (SIGTERM: it cleans up), killed only if it does not
     stop, then `pgsweep restore` takes down what a kill left. A failed test leaves no

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import pgsweep, pgsweep_start, requires_pg, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,10 +101,7 @@ def test_each_reachable_group_runs_its_shard_the_unreachable_and_the_lost_are_na
     inv = _inventory(tmp_path, hosts, host_timeout=20)  # its questions wait 10 s at most
     out = tmp_path / "fleet"
     beta = hosts[1]
-    run = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
-                            "--inventory", str(inv), "--results", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+    run = pgsweep_start("run", str(path), "--inventory", str(inv), "--results", str(out))
     try:
         deadline = time.monotonic() + 240
         while not _server_on(beta):  # beta's shard has its server up
@@ -284,11 +281,8 @@ def test_ctrl_c_stops_every_shard_and_each_host_is_put_back(
     body = BODY.replace('duration = "1s"', 'duration = "30s"').replace("rounds = 3", "rounds = 2")
     path = write_experiment(tmp_path, body)
     out = tmp_path / "fleet"
-    run = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
-                            "--inventory", str(_inventory(tmp_path, hosts)), "--groups",
-                            "alpha,beta", "--results", str(out)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+    run = pgsweep_start("run", str(path), "--inventory", str(_inventory(tmp_path, hosts)),
+                        "--groups", "alpha,beta", "--results", str(out))
     try:
         deadline = time.monotonic() + 240
         while not all(_server_on(h) for h in hosts[:2]):  # both shards' servers up

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from conftest import pgsweep, postmasters, requires_pg, trials, write_experiment
+from conftest import pgsweep, pgsweep_start, postmasters, requires_pg, trials, write_experiment
 
 pytestmark = [requires_pg, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def _wait_for_pgbench(h: SimHost, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
-def _stop(run: subprocess.Popen[str]) -> None:
+def _stop(run: Any) -> None:
     """A run still going after a failed assertion: killed, and what it left put back."""
     if run.poll() is None:
         run.kill()
@@ -149,11 +149,8 @@ def _psql(h: SimHost, address: str, port: int, password: str) -> subprocess.Comp
                           timeout=30)  # fmt: skip
 
 
-def _start(path: Path, results: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
-                             "--results", str(results)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+def _start(path: Path, results: Path) -> Any:
+    return pgsweep_start("run", str(path), "--results", str(results))
 
 
 NOT_ANSWERED = ("server closed the connection", "Connection refused", "the database system is")
@@ -285,7 +282,7 @@ def test_the_controller_killed_mid_trial_leaves_nothing_on_any_host(
     assert not list(state_dir.glob("*.undo"))
 
 
-def _killed_leaves_nothing(run: subprocess.Popen[str], touched: list[SimHost]) -> None:
+def _killed_leaves_nothing(run: Any, touched: list[SimHost]) -> None:
     """kill -9 the controller: each agent notices its stdin end and puts its host back."""
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=30)
@@ -296,7 +293,7 @@ def _killed_leaves_nothing(run: subprocess.Popen[str], touched: list[SimHost]) -
         _nothing_left(h)
 
 
-def _restore_after(run: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+def _restore_after(run: Any) -> subprocess.CompletedProcess[str]:
     """`pgsweep restore` once the run is gone (killed here if an assertion failed first)."""
     if run.poll() is None:
         run.kill()
@@ -321,7 +318,7 @@ def test_a_cut_connection_fails_that_trial_and_the_run_goes_on(
     _nothing_left(h1)
 
 
-def _cut_ssh_to(run: subprocess.Popen[str], h: SimHost) -> None:
+def _cut_ssh_to(run: Any, h: SimHost) -> None:
     """Cut the run's connection to `h`: SIGKILL to the ssh client the controller started
     for it (by PID, found among the run's own children)."""
     found = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "ssh"], capture_output=True,
@@ -332,7 +329,7 @@ def _cut_ssh_to(run: subprocess.Popen[str], h: SimHost) -> None:
     os.kill(to_h[0], signal.SIGKILL)
 
 
-def _one_trial_lost(run: subprocess.Popen[str], results: Path, host: str,
+def _one_trial_lost(run: Any, results: Path, host: str,
                     out: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
     """The run's two trials, one failed naming `host` as lost, and that one; the run went
     on (exit 3: the other trial ran on a new connection)."""

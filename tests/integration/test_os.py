@@ -19,6 +19,7 @@ import pytest
 from conftest import (
     SERVER_USER,
     pgsweep,
+    pgsweep_start,
     postmasters,
     requires_pg,
     stop_and_restore,
@@ -176,10 +177,7 @@ def test_kill_9_then_restore_puts_everything_back(tmp_path: Path, state_dir: Pat
     # there for the next THP level)
     path = write_experiment(tmp_path, _experiment(duration="60s", rounds=2))
     env = dict(os.environ, NO_COLOR="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(folder / "res")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+    proc = pgsweep_start("run", str(path), "--results", str(folder / "res"), env=env)
     try:
         deadline = time.monotonic() + 120
 

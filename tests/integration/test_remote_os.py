@@ -18,10 +18,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import pgsweep, requires_pg, trials, write_experiment
+from conftest import pgsweep, pgsweep_start, requires_pg, trials, write_experiment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sshhosts import SimHost, ssh_hosts
@@ -77,11 +78,8 @@ def _body(h: SimHost, duration: str, tables: str = OS, factor: str = OS_FACTOR) 
     """
 
 
-def _start(path: Path, results: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "run", str(path),
-                             "--results", str(results)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, NO_COLOR="1"))  # fmt: skip
+def _start(path: Path, results: Path) -> Any:
+    return pgsweep_start("run", str(path), "--results", str(results))
 
 
 def _lock_held() -> bool:
@@ -95,7 +93,7 @@ def _lock_held() -> bool:
     return False
 
 
-def _wait_for(what: str, ready: object, run: subprocess.Popen[str], seconds: float = 120,
+def _wait_for(what: str, ready: object, run: Any, seconds: float = 120,
               every: float = 0.05) -> None:  # fmt: skip
     deadline = time.monotonic() + seconds
     while not ready():  # type: ignore[operator]
@@ -123,7 +121,7 @@ def _mounted(h: SimHost) -> bool:
     return "/storage/mnt-1 " in _mounts(h)
 
 
-def _stop(run: subprocess.Popen[str]) -> None:
+def _stop(run: Any) -> None:
     """A run still going after a failed assertion: killed, and what it left put back."""
     if run.poll() is None:
         run.kill()
@@ -131,7 +129,7 @@ def _stop(run: subprocess.Popen[str]) -> None:
         pgsweep("restore", timeout=300)
 
 
-def _effective(run: subprocess.Popen[str], said: str, results: Path) -> list[dict[str, str]]:
+def _effective(run: Any, said: str, results: Path) -> list[dict[str, str]]:
     """The run's two trials, both ok: what each read back."""
     assert run.returncode == 0, said
     rows = trials(results)

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from conftest import (
     leftovers,
     pgsweep,
+    pgsweep_start,
     postmasters,
     requires_pg,
     run_shared,
@@ -215,10 +215,7 @@ def test_kill_9_then_restore_leaves_no_standby_namespace_or_link(
     body = NETWORK.replace('duration = "2s"', 'duration = "60s"')
     path = write_experiment(tmp_path, body)
     results = tmp_path / "r"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"),
-    )  # fmt: skip
+    run = pgsweep_start("run", str(path), "--results", str(results))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (_ours() and _standby_running(results)):

@@ -9,14 +9,21 @@ import os
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import leftovers, pgsweep, postmasters, requires_pg, trials, write_experiment
+from conftest import (
+    leftovers,
+    pgsweep,
+    pgsweep_start,
+    postmasters,
+    requires_pg,
+    trials,
+    write_experiment,
+)
 from pgsweep.host.workarea import run_tag
 
 pytestmark = [requires_pg, pytest.mark.postgres]
@@ -190,15 +197,8 @@ def test_a_failing_trial_fails_that_trial_only(open_dir: Path, state_dir: Path) 
     assert leftovers(before, results) == []
 
 
-def _start(path: Path, results: Path) -> subprocess.Popen[str]:
-    env = dict(os.environ, NO_COLOR="1")
-    return subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+def _start(path: Path, results: Path) -> Any:
+    return pgsweep_start("run", str(path), "--results", str(results))
 
 
 def _wait_for_trials(results: Path, n: int, timeout: float = 120) -> None:
@@ -221,7 +221,7 @@ def _assert_complete_once(results: Path, expected: int) -> None:
 
 def _interrupt_mid_trial(
     tmp_path: Path, rounds: int, sig: signal.Signals
-) -> tuple[Path, Path, subprocess.Popen[str], str, str]:
+) -> tuple[Path, Path, Any, str, str]:
     """Start a run, let one trial finish, then signal pgsweep inside the next trial."""
     path = _experiment(tmp_path, 'server.work_mem = ["4MB", "8MB"]', rounds=rounds, duration="3s")
     results = tmp_path / "res"
@@ -232,8 +232,8 @@ def _interrupt_mid_trial(
     assert (seen["done"], seen["total"], seen["running"]) == (1, 2, True), seen
     assert seen["eta_s"] is not None and seen["eta_s"] >= 0, seen
     # a fleet's question: it waits on the run, and answers once the run has ended
-    waiter = subprocess.Popen([sys.executable, "-m", "pgsweep.cli", "progress", str(results),
-                               "--json", "--wait", "120"], stdout=subprocess.PIPE, text=True)
+    waiter = pgsweep_start("progress", str(results), "--json", "--wait", "120",
+                           env=dict(os.environ))
     time.sleep(1.5)  # inside the next trial's pgbench run
     assert waiter.poll() is None  # still waiting: the run goes on
     run.send_signal(sig)

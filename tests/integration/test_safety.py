@@ -14,7 +14,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from contextlib import suppress
@@ -27,6 +26,7 @@ from conftest import (
     SERVER_USER,
     leftovers,
     pgsweep,
+    pgsweep_start,
     postmasters,
     requires_pg,
     trials,
@@ -217,10 +217,7 @@ def test_a_killed_server_is_one_failed_trial_and_the_run_goes_on(
     path.write_text(path.read_text().replace('duration = "2s"', 'duration = "4s"'))
     results = tmp_path / "res"
     tag = f"-{run_tag(results)}-"  # this run's, not a server of a test beside this one
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    run = pgsweep_start("run", str(path), "--results", str(results), env=dict(os.environ))
     killed, segments = None, set()
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline:
@@ -305,10 +302,7 @@ def test_a_second_sigterm_during_cleanup_still_leaves_nothing(
     folder.mkdir()
     path = _experiment(folder, extra='[storage]\ndevice = "loop:512MiB"\nfilesystem = "ext4"')
     results = folder / "res ults"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(results)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    run = pgsweep_start("run", str(path), "--results", str(results), env=dict(os.environ))
     deadline = time.monotonic() + 120
     while _done(results) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -13,13 +13,12 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import pgsweep, requires_pg, stop_and_restore, trials, write_experiment
+from conftest import pgsweep, pgsweep_start, requires_pg, stop_and_restore, trials, write_experiment
 from pgsweep.collect import blockio
 from pgsweep.host import mounts as pgsweep_mounts
 from pgsweep.host import proc
@@ -302,10 +301,7 @@ def test_kill_9_then_restore_leaves_no_mount_or_loop(
     storage = f'[storage]\ndevice = "loop:1GiB"\nfilesystem = "{filesystem}"\n'
     body = HEAD.replace('duration = "1s"', 'duration = "30s"') + storage
     path = write_experiment(tmp_path, body)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pgsweep.cli", "run", str(path), "--results", str(tmp_path / "r")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"),
-    )  # fmt: skip
+    run = pgsweep_start("run", str(path), "--results", str(tmp_path / "r"))
     try:
         deadline = time.monotonic() + 120
         # a mount (the pool's, for zfs) and the run's own pgbench: a pgbench left by an

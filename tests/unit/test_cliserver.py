@@ -45,3 +45,19 @@ def test_a_call_past_its_deadline_is_killed_and_the_next_gets_its_own_status(
         server.run(["--version"], dict(os.environ), 0.0)
     res = server.run(["plan", "/nonexistent/exp.toml"], dict(os.environ), 120)
     assert res.returncode == 2 and "cannot read the experiment file" in res.stderr
+
+
+def test_started_commands_run_side_by_side_and_each_gets_its_own_status(
+    server: CliServer,
+) -> None:
+    """Two commands started before either is waited for, waited for in the other order:
+    the answers read for one while waiting on the other are kept for it."""
+    first = server.start(["--version"], dict(os.environ))
+    second = server.start(["plan", "/nonexistent/exp.toml"], dict(os.environ))
+    assert first.pid != second.pid
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 2 and "/nonexistent/exp.toml" in err, err
+    assert first.wait(timeout=120) == 0
+    assert first.communicate()[0].startswith("pgsweep ")
+    first.kill()  # ended and reaped: no signal goes to a PID that may be another's now
+    assert first.poll() == 0
