@@ -152,13 +152,15 @@ def pgsweep(*args: str, timeout: float = 600, **kw: Any) -> subprocess.Completed
     )
 
 
-def pgsweep_start(*args: str, env: dict[str, str] | None = None) -> Any:
+def pgsweep_start(*args: str, env: dict[str, str] | None = None, fresh: bool = False) -> Any:
     """The CLI started in the background, as subprocess.Popen(..., stdout=PIPE,
     stderr=PIPE, text=True) would (forked from the fork server when it runs): a test
     signals it, asks other commands beside it, then communicate()s. The environment is
-    this one with NO_COLOR=1 unless `env` gives it whole."""
+    this one with NO_COLOR=1 unless `env` gives it whole. `fresh`: a new interpreter,
+    whose command line is the command's (a forked child's is the fork server's):
+    `pgsweep progress` and `stop` find a run by its command line."""
     env = dict(os.environ, NO_COLOR="1") if env is None else env
-    if _cli_server is not None:
+    if _cli_server is not None and not fresh:
         return _cli_server.start(list(args), env)
     return subprocess.Popen([sys.executable, "-m", "pgsweep.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -198,7 +198,8 @@ def test_a_failing_trial_fails_that_trial_only(open_dir: Path, state_dir: Path) 
 
 
 def _start(path: Path, results: Path) -> Any:
-    return pgsweep_start("run", str(path), "--results", str(results))
+    # fresh: `pgsweep progress` beside it finds it by its command line
+    return pgsweep_start("run", str(path), "--results", str(results), fresh=True)
 
 
 def _wait_for_trials(results: Path, n: int, timeout: float = 120) -> None:
