@@ -85,7 +85,11 @@ pure=(tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_recorded_iolatency.py tests/unit/test_recorded_devices.py
       tests/unit/test_recorded_storage.py tests/unit/test_layout.py
       tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py
-      tests/unit/test_buildcopy.py)
+      tests/unit/test_buildcopy.py
+      tests/unit/test_headline.py tests/unit/test_fleet_report.py tests/unit/test_safetext.py
+      tests/unit/test_sessions.py tests/unit/test_proc.py tests/unit/test_noise.py
+      tests/unit/test_plot_labels.py tests/unit/test_readme.py tests/unit/test_schema.py
+      tests/unit/test_standby_lost.py)
 machine=(tests/integration/test_hugepages.py
          tests/unit/test_doctor.py tests/unit/test_sysctl_ranges.py
          tests/unit/test_bad_experiments.py
@@ -101,10 +105,10 @@ build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
        tests/integration/test_explain.py tests/integration/test_adaptive_real.py
        tests/integration/test_fleet.py tests/integration/test_sysbench.py
-       tests/integration/test_pgreplay.py tests/integration/test_gate.py
-       tests/integration/test_dump.py)
+       tests/integration/test_pgreplay.py tests/integration/test_gate.py)
 ssh=(tests/integration/test_hosts.py tests/integration/test_against_state.py
-     tests/integration/test_lost_baseline.py)
+     tests/integration/test_lost_baseline.py tests/integration/test_readers.py
+     tests/integration/test_dump.py)
 fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py
        tests/unit/test_recorded_builds.py tests/unit/test_dry_standbys.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
