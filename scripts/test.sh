@@ -48,8 +48,9 @@ fi
 #   the others' are sshhosts' own: harness_link): with test_build alone after
 #   test_replication it ended three minutes before the others (ci121);
 # - pure (from phase 1 on, on the last CPU with the compile): mypy, then unit
-#   tests that touch nothing outside their own memory (planner, parsers, statistics,
-#   simulations);
+#   tests that touch nothing outside their own memory and pytest's tmp_path (planner,
+#   parsers, statistics, simulations): the CPU was half idle in phase 1's last minute
+#   (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound;
 # - network (phase 2): modules that make TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
@@ -62,8 +63,9 @@ fi
 # - ssh and fleet (phase 2): test_hosts, and test_fleet_hosts (sshd in namespaces of
 #   their own, each module on a free subnet; their leftovers are their own hosts'
 #   namespaces, and test_replication does not count their links: sshhosts.harness_link);
-#   after test_hosts, modules told apart by tag (test_against_state, test_lost_baseline:
-#   the lanes were rebalanced in stop 42);
+#   after test_hosts, modules told apart by tag (test_against_state, test_lost_baseline,
+#   test_readers, test_dump: without pyenv's start-up on every SSH command this lane ended
+#   a minute before the others, stop 44);
 #   after test_fleet_hosts, test_nonroot (it
 #   looks only at what the account "nobody" owns; there the lanes end within a minute of
 #   each other), then the builds' recording-host test and the dry run's standbys (plans
