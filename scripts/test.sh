@@ -161,8 +161,14 @@ pure_pid=$!
 "${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
 pure_sims_pid=$!
 lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
-"${pytest[@]}" "${machine[@]}" || status=1
-"${pytest[@]}" "${machine_last[@]}" || status=1
+# The machine lane ahead of the others (nice -5, root only): it mostly waits (for servers,
+# trials at a fixed rate, kernel values), and phase 1 lasts as long as it does; the pure
+# lanes, all CPU, take what it leaves. At equal priority it ended 45 s after them, with
+# half the CPU idle meanwhile (stop 44).
+ahead=()
+[ "$(id -u)" -eq 0 ] && ahead=(nice -n -5)
+"${ahead[@]}" "${pytest[@]}" "${machine[@]}" || status=1
+"${ahead[@]}" "${pytest[@]}" "${machine_last[@]}" || status=1
 # phase 2: six lanes beside the rest lane (in the foreground); the build_last lane runs
 # its modules that need no build first, then waits for the compile and runs test_build
 "${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
