@@ -51,6 +51,14 @@ class SimHost:
         out = _ip("netns", "pids", self.name, check=False)
         return [int(p) for p in out.split()]
 
+    def settled_pids(self, seconds: float = 30) -> list[int]:
+        """pids() once only sshd is left, or after `seconds`: after a run the agent puts
+        its host back and exits, and the session of the last command may still be ending."""
+        deadline = time.monotonic() + seconds
+        while len(found := self.pids()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return found
+
 
 def _ip(*args: str, check: bool = True) -> str:
     res = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)

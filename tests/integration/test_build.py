@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -319,10 +318,7 @@ def test_a_server_on_another_host_runs_a_build_made_here_copied_into_its_cache(
         listed = subprocess.run(db.ssh_argv("stat", "-c", "%U:%a", there), capture_output=True,
                                 text=True, timeout=30)  # fmt: skip
         assert listed.stdout.strip() == "root:755", listed.stderr
-        settle = time.monotonic() + 30  # the agent, and the last command's session, end
-        while len(db.pids()) > 1 and time.monotonic() < settle:
-            time.sleep(0.2)
-        assert len(db.pids()) == 1  # its sshd alone: the agent stopped what it ran
+        assert len(db.settled_pids()) == 1  # its sshd alone: the agent stopped what it ran
     rows = trials(tmp_path / "res")
     assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     for row in rows:  # the build's server ran on db: its WAL block size, its key

@@ -136,10 +136,7 @@ def _stop(run: Any) -> None:
 
 def _nothing_left(h: SimHost) -> None:
     """Only sshd runs in the host's namespace; no work area, journal or run entry there."""
-    deadline = time.monotonic() + 30
-    while len(h.pids()) > 1 and time.monotonic() < deadline:  # the agent puts back, exits
-        time.sleep(0.2)
-    assert len(h.pids()) == 1, _on(h, "ps", "-eo", "pid,args")
+    assert len(h.settled_pids()) == 1, _on(h, "ps", "-eo", "pid,args")
     assert "pgsweep-work" not in _on(h, "ls", "/var/tmp")
     assert _on(h, "ls", "-A", "/var/lib/pgsweep/runs").split() == []
 

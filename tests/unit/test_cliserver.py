@@ -59,5 +59,5 @@ def test_started_commands_run_side_by_side_and_each_gets_its_own_status(
     assert second.returncode == 2 and "/nonexistent/exp.toml" in err, err
     assert first.wait(timeout=120) == 0
     assert first.communicate()[0].startswith("pgsweep ")
-    first.kill()  # ended and reaped: no signal goes to a PID that may be another's now
-    assert first.poll() == 0
+    first.kill()  # after its end: no signal is sent, its status stays its own
+    assert first.poll() == 0 and first.returncode == 0
