@@ -365,7 +365,10 @@ def compile_steps(spec: BuildSpec, final: Path,
     jobs = str(len(os.sched_getaffinity(0)))
     return [
         ("configure", ["./configure", f"--prefix={final / 'prefix'}", *spec.configure], 900),
-        ("make", ["make", f"-j{jobs}", "-s"], MAKE_TIMEOUT),
+        # autodepend=yes: the compiler writes each object's dependencies (-MMD), which
+        # lets ccache hash them instead of preprocessing every file a second time
+        # (CCACHE_DEPEND): the backend's first compile 200 -> 140 CPU-s, stop 45
+        ("make", ["make", f"-j{jobs}", "-s", "autodepend=yes"], MAKE_TIMEOUT),
         ("make install", ["make", "-s", "install", f"DESTDIR={stage}"], 900),
     ]
 
@@ -384,7 +387,7 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
     if shutil.which("ccache"):
         safefs.write_file(root / "ccache.conf", "", 0o644)
         env |= {"CC": "ccache cc", "CCACHE_DIR": str(ccache_dir(root)),
-                "CCACHE_CONFIGPATH": str(root / "ccache.conf")}  # fmt: skip
+                "CCACHE_CONFIGPATH": str(root / "ccache.conf"), "CCACHE_DEPEND": "1"}  # fmt: skip
     stage = work / "stage"
     for name, argv, timeout in compile_steps(spec, final, stage):
         step(" ".join(argv[:2]) if name == "make" else name)
