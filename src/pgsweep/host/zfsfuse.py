@@ -12,69 +12,18 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core import Value
 from ..errors import PgsweepError
 from ..units import parse_size
 from . import proc, safefs
 
-# Properties a live dataset takes without new data: changing them restarts the server only.
-LIVE = {"primarycache", "secondarycache", "logbias", "atime", "sync"}
+# the dataset properties pgsweep sets at creation and reads back (`zfs get`)
 PROPERTIES = ("recordsize", "primarycache", "secondarycache", "compression", "logbias", "atime")
-COMPRESSION = {"on", "off", "lzjb", "gzip", "zle", *(f"gzip-{n}" for n in range(1, 10))}
-Cache = Literal["all", "metadata", "none"]
 
 
 class ZfsError(Exception):
     """zfs-fuse refused something; the message quotes it."""
-
-
-class ZfsTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    recordsize: str | int | None = Field(None, description='"8K" .. "128K"')
-    primarycache: Cache | None = None
-    secondarycache: Cache | None = None
-    compression: str | None = None
-    logbias: Literal["latency", "throughput"] | None = None
-    atime: Literal["on", "off"] | None = None
-    sync: str | None = None
-    ashift: int | None = Field(None, ge=9, le=16)
-    arc_max: str | int | None = Field(None, description='ARC limit, e.g. "512MiB" (zfs-fuse -m)')
-
-    @field_validator("recordsize")
-    @classmethod
-    def _recordsize(cls, v: Any) -> Any:
-        if v is not None:
-            size = parse_size(v)
-            if size < 512 or size > 128 * 1024 or size & (size - 1):
-                raise ValueError('a power of two from 512 to 128K, e.g. "8K"')
-        return v
-
-    @field_validator("compression")
-    @classmethod
-    def _compression(cls, v: str | None) -> str | None:
-        if v is not None and v not in COMPRESSION:
-            raise ValueError(f"zfs-fuse 0.7 compresses with {', '.join(sorted(COMPRESSION))} "
-                             "(no lz4)")  # fmt: skip
-        return v
-
-    @field_validator("sync")
-    @classmethod
-    def _sync(cls, v: str | None) -> str | None:
-        if v is not None:
-            raise ValueError("zfs-fuse 0.7 has no sync property (kernel ZFS has; not supported)")
-        return v
-
-    @field_validator("arc_max")
-    @classmethod
-    def _arc(cls, v: Any) -> Any:
-        if v is not None and not 16 <= parse_size(v) // 1024**2 <= 16384:
-            raise ValueError('between 16MiB and 16GiB (zfs-fuse -m), e.g. "512MiB"')
-        return v
 
 
 def running_daemons() -> list[int]:
