@@ -215,3 +215,21 @@ def prepare(settings, trial):
 '''
     calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)]
     assert sorted(filter(None, map(_direct, calls))) == [".read_text", "proc.run"]
+
+
+def test_what_a_remote_host_starts_imports_no_heavy_library() -> None:
+    """`pgsweep agent` (each remote host's, for the length of a run) and a fleet host's
+    `progress` and `facts` start a process on the measured host: the experiment file's
+    models (pydantic), the statistics and the store are the controller's. A dead copy of the
+    ZFS table in host/zfsfuse once made every agent import pydantic (0.54 -> 0.26 CPU-s a
+    start without it, stop 45)."""
+    import subprocess
+    import sys
+
+    heavy = ("pydantic", "numpy", "scipy", "duckdb", "pyarrow", "jinja2", "matplotlib")
+    code = ("import sys, pgsweep.cli, pgsweep.host.agent, pgsweep.host.local\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r}))"
+            )  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    assert res.stdout.strip() == "[]", res.stdout
