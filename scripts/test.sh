@@ -139,16 +139,9 @@ status=0
 # phase 1: the machine lane, and on the last CPU alone (make -j1 there) the compile and
 # the pure lane; both may go on into phase 2 (only test_build needs the compile).
 last_cpu=$(($(nproc) - 1))
-# The lanes beside the machine lane run in sessions of their own (setsid). Where the kernel
-# shares the CPU between sessions first (kernel.sched_autogroup_enabled, Debian's default;
-# nice counts only inside a session), the machine lane's own Python (its pytest and the
-# `pgsweep run` it forks) shared one session's share with the three CPU-bound pure lanes,
-# while every server it started had a session's share of its own.
-beside=()
-command -v setsid >/dev/null && beside=(setsid)
 (
     rc=0
-    "${beside[@]}" taskset -c "$last_cpu" nice -n 19 .venv/bin/python tests/prebuild.py || rc=$?
+    taskset -c "$last_cpu" nice -n 19 .venv/bin/python tests/prebuild.py || rc=$?
     echo "$rc" >"$logs/prebuild.rc"
 ) >"$logs/prebuild" 2>&1 &
 prebuild_pid=$!
@@ -156,8 +149,8 @@ prebuild_pid=$!
     side=0
     # at normal priority: at nice 19 a process at nice 0 on that CPU (a `yes` beside the
     # suite, stop 40) left it 1.5% of the CPU, and the lane never ended
-    "${beside[@]}" taskset -c "$last_cpu" .venv/bin/mypy || side=1
-    "${beside[@]}" taskset -c "$last_cpu" "${pytest[@]}" "${pure[@]}" || side=1
+    taskset -c "$last_cpu" .venv/bin/mypy || side=1
+    taskset -c "$last_cpu" "${pytest[@]}" "${pure[@]}" || side=1
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
@@ -165,7 +158,7 @@ pure_pid=$!
 # on any CPU: the machine lane mostly waits (0.8-1.4 of the two cores were busy in phase
 # 1, ci123). At normal priority: at nice 10 beside two busy loops it had run 20 minutes
 # when it was stopped (ci128)
-"${beside[@]}" "${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
+"${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
 pure_sims_pid=$!
 lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
 # The machine lane ahead of the others (nice -5, root only): it mostly waits (for servers,
