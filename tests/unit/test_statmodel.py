@@ -309,6 +309,27 @@ def test_a_decision_made_at_a_look_stays_made() -> None:
     assert later.contrasts()[0] is first.decided[first.family.contrasts[0].label]
 
 
+def test_a_decided_contrast_narrows_to_where_its_looks_intervals_overlap() -> None:
+    """A comparison decided at the first look keeps its decision, and its interval is the
+    overlap of that look's and the latest one's: the gate reads it. The first look's alone
+    (a paired t at 2 degrees of freedom and a strict boundary) once ended at -0.1% for a
+    configuration 95% slower, and `--fail-if-slower 3%` passed it (stop 45)."""
+    plan = sq.make_plan(6, looks=[3, 6])
+    rng = np.random.default_rng(5)
+    v = np.exp(7 + rng.normal(0, 0.1, 6) + rng.normal(0, 0.08, (2, 6)))
+    v[1] *= 0.3
+    obs = sm.Observations(v, [{"a": 0}, {"a": 1}], 0)
+    first = sq.decide_at_look(plan, obs.first_rounds(3), interest=0.5)
+    (at3,) = first.contrasts()
+    assert at3.decision == "different" and at3.high < 1, at3
+    later = sq.decide_at_look(plan, obs, interest=0.5, decided=first.decided)
+    (alone,) = later.family.contrasts
+    (kept,) = later.contrasts()
+    assert kept.decision == "different"
+    assert kept.low == max(at3.low, alone.low) and kept.high == min(at3.high, alone.high)
+    assert kept.high < at3.high and kept.low <= kept.ratio <= kept.high, (at3, alone, kept)
+
+
 # ---- words --------------------------------------------------------------------------
 
 
