@@ -262,8 +262,8 @@ class Look:
         out = []
         for c in self.family.contrasts:
             first = self.decided.get(c.label)
-            if first is None or first is c:
-                out.append(c if first is None else first)
+            if first is None or first is c:  # undecided, or decided at this look
+                out.append(c)
                 continue
             low, high = max(first.low, c.low), min(first.high, c.high)
             inside = low <= c.ratio <= high
