@@ -328,6 +328,11 @@ def test_a_decided_contrast_narrows_to_where_its_looks_intervals_overlap() -> No
     assert kept.decision == "different"
     assert kept.low == max(at3.low, alone.low) and kept.high == min(at3.high, alone.high)
     assert kept.high < at3.high and kept.low <= kept.ratio <= kept.high, (at3, alone, kept)
+    # the decision's grounds are the deciding look's: its p-value (below alpha) and critical
+    # value, not the latest look's, which test at that look's level
+    assert (kept.p_adjusted, kept.critical) == (at3.p_adjusted, at3.critical)
+    assert kept.p_adjusted < sq.ALPHA and alone.critical != at3.critical, (at3, alone)
+    assert (kept.ratio, kept.se, kept.df) == (alone.ratio, alone.se, alone.df)
 
 
 # ---- words --------------------------------------------------------------------------

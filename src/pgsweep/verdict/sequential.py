@@ -256,7 +256,9 @@ class Look:
         decision, with the overlap of that look's interval and this one's. Repeated
         confidence intervals hold for all looks at once, so their overlap does too; the
         first look's alone (2 degrees of freedom at a strict boundary) once spanned -99.8%
-        to -0.1% for a configuration 95% slower, and the gate passed it (stop 45). When
+        to -0.1% for a configuration 95% slower, and the gate passed it (stop 45). The
+        adjusted p-value and critical value are the deciding look's, the ones the decision
+        rests on (this look's p-value may exceed alpha for a contrast decided before). When
         this look's estimate falls outside the overlap, the deciding look's answer stays
         as it was."""
         out = []
@@ -267,7 +269,8 @@ class Look:
                 continue
             low, high = max(first.low, c.low), min(first.high, c.high)
             inside = low <= c.ratio <= high
-            out.append(replace(c, low=low, high=high, decision=first.decision)
+            out.append(replace(c, low=low, high=high, decision=first.decision,
+                               p_adjusted=first.p_adjusted, critical=first.critical)
                        if inside else first)  # fmt: skip
         return out
 
