@@ -373,6 +373,18 @@ def compile_steps(spec: BuildSpec, final: Path,
     ]
 
 
+def compile_env(root: Path) -> dict[str, str]:
+    """The compile's environment: cc, the compiler whose version the key holds, through
+    ccache when it is installed, with a cache of pgsweep's own, no configuration of
+    anyone's (HOME may be a sudo user's) and its depend mode (with `make autodepend=yes`,
+    compile_steps: no second preprocessing of each file to hash it)."""
+    if not shutil.which("ccache"):
+        return {"CC": "cc"}
+    safefs.write_file(root / "ccache.conf", "", 0o644)
+    return {"CC": "ccache cc", "CCACHE_DIR": str(ccache_dir(root)),
+            "CCACHE_CONFIGPATH": str(root / "ccache.conf"), "CCACHE_DEPEND": "1"}  # fmt: skip
+
+
 def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.Pinned,
              step: Callable[[str], None]) -> Build:  # fmt: skip
     began = time.monotonic()
@@ -381,13 +393,7 @@ def _compile(root: Path, work: Path, key: str, spec: BuildSpec, pinned: sources.
     (work / "out").mkdir(mode=0o700)
     step("unpack")
     tree = sources.unpack(pinned, work / "src", work / "out")
-    # cc, the compiler whose version the key holds; ccache with a cache of pgsweep's own and
-    # no configuration of anyone's (HOME may be a sudo user's)
-    env = {"CC": "cc", **({"CFLAGS": spec.cflags} if spec.cflags else {})}
-    if shutil.which("ccache"):
-        safefs.write_file(root / "ccache.conf", "", 0o644)
-        env |= {"CC": "ccache cc", "CCACHE_DIR": str(ccache_dir(root)),
-                "CCACHE_CONFIGPATH": str(root / "ccache.conf"), "CCACHE_DEPEND": "1"}  # fmt: skip
+    env = {**compile_env(root), **({"CFLAGS": spec.cflags} if spec.cflags else {})}
     stage = work / "stage"
     for name, argv, timeout in compile_steps(spec, final, stage):
         step(" ".join(argv[:2]) if name == "make" else name)
