@@ -6,6 +6,7 @@ for critical values and power, Dunnett's published table, the published O'Brien-
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -333,6 +334,12 @@ def test_a_decided_contrast_narrows_to_where_its_looks_intervals_overlap() -> No
     assert (kept.p_adjusted, kept.critical) == (at3.p_adjusted, at3.critical)
     assert kept.p_adjusted < sq.ALPHA and alone.critical != at3.critical, (at3, alone)
     assert (kept.ratio, kept.se, kept.df) == (alone.ratio, alone.se, alone.df)
+    # here the latest interval lies inside the first: a deciding interval that only partly
+    # overlaps the latest one shows which bound comes from which (neither interval alone)
+    cut = replace(at3, low=(alone.low + alone.ratio) / 2)
+    (part,) = replace(later, decided={cut.label: cut}).contrasts()
+    assert (part.low, part.high) == (cut.low, alone.high), (cut, alone, part)
+    assert part.decision == "different" and part.ratio == alone.ratio
 
 
 # ---- words --------------------------------------------------------------------------
