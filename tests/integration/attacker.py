@@ -113,11 +113,11 @@ def trial_ids(results: Path) -> list[str]:
         return [f"r{r}-c{c:02d}" for r in range(1, 4) for c in range(1, 5)]
 
 
-def work_targets(results: Path, tag: str) -> list[tuple[Path, bool]]:
+def work_targets(results: Path, areas: set[Path]) -> list[tuple[Path, bool]]:
     """(directory, is a server-user leaf) pairs pgsweep's layout makes for a run."""
     out: list[tuple[Path, bool]] = []
     trials = trial_ids(results)
-    for work in work_areas(results, tag):
+    for work in areas:
         out += [(work, False), (work / "private", False), (work / "trials", False)]
         out += [(work / "clusters", False)]
         for n in range(1, 5):
@@ -148,12 +148,18 @@ def main() -> None:
 
 
 def attack(results: Path, canary: Path, option: str, value: str, log: list[str]) -> None:
+    areas: set[Path] = set()
+    looked = 0.0
     while running:
         if option == "--prefix":
             targets = [(d, False) for d in results.glob(f"{value}*")]
             targets += [(d / "out", False) for d, _ in list(targets)]
         else:
-            targets = work_targets(results, value)
+            # a run has one work area: once found, /proc (every process on the machine,
+            # half this loop's CPU) is read again once a second, not at every sweep
+            if not areas or time.monotonic() - looked > 1.0:
+                areas, looked = work_areas(results, value), time.monotonic()
+            targets = work_targets(results, areas)
         for directory, leaf in targets:
             try:
                 if not directory.is_dir():
