@@ -49,8 +49,9 @@ fi
 #   test_replication it ended three minutes before the others (ci121);
 # - pure (from phase 1 on, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory and pytest's tmp_path (planner,
-#   parsers, statistics, simulations): the CPU was half idle in phase 1's last minute
-#   (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound;
+#   parsers, statistics, simulations, the tests' CLI fork server): the CPU was half idle
+#   in phase 1's last minute (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound
+#   (and in stop 47 this lane still ended about a minute before the machine lane);
 # - network (phase 2): modules that make TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
@@ -87,7 +88,8 @@ pure=(tests/unit/test_trial_length.py tests/unit/test_engine.py
       tests/unit/test_recorded_iolatency.py tests/unit/test_recorded_devices.py
       tests/unit/test_recorded_storage.py tests/unit/test_layout.py
       tests/unit/test_binaries_memo.py tests/unit/test_recorded_server_host.py
-      tests/unit/test_buildcopy.py
+      tests/unit/test_buildcopy.py tests/unit/test_fleet_facts_play.py tests/unit/test_cliserver.py
+      tests/unit/test_bounded_reads.py
       tests/unit/test_headline.py tests/unit/test_fleet_report.py tests/unit/test_safetext.py
       tests/unit/test_sessions.py tests/unit/test_proc.py tests/unit/test_noise.py
       tests/unit/test_plot_labels.py tests/unit/test_readme.py tests/unit/test_schema.py

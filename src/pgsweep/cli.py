@@ -102,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     sd.add_argument("file", type=Path, nargs="?", help="the experiment file that names it")
     sf = sub.add_parser("facts", help="this machine's facts a fleet compares between its "
                         "groups, as JSON (changes nothing)")  # fmt: skip
-    sf.add_argument("file", type=Path, help="the experiment file (its PostgreSQL server)")
+    sf.add_argument("file", type=Path, help="the experiment file (its PostgreSQL server); "
+                    "- reads it from stdin (a fleet sends it so: nothing written on the host)")
     sg = sub.add_parser("progress", help="how far the run writing a results folder is: trials "
                         "done, ETA, whether it still runs here (changes nothing)")  # fmt: skip
     sg.add_argument("results", type=Path)
@@ -253,7 +254,8 @@ def cmd_facts(args: argparse.Namespace, console: Console) -> int:
     from . import spec
     from .collect import hostfacts
 
-    facts = hostfacts.gather(spec.server_bindir(args.file))
+    file = Path("/dev/stdin") if str(args.file) == "-" else args.file
+    facts = hostfacts.gather(spec.server_bindir(file))
     console.print(json.dumps(facts, sort_keys=True), markup=False, highlight=False,
                   soft_wrap=True)  # fmt: skip
     return EXIT_OK

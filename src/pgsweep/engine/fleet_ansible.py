@@ -5,6 +5,7 @@ starts through the local Host."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -62,14 +63,27 @@ def ansible_env() -> dict[str, str]:
 BIN = "{{ pgsweep_bin | default('pgsweep') }}"
 
 
-def prologue() -> list[dict[str, Any]]:
-    """The same pgsweep as here, and a work folder holding the frozen file."""
+def same_pgsweep() -> list[dict[str, Any]]:
+    """The host's pgsweep is this version."""
     return [
         {"name": "pgsweep version", "command": {"argv": [BIN, "--version"]},
          "register": "version", "changed_when": False},
         {"name": "the same pgsweep", "assert": {
             "that": [f"version.stdout == 'pgsweep {__version__}'"],
             "fail_msg": f"this host runs {{{{ version.stdout }}}}, not pgsweep {__version__}"}},
+    ]  # fmt: skip
+
+
+def frozen_file_on_stdin(text: str) -> str:
+    """The frozen file as a command task's `stdin`: base64 inside the expression, so no
+    character of the file is ever read by Ansible's templating as one of its own."""
+    return "{{ '" + base64.b64encode(text.encode()).decode() + "' | b64decode }}"
+
+
+def prologue() -> list[dict[str, Any]]:
+    """The same pgsweep as here, and a work folder holding the frozen file."""
+    return [
+        *same_pgsweep(),
         {"name": "work folder", "tempfile": {"state": "directory", "prefix": "pgsweep-fleet-"},
          "register": "work"},
         {"name": "the frozen file", "copy": {"src": "experiment.toml",
