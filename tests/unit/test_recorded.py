@@ -140,6 +140,9 @@ def test_server_levels_start_then_reload_then_restart() -> None:
     conf = host.files["/w/c1/conf/postgresql.conf"]
     assert "synchronous_commit = 'on'" in conf and "listen_addresses = ''" in conf
     assert [c[-1] for c in host.commands_run()] == ["start"]
+    # pg_ctl is told the postgres beside it: it would run `postgres -V` twice to find it
+    (start,) = host.commands_run()
+    assert start[start.index("-p") + 1] == "/usr/lib/postgresql/15/bin/postgres", start
     # a user-context change: the file rewritten, a reload, no stop
     trial2 = TrialContext("r1-c02", {}, {}, trial.run, trial.server)
     host.processes = {}  # the server is running: postmaster.pid names a live postmaster

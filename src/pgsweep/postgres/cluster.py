@@ -243,7 +243,10 @@ class Cluster:
         if action == "start":
             # pg_ctl hands these to the server through a shell: quote every value
             opts = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in self.managed().items())
-            argv[-1:-1] = ["-o", opts]
+            # -p: the postgres beside this pg_ctl, which pg_ctl would otherwise look for
+            # and check with `postgres -V` twice (strace: three helpers per start, one left,
+            # `-C data_directory`: about 35 ms of CPU less at every start)
+            argv[-1:-1] = ["-o", opts, "-p", str(self.binaries.path("postgres"))]
         if action == "start" and self.cgroup is not None:
             # the unprivileged pg_ctl moves itself in (its cgroup.procs is chowned to the
             # server user), so the postmaster it forks starts inside the cgroup
