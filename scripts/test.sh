@@ -20,10 +20,8 @@ else
 fi
 # mypy beside setup's warm-up imports, which keep one core busy and leave the other idle
 # (stop 47: /proc/stat every 5 s); it reads the sources and imports none of them
-# (on the last CPU, as its pure lane was: what it has left when phase 1 begins takes
-# nothing from the machine lane's CPU)
 mypy_out=$(mktemp)
-taskset -c "$(($(nproc) - 1))" .venv/bin/mypy >"$mypy_out" 2>&1 &
+.venv/bin/mypy >"$mypy_out" 2>&1 &
 mypy_pid=$!
 trap '[ -z "$mypy_pid" ] || kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_out"' EXIT
 .venv/bin/python scripts/warm.py --dev
