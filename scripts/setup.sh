@@ -63,7 +63,7 @@ fi
 # The lockfiles are installed by uv (pinned by hash itself, requirements-uv.lock): about
 # 5 s on 2 cores where pip took 22 s. pip installs them when uv cannot be had. Neither
 # byte-compiles every module of numpy, scipy and matplotlib (pip's --no-compile: about
-# 40 s); scripts/warm.py compiles just what pgsweep loads, once. (Python may be told not
+# 40 s); the imports below compile just what pgsweep loads, once. (Python may be told not
 # to write .pyc files itself, PYTHONDONTWRITEBYTECODE, as on some CI machines.)
 [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check \
     --require-hashes -r requirements-uv.lock >/dev/null 2>&1 || true
@@ -81,8 +81,11 @@ if [ "${1:-}" = "--dev" ]; then
     install_locked --require-hashes -r requirements-fleet.lock
 fi
 install_locked --no-deps -e .
-# PGSWEEP_SETUP_NO_WARM=1: the caller runs scripts/warm.py itself (scripts/test.sh, beside mypy)
-if [ -z "${PGSWEEP_SETUP_NO_WARM:-}" ]; then
-    env -u PYTHONDONTWRITEBYTECODE .venv/bin/python scripts/warm.py "${1:-}"
-fi
+warm='import pgsweep.cli, pgsweep.analysis, pgsweep.outputs.html, pgsweep.outputs.export'
+warm+=', pgsweep.engine.run, pgsweep.collect.txlog, pgsweep.engine.against'
+warm+=', pgsweep.analysis.trial_length'
+[ "${1:-}" = "--dev" ] && warm+=', pytest'
+# pyarrow loads pandas, when it is installed, for an export (3 s of compiling otherwise)
+warm+=$'\nimport importlib.util\nif importlib.util.find_spec("pandas"): import pandas'
+env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "$warm"
 echo "setup: ready (.venv/bin/pgsweep)" >&2

@@ -3,7 +3,7 @@
 # With arguments, they go to one pytest run as they are (e.g. scripts/test.sh tests/unit -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PGSWEEP_SETUP_NO_WARM=1 scripts/setup.sh --dev
+scripts/setup.sh --dev
 # Python writes the .pyc of what it imports (into .venv and src/): where the environment
 # says PYTHONDONTWRITEBYTECODE (this machine, and CI), every process of the suite compiled
 # every module it imported that setup.sh had not warmed, each time (pandas for an export:
@@ -18,24 +18,9 @@ if [ "$(id -u)" -eq 0 ]; then
 else
     export PGSWEEP_CCACHE_DIR="${PGSWEEP_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pgsweep-suite/ccache}"
 fi
-# mypy beside setup's warm-up imports, which keep one core busy and leave the other idle
-# (stop 47: /proc/stat every 5 s); it reads the sources and imports none of them
-mypy_out=$(mktemp)
-.venv/bin/mypy >"$mypy_out" 2>&1 &
-mypy_pid=$!
-trap '[ -z "$mypy_pid" ] || kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_out"' EXIT
-.venv/bin/python scripts/warm.py --dev
 .venv/bin/ruff check .
-mypy_status() {
-    local rc=0
-    wait "$mypy_pid" || rc=$?
-    mypy_pid=""
-    cat "$mypy_out"
-    rm -f "$mypy_out"
-    return "$rc"
-}
 if [ $# -gt 0 ]; then
-    mypy_status
+    .venv/bin/mypy
     exec .venv/bin/pytest -q -p no:cacheprovider "$@"
 fi
 
@@ -62,7 +47,7 @@ fi
 #   one module making pgsweep namespaces, which it counts with the links on the machine;
 #   the others' are sshhosts' own: harness_link): with test_build alone after
 #   test_replication it ended three minutes before the others (ci121);
-# - pure (from phase 1 on, on the last CPU with the compile): unit
+# - pure (from phase 1 on, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory and pytest's tmp_path (planner,
 #   parsers, statistics, simulations, the tests' CLI fork server): the CPU was half idle
 #   in phase 1's last minute (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound
@@ -140,7 +125,6 @@ suite_loop=""
 # the suite's disk goes last: the lanes' processes may hold files on it
 trap 'for p in "${lanes[@]}"; do pkill -P "$p" 2>/dev/null || true
       kill "$p" 2>/dev/null || true; done; rm -rf "$logs"
-      [ -z "$mypy_pid" ] || kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_out"
       [ -n "${PGSWEEP_KEEP_SUITE_BUILD:-}" ] || rm -rf /dev/shm/pgsweep-suite
       scripts/suite-disk.sh down "$suite_disk" "$suite_loop" || true' EXIT
 # The modules whose work areas must be on a disk (conftest WORK_ON_DISK = True) make them
@@ -167,6 +151,7 @@ prebuild_pid=$!
     side=0
     # at normal priority: at nice 19 a process at nice 0 on that CPU (a `yes` beside the
     # suite, stop 40) left it 1.5% of the CPU, and the lane never ended
+    taskset -c "$last_cpu" .venv/bin/mypy || side=1
     taskset -c "$last_cpu" "${pytest[@]}" "${pure[@]}" || side=1
     exit "$side"
 ) >"$logs/pure" 2>&1 &
@@ -243,6 +228,4 @@ for lane in prebuild pure pure_sims network ssh fleet build build_last; do
     echo "--- the $lane lane (run beside the others) ---"
     cat "$logs/$lane"
 done
-echo "--- mypy (run beside the warm-up imports) ---"
-mypy_status || status=1
 exit "$status"
