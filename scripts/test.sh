@@ -173,11 +173,13 @@ prebuild_pid=$!
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
-# the statistics' simulations and the adaptive design's (CPU alone, ~90 CPU-s) beside them
-# on any CPU: the machine lane mostly waits (0.8-1.4 of the two cores were busy in phase
-# 1, ci123). At normal priority: at nice 10 beside two busy loops it had run 20 minutes
-# when it was stopped (ci128)
-"${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
+# the statistics' simulations and the adaptive design's (CPU alone, ~90 CPU-s) beside them,
+# on the last CPU too since mypy and numba's kernels come from the suite's cache (stop 48):
+# on any CPU they took test_os (kernel values, page cache drops, huge pages, mostly
+# waiting) from 57 s to 94 s, and phase 1 ended 40 s later (ci33, ci35). At normal
+# priority: at nice 10 beside two busy loops it had run 20 minutes when it was stopped
+# (ci128)
+taskset -c "$last_cpu" "${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
 pure_sims_pid=$!
 lanes=("$prebuild_pid" "$pure_pid" "$pure_sims_pid")
 # The machine lane ahead of the others (nice -5, root only): it mostly waits (for servers,
