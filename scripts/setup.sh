@@ -57,8 +57,9 @@ if [ "$(id -u)" -eq 0 ] && ! id pgsweep >/dev/null 2>&1; then
 fi
 
 # Debian's postgresql package starts a cluster of its own; pgsweep never touches it.
-# Made without pip: this Python's own pip installs into it where it can (pip --python,
-# 22.3 and later), else ensurepip gives it its copy (8.5 s, most of it compiling pip).
+# The virtual environment is made without pip: this Python's own pip installs into it
+# where it can (pip --python, 22.3 and later), else ensurepip gives it a copy of its own
+# (8.5 s, most of it compiling pip).
 [ -x .venv/bin/python ] || python3 -m venv --without-pip .venv
 pip=(.venv/bin/python -m pip)
 if ! "${pip[@]}" --version >/dev/null 2>&1; then
