@@ -59,30 +59,36 @@ fi
 # Debian's postgresql package starts a cluster of its own; pgsweep never touches it.
 # The virtual environment is made without pip: this Python's own pip installs into it
 # where it can (pip --python, 22.3 and later), else ensurepip gives it a copy of its own
-# (8.5 s, most of it compiling pip).
+# (8.5 s, most of it compiling pip). Which pip is found when one is first needed.
 [ -x .venv/bin/python ] || python3 -m venv --without-pip .venv
-pip=(.venv/bin/python -m pip)
-if ! "${pip[@]}" --version >/dev/null 2>&1; then
-    pip=(python3 -m pip --python .venv/bin/python)
-    if ! "${pip[@]}" --version >/dev/null 2>&1; then
-        .venv/bin/python -m ensurepip >/dev/null
+pip=()
+pip_install() {
+    if [ ${#pip[@]} -eq 0 ]; then
         pip=(.venv/bin/python -m pip)
+        if ! "${pip[@]}" --version >/dev/null 2>&1; then
+            pip=(python3 -m pip --python .venv/bin/python)
+            if ! "${pip[@]}" --version >/dev/null 2>&1; then
+                .venv/bin/python -m ensurepip >/dev/null
+                pip=(.venv/bin/python -m pip)
+            fi
+        fi
     fi
-fi
+    "${pip[@]}" install -q --disable-pip-version-check "$@"
+}
 # The lockfiles are installed by uv (pinned by hash itself, requirements-uv.lock): about
 # 5 s on 2 cores where pip took 22 s. pip installs them when uv cannot be had. Neither
 # byte-compiles every module of numpy, scipy and matplotlib (pip's --no-compile: about
 # 40 s); the imports below compile just what pgsweep loads, once. (Python may be told not
 # to write .pyc files itself, PYTHONDONTWRITEBYTECODE, as on some CI machines.)
-[ -x .venv/bin/uv ] || "${pip[@]}" install -q --disable-pip-version-check \
-    --require-hashes -r requirements-uv.lock >/dev/null 2>&1 || true
+[ -x .venv/bin/uv ] || pip_install --require-hashes -r requirements-uv.lock \
+    >/dev/null 2>&1 || true
 install_locked() {
     # --native-tls: the machine's certificates, as pip uses them (a proxy's own CA)
     if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --native-tls \
             --python .venv/bin/python "$@"; then
         return 0
     fi
-    "${pip[@]}" install -q --no-compile --disable-pip-version-check "$@"
+    pip_install --no-compile "$@"
 }
 install_locked --require-hashes -r "$lock"
 # --dev: fleets are tested for real, through Ansible (the [fleet] extra, its own lockfile)
