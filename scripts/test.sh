@@ -114,9 +114,8 @@ machine=(tests/integration/test_hugepages.py
          tests/integration/test_start_refusals.py tests/integration/test_plan_commands.py)
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
 # 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done:
-# test_os
+# test_os, then test_safety with the fleet lane's first module beside it (see below)
 machine_last=(tests/integration/test_os.py)
-# and after them test_safety, with the fleet lane beside it (see below)
 machine_beside_fleet=(tests/integration/test_safety.py)
 network=(tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
@@ -130,7 +129,8 @@ build=(tests/integration/test_measure.py
 ssh=(tests/integration/test_hosts.py tests/integration/test_against_state.py
      tests/integration/test_lost_baseline.py tests/integration/test_readers.py
      tests/integration/test_dump.py)
-fleet=(tests/integration/test_fleet_hosts.py tests/integration/test_nonroot.py
+fleet_first=(tests/integration/test_fleet_hosts.py)
+fleet=(tests/integration/test_nonroot.py
        tests/unit/test_recorded_builds.py tests/unit/test_dry_standbys.py)
 pytest=(.venv/bin/pytest -q -p no:cacheprovider)
 logs=$(mktemp -d)
@@ -198,10 +198,18 @@ ahead=()
 # and what test_safety counts as left behind is its own runs' alone (conftest.leftovers).
 # Not beside test_os, which reserves huge pages (a server beside it could take them) and
 # counts the postmasters on the machine.
-"${pytest[@]}" "${fleet[@]}" >"$logs/fleet" 2>&1 &
+# Its other modules wait for the machine lane's end, however long test_safety takes.
+(
+    side=0
+    "${pytest[@]}" "${fleet_first[@]}" || side=1
+    while [ ! -e "$logs/phase1.done" ]; do sleep 1; done
+    "${pytest[@]}" "${fleet[@]}" || side=1
+    exit "$side"
+) >"$logs/fleet" 2>&1 &
 fleet_pid=$!
 lanes+=("$fleet_pid")
 "${ahead[@]}" "${pytest[@]}" "${machine_beside_fleet[@]}" || status=1
+touch "$logs/phase1.done"
 # A compile still going (ccache's cache empty: a machine's first run) goes ahead of the
 # lanes from here on, on any CPU: test_build waits for it, and beside six lanes it got a
 # quarter of a CPU (built in 746 s, the suite 15m26s: stop 45's first run here). Its make
@@ -244,7 +252,8 @@ ssh_pid=$!
 lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid")
 skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}"
       "${machine_beside_fleet[@]}" "${network[@]}"
-      "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet[@]}")
+      "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet_first[@]}"
+      "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
 wait "$network_pid" || status=1
 wait "$ssh_pid" || status=1
