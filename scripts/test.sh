@@ -3,7 +3,24 @@
 # With arguments, they go to one pytest run as they are (e.g. scripts/test.sh tests/unit -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The suite keeps caches between runs, each keyed so that a fresh clone (CI's) starts warm;
+# `rm -rf` them at will.
+if [ "$(id -u)" -eq 0 ]; then
+    suite_cache=/var/cache/pgsweep-suite
+else
+    suite_cache="${XDG_CACHE_HOME:-$HOME/.cache}/pgsweep-suite"
+fi
+# uv, which setup.sh would install with pip from its lockfile (6 s of its 20, most of
+# them pip's start-up: stop 49), kept by the lockfile's hash
+uv_kept="$suite_cache/uv/$(sha256sum requirements-uv.lock | cut -c1-16)"
+if [ ! -x .venv/bin/uv ] && [ -x "$uv_kept/uv" ]; then
+    [ -x .venv/bin/python ] || python3 -m venv --without-pip .venv
+    cp "$uv_kept/uv" .venv/bin/uv
+fi
 scripts/setup.sh --dev
+if [ ! -x "$uv_kept/uv" ] && [ -x .venv/bin/uv ]; then
+    mkdir -p "$uv_kept" && cp .venv/bin/uv "$uv_kept/uv.$$" && mv "$uv_kept/uv.$$" "$uv_kept/uv"
+fi
 # Python writes the .pyc of what it imports (into .venv and src/): where the environment
 # says PYTHONDONTWRITEBYTECODE (this machine, and CI), every process of the suite compiled
 # every module it imported that setup.sh had not warmed, each time (pandas for an export:
@@ -12,14 +29,8 @@ unset PYTHONDONTWRITEBYTECODE
 # ccache's cache for the suite's PostgreSQL compile is kept between runs (the build cache
 # itself is made in tmpfs and removed each time): with ccache installed (setup.sh --dev),
 # the first run on a machine compiles in ~285 CPU-s, the next ones in ~45 (stop 39).
-# `rm -rf` it at will: it is only a cache.
-if [ "$(id -u)" -eq 0 ]; then
-    suite_cache=/var/cache/pgsweep-suite
-else
-    suite_cache="${XDG_CACHE_HOME:-$HOME/.cache}/pgsweep-suite"
-fi
 export PGSWEEP_CCACHE_DIR="${PGSWEEP_CCACHE_DIR:-$suite_cache/ccache}"
-# Two more caches kept there, both keyed by content, so a fresh clone (CI's) starts warm:
+# Two more caches kept there, both keyed by content:
 # - mypy's incremental cache (a file whose hash matches its entry is not checked again):
 #   a fresh clone's check took 17 CPU-s, 0.8 with another clone's cache (stop 48);
 # - numba's compiled txlog kernels (its index is stamped with the source file's sha256,
