@@ -83,7 +83,7 @@ fi
 #   while a zfs-fuse pgsweep did not start runs: test_storage's); test_remote_os, whose
 #   simulated host's agent holds the machine's kernel lock, after test_storage (the one
 #   module of phase 2 that runs [os] here);
-# - build (phase 2): modules whose leftovers are told apart by their results folder's
+# - build (from test_safety on, beside it): modules whose leftovers are told apart by their results folder's
 #   tag (conftest.leftovers);
 # - ssh (phase 2) and fleet (from test_safety on, the machine lane's last module):
 #   test_hosts, and test_fleet_hosts (sshd in namespaces of
@@ -207,15 +207,17 @@ ahead=()
 [ "$(id -u)" -eq 0 ] && ahead=(nice -n -5)
 "${ahead[@]}" "${pytest[@]}" "${machine[@]}" || status=1
 "${ahead[@]}" "${pytest[@]}" "${machine_last[@]}" || status=1
-# The fleet lane starts beside test_safety, the machine lane's last module: this lane
-# mostly waits (its trials, an attacker's sweeps), and it left one core two-thirds idle
-# for its last 40 s (stop 48). test_fleet_hosts is the one module it can share the machine
-# with: its servers run in the simulated hosts' network namespaces, so no TCP listener of
-# theirs is in this one's (test_safety watches these); it makes no loop device or mount;
-# and what test_safety counts as left behind is its own runs' alone (conftest.leftovers).
-# Not beside test_os, which reserves huge pages (a server beside it could take them) and
-# counts the postmasters on the machine.
-# Its other modules wait for the machine lane's end, however long test_safety takes.
+# The fleet and build lanes start beside test_safety, the machine lane's last module: this
+# lane mostly waits (its trials, an attacker's sweeps), and with the fleet lane alone
+# beside it one core was half idle for 40 s of its 66 (stop 49). Their modules are the
+# ones that can share the machine with it: what test_safety watches while it runs is the
+# TCP listeners of this network namespace's servers (theirs listen on Unix sockets, or,
+# test_fleet_hosts', in the simulated hosts' namespaces) and the loop devices (they make
+# none, nor mounts), and what it counts as left behind is its own runs' alone
+# (conftest.leftovers). Not beside test_os, which reserves huge pages (a server beside it
+# could take them) and counts the postmasters on the machine.
+# The fleet lane's other modules wait for the machine lane's end, however long test_safety
+# takes.
 (
     side=0
     "${pytest[@]}" "${fleet_first[@]}" || side=1
@@ -224,7 +226,9 @@ ahead=()
     exit "$side"
 ) >"$logs/fleet" 2>&1 &
 fleet_pid=$!
-lanes+=("$fleet_pid")
+"${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
+build_pid=$!
+lanes+=("$fleet_pid" "$build_pid")
 "${ahead[@]}" "${pytest[@]}" "${machine_beside_fleet[@]}" || status=1
 touch "$logs/phase1.done"
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
@@ -255,10 +259,8 @@ if [ ! -e "$logs/prebuild.rc" ]; then
         taskset -a -p -c "0-$last_cpu" "$p" >/dev/null 2>&1 || true
     done
 fi
-# phase 2: six lanes beside the rest lane (in the foreground); the build_last lane runs
+# phase 2: three more lanes beside the rest lane (in the foreground); the build_last lane runs
 # its modules that need no build first, then waits for the compile and runs test_build
-"${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
-build_pid=$!
 (
     side=0
     "${pytest[@]}" "${build_first[@]}" || side=1
@@ -272,7 +274,7 @@ build_last_pid=$!
 network_pid=$!
 "${pytest[@]}" "${ssh[@]}" >"$logs/ssh" 2>&1 &
 ssh_pid=$!
-lanes+=("$build_pid" "$build_last_pid" "$network_pid" "$ssh_pid")
+lanes+=("$build_last_pid" "$network_pid" "$ssh_pid")
 skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}"
       "${machine_beside_fleet[@]}" "${network[@]}"
       "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet_first[@]}"
