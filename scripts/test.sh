@@ -73,7 +73,7 @@ fi
 #   test_replication it ended three minutes before the others (ci121);
 # - pure (from phase 1 on, on the last CPU with the compile): mypy, then unit
 #   tests that touch nothing outside their own memory and pytest's tmp_path (planner,
-#   parsers, statistics, simulations, the tests' CLI fork server): the CPU was half idle
+#   parsers, statistics, the tests' CLI fork server): the CPU was half idle
 #   in phase 1's last minute (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound
 #   (and in stop 47 this lane still ended about a minute before the machine lane);
 # - network (phase 2): modules that make TCP listeners, and those
@@ -83,8 +83,10 @@ fi
 #   while a zfs-fuse pgsweep did not start runs: test_storage's); test_remote_os, whose
 #   simulated host's agent holds the machine's kernel lock, after test_storage (the one
 #   module of phase 2 that runs [os] here);
-# - build (from test_safety on, beside it): modules whose leftovers are told apart by their results folder's
-#   tag (conftest.leftovers);
+# - pure_sims (from phase 1 on): the statistics' and the adaptive design's simulations, all
+#   CPU; as root on any CPU and SCHED_IDLE until phase 2 (see below);
+# - build (from test_safety on, beside it): modules whose leftovers are told apart by
+#   their results folder's tag (conftest.leftovers), with no TCP listener or loop device;
 # - ssh (phase 2) and fleet (from test_safety on, the machine lane's last module):
 #   test_hosts, and test_fleet_hosts (sshd in namespaces of
 #   their own, each module on a free subnet; their leftovers are their own hosts'
