@@ -76,13 +76,14 @@ fi
 #   parsers, statistics, the tests' CLI fork server): the CPU was half idle
 #   in phase 1's last minute (stop 44, /proc/stat every 5 s), while phase 2 is CPU-bound
 #   (and in stop 47 this lane still ended about a minute before the machine lane);
-# - network (phase 2): modules that make TCP listeners, and those
+# - network (phase 2, its plans from test_safety on): modules that make TCP listeners, and those
 #   that make filesystems on loop devices (test_storage counts every pgsweep mount, loop
 #   device and zfs-fuse: test_engine_real's and test_counters' are here, one after the
-#   other, and no other lane makes any), and test_examples (plan refuses a ZFS experiment
-#   while a zfs-fuse pgsweep did not start runs: test_storage's); test_remote_os, whose
-#   simulated host's agent holds the machine's kernel lock, after test_storage (the one
-#   module of phase 2 that runs [os] here);
+#   other, and no other lane makes any), and first test_examples, beside test_safety
+#   (plans only; plan refuses a ZFS experiment while a zfs-fuse pgsweep did not start
+#   runs: test_storage's; the lane ended last, 15-25 s after the others: ci43, ci44);
+#   test_remote_os, whose simulated host's agent holds the machine's kernel lock, after
+#   test_storage (the one module of phase 2 that runs [os] here);
 # - pure_sims (from phase 1 on): the statistics' and the adaptive design's simulations, all
 #   CPU; as root on any CPU and SCHED_IDLE until phase 2 (see below);
 # - build (from test_safety on, beside it): modules whose leftovers are told apart by
@@ -130,9 +131,10 @@ machine=(tests/integration/test_hugepages.py
 # test_os, then test_safety with the fleet lane's first module beside it (see below)
 machine_last=(tests/integration/test_os.py)
 machine_beside_fleet=(tests/integration/test_safety.py)
+network_first=(tests/unit/test_examples.py)
 network=(tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
-         tests/unit/test_examples.py tests/integration/test_remote_os.py)
+         tests/integration/test_remote_os.py)
 build_first=(tests/integration/test_report.py tests/integration/test_replication.py)
 build_last=(tests/integration/test_build.py)
 build=(tests/integration/test_measure.py
@@ -209,7 +211,8 @@ ahead=()
 [ "$(id -u)" -eq 0 ] && ahead=(nice -n -5)
 "${ahead[@]}" "${pytest[@]}" "${machine[@]}" || status=1
 "${ahead[@]}" "${pytest[@]}" "${machine_last[@]}" || status=1
-# The fleet and build lanes start beside test_safety, the machine lane's last module: this
+# The fleet and build lanes, and the network lane's plans, start beside test_safety, the
+# machine lane's last module: this
 # lane mostly waits (its trials, an attacker's sweeps), and with the fleet lane alone
 # beside it one core was half idle for 40 s of its 66 (stop 49). Their modules are the
 # ones that can share the machine with it: what test_safety watches while it runs is the
@@ -218,8 +221,8 @@ ahead=()
 # none, nor mounts), and what it counts as left behind is its own runs' alone
 # (conftest.leftovers). Not beside test_os, which reserves huge pages (a server beside it
 # could take them) and counts the postmasters on the machine.
-# The fleet lane's other modules wait for the machine lane's end, however long test_safety
-# takes.
+# The fleet and network lanes' other modules wait for the machine lane's end, however long
+# test_safety takes.
 (
     side=0
     "${pytest[@]}" "${fleet_first[@]}" || side=1
@@ -230,7 +233,15 @@ ahead=()
 fleet_pid=$!
 "${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
 build_pid=$!
-lanes+=("$fleet_pid" "$build_pid")
+(
+    side=0
+    "${pytest[@]}" "${network_first[@]}" || side=1
+    while [ ! -e "$logs/phase1.done" ]; do sleep 1; done
+    "${pytest[@]}" "${network[@]}" || side=1
+    exit "$side"
+) >"$logs/network" 2>&1 &
+network_pid=$!
+lanes+=("$fleet_pid" "$build_pid" "$network_pid")
 "${ahead[@]}" "${pytest[@]}" "${machine_beside_fleet[@]}" || status=1
 touch "$logs/phase1.done"
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
@@ -261,7 +272,7 @@ if [ ! -e "$logs/prebuild.rc" ]; then
         taskset -a -p -c "0-$last_cpu" "$p" >/dev/null 2>&1 || true
     done
 fi
-# phase 2: three more lanes beside the rest lane (in the foreground); the build_last lane runs
+# phase 2: two more lanes beside the rest lane (in the foreground); the build_last lane runs
 # its modules that need no build first, then waits for the compile and runs test_build
 (
     side=0
@@ -272,13 +283,11 @@ fi
     exit "$side"
 ) >"$logs/build_last" 2>&1 &
 build_last_pid=$!
-"${pytest[@]}" "${network[@]}" >"$logs/network" 2>&1 &
-network_pid=$!
 "${pytest[@]}" "${ssh[@]}" >"$logs/ssh" 2>&1 &
 ssh_pid=$!
-lanes+=("$build_last_pid" "$network_pid" "$ssh_pid")
+lanes+=("$build_last_pid" "$ssh_pid")
 skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}"
-      "${machine_beside_fleet[@]}" "${network[@]}"
+      "${machine_beside_fleet[@]}" "${network_first[@]}" "${network[@]}"
       "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet_first[@]}"
       "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
