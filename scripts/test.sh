@@ -223,23 +223,19 @@ ahead=()
 # could take them) and counts the postmasters on the machine.
 # The fleet and network lanes' other modules wait for the machine lane's end, however long
 # test_safety takes.
-(
-    side=0
-    "${pytest[@]}" "${fleet_first[@]}" || side=1
+beside_then_after() {  # the modules of array $1 now, those of array $2 after phase 1
+    local -n now=$1 after=$2
+    local side=0
+    "${pytest[@]}" "${now[@]}" || side=1
     while [ ! -e "$logs/phase1.done" ]; do sleep 1; done
-    "${pytest[@]}" "${fleet[@]}" || side=1
-    exit "$side"
-) >"$logs/fleet" 2>&1 &
+    "${pytest[@]}" "${after[@]}" || side=1
+    return "$side"
+}
+beside_then_after fleet_first fleet >"$logs/fleet" 2>&1 &
 fleet_pid=$!
 "${pytest[@]}" "${build[@]}" >"$logs/build" 2>&1 &
 build_pid=$!
-(
-    side=0
-    "${pytest[@]}" "${network_first[@]}" || side=1
-    while [ ! -e "$logs/phase1.done" ]; do sleep 1; done
-    "${pytest[@]}" "${network[@]}" || side=1
-    exit "$side"
-) >"$logs/network" 2>&1 &
+beside_then_after network_first network >"$logs/network" 2>&1 &
 network_pid=$!
 lanes+=("$fleet_pid" "$build_pid" "$network_pid")
 "${ahead[@]}" "${pytest[@]}" "${machine_beside_fleet[@]}" || status=1
