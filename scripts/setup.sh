@@ -80,6 +80,11 @@ pip_install() {
 # byte-compiles every module of numpy, scipy and matplotlib (pip's --no-compile: about
 # 40 s); the imports below compile just what pgsweep loads, once. (Python may be told not
 # to write .pyc files itself, PYTHONDONTWRITEBYTECODE, as on some CI machines.)
+# PGSWEEP_UV: a uv binary installed from this same lockfile before (scripts/test.sh keeps
+# one by the lockfile's hash), copied instead
+if [ ! -x .venv/bin/uv ] && [ -x "${PGSWEEP_UV:-}" ]; then
+    cp "$PGSWEEP_UV" .venv/bin/uv
+fi
 [ -x .venv/bin/uv ] || pip_install --require-hashes -r requirements-uv.lock \
     >/dev/null 2>&1 || true
 install_locked() {

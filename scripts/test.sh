@@ -11,13 +11,9 @@ else
     suite_cache="${XDG_CACHE_HOME:-$HOME/.cache}/pgsweep-suite"
 fi
 # uv, which setup.sh would install with pip from its lockfile (6 s of its 20, most of
-# them pip's start-up: stop 49), kept by the lockfile's hash
+# them pip's start-up: stop 49), kept by the lockfile's hash and handed to it
 uv_kept="$suite_cache/uv/$(sha256sum requirements-uv.lock | cut -c1-16)"
-if [ ! -x .venv/bin/uv ] && [ -x "$uv_kept/uv" ]; then
-    [ -x .venv/bin/python ] || python3 -m venv --without-pip .venv
-    cp "$uv_kept/uv" .venv/bin/uv
-fi
-scripts/setup.sh --dev
+PGSWEEP_UV="$uv_kept/uv" scripts/setup.sh --dev
 if [ ! -x "$uv_kept/uv" ] && [ -x .venv/bin/uv ]; then
     mkdir -p "$uv_kept" && cp .venv/bin/uv "$uv_kept/uv.$$" && mv "$uv_kept/uv.$$" "$uv_kept/uv"
 fi
@@ -128,9 +124,9 @@ machine=(tests/integration/test_hugepages.py
          tests/integration/test_start_refusals.py tests/integration/test_plan_commands.py)
 # last in the machine lane, the modules a compile beside them slowed most (test_safety
 # 117 s instead of 71 s alone, test_os 103 s instead of 37 s), when it is mostly done:
-# test_os, then test_safety with the fleet lane's first module beside it (see below)
+# test_os, then test_safety with three lanes' first modules beside it (see below)
 machine_last=(tests/integration/test_os.py)
-machine_beside_fleet=(tests/integration/test_safety.py)
+machine_shared=(tests/integration/test_safety.py)
 network_first=(tests/unit/test_examples.py)
 network=(tests/integration/test_engine_real.py
          tests/integration/test_storage.py tests/integration/test_counters.py
@@ -188,14 +184,13 @@ prebuild_pid=$!
     exit "$side"
 ) >"$logs/pure" 2>&1 &
 pure_pid=$!
-# the statistics' simulations and the adaptive design's (CPU alone, ~90 CPU-s) beside them,
-# on the last CPU too since mypy and numba's kernels come from the suite's cache (stop 48):
-# on any CPU they took test_os (kernel values, page cache drops, huge pages, mostly
-# waiting) from 57 s to 94 s, and phase 1 ended 40 s later (ci33, ci35). At normal
-# priority: at nice 10 beside two busy loops it had run 20 minutes when it was stopped
-# (ci128). As root they run in phase 1 on any CPU as SCHED_IDLE (chrt --idle: a CPU's
-# time no other process wants, the machine lane's waits above all), and as any process
-# from phase 2 on (below).
+# the statistics' simulations and the adaptive design's (CPU alone, ~90 CPU-s) beside them.
+# As root, in phase 1 on any CPU as SCHED_IDLE (chrt --idle: a CPU's time no other process
+# wants, the machine lane's waits above all), and as any process from phase 2 on (below):
+# at normal priority on any CPU they took test_os from 57 s to 94 s (ci33), and on the
+# last CPU only they ran well into phase 2 (stop 49). Not at nice 10: beside two busy
+# loops the lane had run 20 minutes when it was stopped (ci128). Without root, on the
+# last CPU at normal priority.
 if [ "$(id -u)" -eq 0 ]; then
     chrt --idle 0 "${pytest[@]}" "${pure_sims[@]}" >"$logs/pure_sims" 2>&1 &
 else
@@ -212,9 +207,9 @@ ahead=()
 "${ahead[@]}" "${pytest[@]}" "${machine[@]}" || status=1
 "${ahead[@]}" "${pytest[@]}" "${machine_last[@]}" || status=1
 # The fleet and build lanes, and the network lane's plans, start beside test_safety, the
-# machine lane's last module: this
-# lane mostly waits (its trials, an attacker's sweeps), and with the fleet lane alone
-# beside it one core was half idle for 40 s of its 66 (stop 49). Their modules are the
+# machine lane's last module: it mostly waits (its trials, an attacker's sweeps), and
+# with the fleet lane alone beside it one core was half idle for 40 s of its 66 (stop
+# 49). Their modules are the
 # ones that can share the machine with it: what test_safety watches while it runs is the
 # TCP listeners of this network namespace's servers (theirs listen on Unix sockets, or,
 # test_fleet_hosts', in the simulated hosts' namespaces) and the loop devices (they make
@@ -238,7 +233,7 @@ build_pid=$!
 beside_then_after network_first network >"$logs/network" 2>&1 &
 network_pid=$!
 lanes+=("$fleet_pid" "$build_pid" "$network_pid")
-"${ahead[@]}" "${pytest[@]}" "${machine_beside_fleet[@]}" || status=1
+"${ahead[@]}" "${pytest[@]}" "${machine_shared[@]}" || status=1
 touch "$logs/phase1.done"
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
 # the simulations, if still going, take their share from here on (every thread: chrt -a)
@@ -283,7 +278,7 @@ build_last_pid=$!
 ssh_pid=$!
 lanes+=("$build_last_pid" "$ssh_pid")
 skip=("${pure[@]}" "${pure_sims[@]}" "${machine[@]}" "${machine_last[@]}"
-      "${machine_beside_fleet[@]}" "${network_first[@]}" "${network[@]}"
+      "${machine_shared[@]}" "${network_first[@]}" "${network[@]}"
       "${build[@]}" "${build_first[@]}" "${build_last[@]}" "${ssh[@]}" "${fleet_first[@]}"
       "${fleet[@]}")
 "${pytest[@]}" "${skip[@]/#/--ignore=}" tests || status=$?
